@@ -1,0 +1,45 @@
+// Command vmchaos is the runner: run, sweep, bisect, repro, report, selftest,
+// doctor, points, image. Each subcommand lives in its own file and registers
+// itself in init.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+var subcommands []func() *cobra.Command
+
+// register adds a subcommand constructor; called from init in each file.
+func register(f func() *cobra.Command) { subcommands = append(subcommands, f) }
+
+func main() {
+	root := &cobra.Command{
+		Use:   "vmchaos",
+		Short: "Fault-injection and chaos harness for cloud-hypervisor backed VM managers",
+		Long: `vmchaos runs a catalogue of chaos scenarios against a node stack (vmctl, nodeagent and a
+fake or real cloud-hypervisor), injects faults at millisecond offsets or exact phases, and
+checks that the stack converges by itself with nothing lost. See README.md.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	for _, f := range subcommands {
+		root.AddCommand(f())
+	}
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitCoder lets a subcommand choose its exit status (report gate: 0..3).
+type exitCoder interface{ ExitCode() int }
+
+func exitCode(err error) int {
+	if ec, ok := err.(exitCoder); ok {
+		return ec.ExitCode()
+	}
+	return 1
+}

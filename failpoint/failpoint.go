@@ -1,0 +1,361 @@
+// Package failpoint marks named phases inside vmctl, nodeagent and fakech.
+//
+// Every component calls Hit at each named phase. With nothing configured a hit
+// costs one atomic load. With VMCHAOS_TRACE set, each hit sends one JSON
+// datagram (Event) to the harness's trace socket before any action runs, so the
+// harness sees the phase even when the action kills the process. With
+// VMCHAOS_FAILPOINTS set, a hit may pause, sleep, exit, SIGKILL itself or make
+// its call site return an error.
+package failpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Environment variables read by Init.
+const (
+	EnvTrace      = "VMCHAOS_TRACE"
+	EnvFailpoints = "VMCHAOS_FAILPOINTS"
+	EnvCtl        = "VMCHAOS_FAILPOINT_CTL"
+)
+
+// Attrs are extra fields of a hit. The keys "vm" and "op" are lifted into the
+// event's top-level fields.
+type Attrs map[string]any
+
+// Event is one trace datagram.
+type Event struct {
+	TsNs  int64          `json:"ts_ns"`
+	Pid   int            `json:"pid"`
+	Proc  string         `json:"proc"`
+	Point string         `json:"point"`
+	VM    string         `json:"vm,omitempty"`
+	Op    string         `json:"op,omitempty"`
+	Attrs map[string]any `json:"attrs,omitempty"`
+}
+
+// ParseEvent decodes one trace datagram and checks the fields the harness
+// relies on.
+func ParseEvent(b []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(b, &e); err != nil {
+		return e, fmt.Errorf("trace datagram: %w", err)
+	}
+	if e.Point == "" || e.Proc == "" || e.Pid <= 0 || e.TsNs <= 0 {
+		return e, fmt.Errorf("trace datagram: missing point, proc, pid or ts_ns")
+	}
+	return e, nil
+}
+
+// Now returns CLOCK_MONOTONIC in ns: system-wide, so timestamps from different
+// processes compare directly.
+func Now() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+type opKey struct{}
+
+// WithOp tags ctx with an operation id that every hit under it reports.
+func WithOp(ctx context.Context, op string) context.Context {
+	return context.WithValue(ctx, opKey{}, op)
+}
+
+// OpFrom returns the operation id set by WithOp.
+func OpFrom(ctx context.Context) string {
+	s, _ := ctx.Value(opKey{}).(string)
+	return s
+}
+
+// state is the configured behaviour; nil when disabled.
+type state struct {
+	proc    string
+	pid     int
+	trace   *net.UnixConn
+	ctlDir  string
+	actions map[string][]*rule
+}
+
+var (
+	enabled atomic.Bool
+	current atomic.Pointer[state]
+	sendMu  sync.Mutex
+)
+
+// Enabled reports whether any trace or action is configured; callers that
+// build expensive Attrs may check it first.
+func Enabled() bool { return enabled.Load() }
+
+// Init configures the package from the environment for a process called proc
+// ("vmctl", "nodeagent", "fakech"). A malformed VMCHAOS_FAILPOINTS is an
+// error: a scenario that asked for an action must not silently run without it.
+func Init(proc string) error {
+	return Configure(proc, os.Getenv(EnvTrace), os.Getenv(EnvFailpoints), os.Getenv(EnvCtl))
+}
+
+// Configure sets the trace socket, the action spec and the control dir.
+func Configure(proc, tracePath, spec, ctlDir string) error {
+	rules, err := ParseSpec(spec)
+	if err != nil {
+		return err
+	}
+	st := &state{proc: proc, pid: os.Getpid(), ctlDir: ctlDir, actions: map[string][]*rule{}}
+	for _, r := range rules {
+		if r.action == actPause && ctlDir == "" {
+			return fmt.Errorf("%s: %s=pause needs %s", EnvFailpoints, r.point, EnvCtl)
+		}
+		st.actions[r.point] = append(st.actions[r.point], r)
+	}
+	if tracePath != "" {
+		// A missing harness socket must not break the stack under test:
+		// the hit still runs its action, the datagram is dropped.
+		c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: tracePath, Net: "unixgram"})
+		if err == nil {
+			st.trace = c
+		}
+	}
+	if old := current.Swap(st); old != nil && old.trace != nil {
+		old.trace.Close()
+	}
+	enabled.Store(st.trace != nil || len(st.actions) > 0)
+	return nil
+}
+
+// Reset disables the package (tests).
+func Reset() {
+	enabled.Store(false)
+	if old := current.Swap(nil); old != nil && old.trace != nil {
+		old.trace.Close()
+	}
+}
+
+// Hit marks the named phase. It returns a non-nil error only for an
+// `error(msg)` action (or when a paused point's ctx ends); the call site
+// returns it as the operation's error.
+func Hit(ctx context.Context, name string, attrs Attrs) error {
+	if !enabled.Load() {
+		return nil
+	}
+	return hit(ctx, name, attrs)
+}
+
+func hit(ctx context.Context, name string, attrs Attrs) error {
+	st := current.Load()
+	if st == nil {
+		return nil
+	}
+	vm, _ := attrs["vm"].(string)
+	op, _ := attrs["op"].(string)
+	if op == "" && ctx != nil {
+		op = OpFrom(ctx)
+	}
+	if st.trace != nil {
+		ev := Event{TsNs: Now(), Pid: st.pid, Proc: st.proc, Point: name, VM: vm, Op: op}
+		if len(attrs) > 0 {
+			ev.Attrs = make(map[string]any, len(attrs))
+			for k, v := range attrs {
+				if k != "vm" && k != "op" {
+					ev.Attrs[k] = v
+				}
+			}
+		}
+		if b, err := json.Marshal(ev); err == nil {
+			sendMu.Lock()
+			_, _ = st.trace.Write(b)
+			sendMu.Unlock()
+		}
+	}
+	for _, r := range st.actions[name] {
+		if r.vm != "" && r.vm != vm {
+			continue
+		}
+		if r.limit > 0 && r.hits.Add(1) > int64(r.limit) {
+			continue
+		}
+		return r.run(ctx, st, name)
+	}
+	return nil
+}
+
+type actionKind int
+
+const (
+	actPause actionKind = iota + 1
+	actSleep
+	actExit
+	actKill
+	actError
+)
+
+type rule struct {
+	point  string
+	action actionKind
+	arg    int
+	msg    string
+	limit  int
+	vm     string
+	hits   atomic.Int64
+}
+
+// ErrPauseCancelled is returned by a paused point whose context ended before
+// it was released.
+var ErrPauseCancelled = errors.New("failpoint: pause cancelled")
+
+func (r *rule) run(ctx context.Context, st *state, name string) error {
+	switch r.action {
+	case actSleep:
+		time.Sleep(time.Duration(r.arg) * time.Millisecond)
+	case actExit:
+		os.Exit(r.arg)
+	case actKill:
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // never returns: the kernel delivers SIGKILL
+	case actError:
+		return errors.New(r.msg)
+	case actPause:
+		return park(ctx, st.ctlDir, name)
+	}
+	return nil
+}
+
+// park announces itself with <ctl>/<name>.paused (holding our pid) and blocks
+// until <ctl>/<name>.release appears.
+func park(ctx context.Context, dir, name string) error {
+	paused := filepath.Join(dir, name+".paused")
+	release := filepath.Join(dir, name+".release")
+	if err := os.WriteFile(paused, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644); err != nil {
+		return fmt.Errorf("failpoint %s: pause: %w", name, err)
+	}
+	done := context.Background().Done()
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := os.Stat(release); err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return ErrPauseCancelled
+		case <-t.C:
+		}
+	}
+}
+
+// ParseSpec parses "name=action;name=action". Actions: pause, sleep(ms),
+// exit(code), kill, error(msg); each optionally prefixed "N*" and suffixed
+// "@vm=<id>".
+func ParseSpec(spec string) ([]*rule, error) {
+	var out []*rule
+	for _, part := range strings.Split(spec, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, act, ok := strings.Cut(part, "=")
+		name, act = strings.TrimSpace(name), strings.TrimSpace(act)
+		if !ok || name == "" || act == "" {
+			return nil, fmt.Errorf("%s: %q: want name=action", EnvFailpoints, part)
+		}
+		r := &rule{point: name}
+		if i := strings.LastIndex(act, "@vm="); i >= 0 {
+			r.vm = act[i+4:]
+			act = act[:i]
+			if r.vm == "" {
+				return nil, fmt.Errorf("%s: %q: empty @vm=", EnvFailpoints, part)
+			}
+		}
+		if n, rest, ok := strings.Cut(act, "*"); ok {
+			var lim int
+			if _, err := fmt.Sscanf(n, "%d", &lim); err != nil || lim <= 0 || fmt.Sprint(lim) != n {
+				return nil, fmt.Errorf("%s: %q: bad count %q", EnvFailpoints, part, n)
+			}
+			r.limit, act = lim, rest
+		}
+		verb, arg, hasArg := strings.Cut(act, "(")
+		if hasArg {
+			if !strings.HasSuffix(arg, ")") {
+				return nil, fmt.Errorf("%s: %q: unclosed (", EnvFailpoints, part)
+			}
+			arg = strings.TrimSuffix(arg, ")")
+		}
+		num := func() error {
+			var v int
+			if _, err := fmt.Sscanf(arg, "%d", &v); err != nil || fmt.Sprint(v) != arg || v < 0 {
+				return fmt.Errorf("%s: %q: want a non-negative integer in ()", EnvFailpoints, part)
+			}
+			r.arg = v
+			return nil
+		}
+		switch {
+		case verb == "pause" && !hasArg:
+			r.action = actPause
+		case verb == "kill" && !hasArg:
+			r.action = actKill
+		case verb == "sleep" && hasArg:
+			r.action = actSleep
+			if err := num(); err != nil {
+				return nil, err
+			}
+		case verb == "exit" && hasArg:
+			r.action = actExit
+			if err := num(); err != nil {
+				return nil, err
+			}
+			if r.arg > 255 {
+				return nil, fmt.Errorf("%s: %q: exit code > 255", EnvFailpoints, part)
+			}
+		case verb == "error" && hasArg:
+			r.action = actError
+			r.msg = arg
+			if r.msg == "" {
+				r.msg = "failpoint " + name
+			}
+		default:
+			return nil, fmt.Errorf("%s: %q: unknown action %q (want pause, sleep(ms), exit(code), kill, error(msg))", EnvFailpoints, part, act)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Release releases a parked point by creating <dir>/<name>.release.
+func Release(dir, name string) error {
+	return os.WriteFile(filepath.Join(dir, name+".release"), nil, 0o644)
+}
+
+// WaitParked waits until <dir>/<name>.paused exists and returns the pid in it.
+func WaitParked(ctx context.Context, dir, name string) (int, error) {
+	p := filepath.Join(dir, name+".paused")
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		if b, err := os.ReadFile(p); err == nil {
+			var pid int
+			if _, err := fmt.Sscanf(string(b), "%d", &pid); err == nil {
+				return pid, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("failpoint %s: not parked: %w", name, ctx.Err())
+		case <-t.C:
+		}
+	}
+}

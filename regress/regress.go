@@ -1,0 +1,124 @@
+// Package regress is the regression library's switchboard: VMCHAOS_REGRESS
+// re-enables named historical bugs inside vmctl and nodeagent, one switch per
+// bug, so `vmchaos selftest` can prove the catalogue catches each of them.
+// With the variable unset every switch is off and the code paths are the fixed
+// ones.
+package regress
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Env names the environment variable holding a comma-separated bug list.
+const Env = "VMCHAOS_REGRESS"
+
+// Bug describes one historical bug that can be switched back on.
+type Bug struct {
+	Name      string // switch name
+	Seed      string // field report it comes from ("000", "001 #1", ...)
+	Component string // "vmctl" or "nodeagent"
+	What      string // the buggy behaviour, one sentence
+	Invariant string // the checker invariant that the bug breaks
+}
+
+// Bugs is the table of every switch. Invariant names are the convergence
+// checker's (scenarios package); selftest requires a failure to name them.
+var Bugs = []Bug{
+	{"event-stream-pointer-snapshot", "000", "vmctl",
+		"vm status --event keeps pointers to the previous pass, so a VMM killed with -9 never yields a MODIFIED event",
+		"events-observed"},
+	{"watch-busy-inspect-only", "001 #1", "nodeagent",
+		"the busy-create watcher only inspects the record and never re-invokes reconcile-stale-create, so a dead clone's placeholder owns the name until the budget",
+		"intent-goal"},
+	{"net-refuses-paused", "001 #2", "vmctl",
+		"vm net refuses a VMM left Paused by a dead capture instead of resuming it",
+		"intent-goal"},
+	{"save-match-already-exists-only", "001 #3", "nodeagent",
+		"save recovery matches only \"already exists\", not \"already in use by\"",
+		"intent-goal"},
+	{"save-rm-by-name", "001 #3", "nodeagent",
+		"save recovery removes the holder by name, which cannot resolve a pending record",
+		"intent-goal"},
+	{"save-no-lease-wait", "001 #3", "nodeagent",
+		"save recovery treats a lease-held refusal as terminal instead of waiting for the dead save's child",
+		"no-failed-write"},
+	{"save-preflight-ignores-pending", "001 #3", "vmctl",
+		"snapshot save's name preflight ignores pending records, so the clash is found only after a full capture",
+		"save-rejected-before-capture"},
+	{"resume-start-gated-on-listed-state", "001 #4", "nodeagent",
+		"a resumed hibernate runs vm start only if the startup listing said stopped, so a VM whose record still reads running is never booted",
+		"intent-goal"},
+	{"failed-sticky", "001 #5", "nodeagent",
+		"lifecycle failed parks the intent forever within its generation",
+		"intent-goal"},
+	{"stale-create-blocking-lock", "002", "vmctl",
+		"reconcile-stale-create takes the ops lock blocking, so it queues behind a live clone and deletes the freshly created VM",
+		"one-vm-per-name"},
+	{"metrics-process-local", "001 obs", "nodeagent",
+		"agent metrics live only in process memory and reset on the restart they describe",
+		"metrics-monotonic"},
+}
+
+var (
+	once    sync.Once
+	enabled map[string]bool
+)
+
+// Parse validates a VMCHAOS_REGRESS value and returns the bug names in it.
+func Parse(s string) ([]string, error) {
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if Lookup(n) == nil {
+			return nil, fmt.Errorf("%s: unknown bug %q (known: %s)", Env, n, strings.Join(Names(), ", "))
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Lookup returns the bug with that name, or nil.
+func Lookup(name string) *Bug {
+	for i := range Bugs {
+		if Bugs[i].Name == name {
+			return &Bugs[i]
+		}
+	}
+	return nil
+}
+
+// Names lists every switch, sorted.
+func Names() []string {
+	out := make([]string, 0, len(Bugs))
+	for _, b := range Bugs {
+		out = append(out, b.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// On reports whether the named bug is switched on in this process. Asking for
+// a name not in Bugs panics: a typo must not silently disable a regression.
+func On(name string) bool {
+	if Lookup(name) == nil {
+		panic("regress: unknown bug switch " + name)
+	}
+	once.Do(func() {
+		enabled = map[string]bool{}
+		names, err := Parse(os.Getenv(Env))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "warning:", err)
+		}
+		for _, n := range names {
+			enabled[n] = true
+		}
+	})
+	return enabled[name]
+}

@@ -1,0 +1,137 @@
+package vmctl
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// VM states stored in the index. "stopped (stale)" is display-only: a running
+// record whose VMM is dead is shown that way by list/inspect/status and never
+// written back.
+const (
+	StateCreating = "creating"
+	StateCreated  = "created"
+	StateRunning  = "running"
+	StateStopped  = "stopped"
+	StateError    = "error"
+	StateStale    = "stopped (stale)"
+)
+
+// Snapshot record states.
+const (
+	SnapPending = "pending"
+	SnapReady   = "ready"
+)
+
+// VMConfig is what the VM was created with.
+type VMConfig struct {
+	CPU     int    `json:"cpu"`
+	Memory  int64  `json:"memory"`  // bytes
+	Storage int64  `json:"storage"` // bytes
+	NICs    int    `json:"nics"`
+	Image   string `json:"image"`
+}
+
+// NIC is one network interface of a VM and the guest address behind it.
+type NIC struct {
+	ID      string `json:"id"`
+	MAC     string `json:"mac"`
+	IP      string `json:"ip"`
+	Mask    string `json:"mask,omitempty"`
+	SSHPort int    `json:"ssh_port,omitempty"`
+}
+
+// Address is the guest's SSH address "ip:port".
+func (n NIC) Address() string {
+	p := n.SSHPort
+	if p == 0 {
+		p = 22
+	}
+	return net.JoinHostPort(n.IP, strconv.Itoa(p))
+}
+
+// VM is the record stored in the index and the shape `vm inspect -o json`
+// and `vm list -o json` print (State may read "stopped (stale)" there, and
+// VMMState is filled only when inspect asked the VMM).
+type VM struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	State       string    `json:"state"`
+	Config      VMConfig  `json:"config"`
+	RunDir      string    `json:"run_dir"`
+	Pid         int       `json:"pid"`
+	Network     []NIC     `json:"network"`
+	SnapshotIDs []string  `json:"snapshot_ids,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	VMMState    string    `json:"vmm_state,omitempty"`
+}
+
+// GuestAddress returns the first NIC's SSH address, or "" with no NIC.
+func (v VM) GuestAddress() string {
+	if len(v.Network) == 0 {
+		return ""
+	}
+	return v.Network[0].Address()
+}
+
+// Snapshot is a snapshot record as stored and as `snapshot list/inspect -o json`
+// print it.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	State     string    `json:"state"` // pending | ready
+	VMID      string    `json:"vm_id"`
+	Dir       string    `json:"dir"`
+	Size      int64     `json:"size"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Tombstone marks a delete in progress; a converger rolls it forward.
+type Tombstone struct {
+	ID     string    `json:"id"`
+	Name   string    `json:"name"`
+	Dirs   []string  `json:"dirs"`
+	Pid    int       `json:"pid,omitempty"`
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// StaleCreateResult is the output of `vm reconcile-stale-create -o json`.
+type StaleCreateResult struct {
+	ID      string `json:"id"`
+	Outcome string `json:"outcome"` // busy | not-found | not-creating | collected
+}
+
+// Outcomes of reconcile-stale-create.
+const (
+	OutcomeBusy        = "busy"
+	OutcomeNotFound    = "not-found"
+	OutcomeNotCreating = "not-creating"
+	OutcomeCollected   = "collected"
+)
+
+// StatusEvent is one line of `vm status --event --format json`.
+type StatusEvent struct {
+	Event string `json:"event"` // ADDED | MODIFIED | DELETED
+	VM    VM     `json:"vm"`
+}
+
+// Exact strings embedders match on (ARCHITECTURE §4.5). Defined once here.
+const (
+	MsgVMNameExists      = `vm name %q already exists (id: %s)`
+	MsgSnapNameExists    = `snapshot name %q already exists (held by %s)`
+	MsgSnapNameInUse     = `snapshot name %q already in use by %s`
+	MsgSnapInUse         = `snapshot %s is in use by an active clone/restore/export`
+	MsgVMPaused          = `vm is paused (snapshot or hibernate in flight); retry after it completes`
+	MsgVMNotRunningState = `vm %s is %s: vm not running`
+	MsgVMNotRunningPid   = `vm %s pid %d not cloud-hypervisor: vm not running`
+	MsgVMNotFound        = `vm not found`
+	MsgSnapshotNotFound  = `snapshot not found`
+)
+
+// Errorf formats one of the Msg constants.
+func Errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }

@@ -1,0 +1,103 @@
+// Package stackbin finds (or builds) the binaries of the bundled stack:
+// vmctl, nodeagent, fakech and fakech installed as cloud-hypervisor. Tests and
+// the runner use it so that every process under test is the real binary.
+package stackbin
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Env names a directory that already holds the built binaries (make sets it).
+const Env = "VMCHAOS_BIN"
+
+// Names are the binaries a stack dir must hold.
+var Names = []string{"vmctl", "nodeagent", "fakech", "cloud-hypervisor"}
+
+var (
+	once   sync.Once
+	dir    string
+	dirErr error
+)
+
+// Dir returns a directory holding every binary in Names. Order: $VMCHAOS_BIN;
+// the directory of the running executable (an installed vmchaos); otherwise a
+// fresh `go build` of ./cmd/... into a temp dir (tests run from the module).
+func Dir() (string, error) {
+	once.Do(func() { dir, dirErr = find() })
+	return dir, dirErr
+}
+
+// Path returns the path of one binary.
+func Path(name string) (string, error) {
+	d, err := Dir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, name), nil
+}
+
+func complete(d string) bool {
+	for _, n := range Names {
+		if fi, err := os.Stat(filepath.Join(d, n)); err != nil || fi.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
+func find() (string, error) {
+	if d := os.Getenv(Env); d != "" {
+		if !complete(d) {
+			return "", fmt.Errorf("%s=%s does not hold %s (run `make build`)", Env, d, strings.Join(Names, ", "))
+		}
+		return d, nil
+	}
+	if exe, err := os.Executable(); err == nil && complete(filepath.Dir(exe)) {
+		return filepath.Dir(exe), nil
+	}
+	return build()
+}
+
+func build() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	mod := strings.TrimSpace(string(out))
+	if err != nil || mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("stack binaries: set %s or run from the vmchaos module", Env)
+	}
+	d, err := os.MkdirTemp("", "vmchaos-bin-")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "build", "-o", d+"/", "./cmd/vmctl", "./cmd/nodeagent", "./cmd/fakech")
+	cmd.Dir = filepath.Dir(mod)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("stack binaries: go build: %v\n%s", err, b)
+	}
+	if err := copyFile(filepath.Join(d, "fakech"), filepath.Join(d, "cloud-hypervisor")); err != nil {
+		return "", err
+	}
+	return d, nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

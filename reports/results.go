@@ -1,0 +1,104 @@
+// Package reports holds the results schema of a vmchaos run and everything
+// that renders or judges it: results.json, junit.xml, report.md, report.html,
+// the release gate and shard merging.
+package reports
+
+import "time"
+
+// Verdicts of a case.
+const (
+	Pass         = "pass"
+	Fail         = "fail"
+	Inconclusive = "inconclusive" // the fault did not land as intended, or the infrastructure failed
+	Error        = "error"        // the harness itself failed (gate exit 3)
+)
+
+// Results is results.json: one run (or a merge of shards).
+type Results struct {
+	RunID      string    `json:"run_id"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	Host       string    `json:"host"`
+	Backend    string    `json:"backend"`    // fake | real
+	Supervisor string    `json:"supervisor"` // the one actually used (auto resolved)
+	TimeScale  float64   `json:"time_scale"`
+	Seed       int64     `json:"seed"`
+	Shard      string    `json:"shard,omitempty"` // "I/N"
+	Filter     string    `json:"label_filter,omitempty"`
+	Regress    []string  `json:"regress,omitempty"` // bug switches on during this run (selftest)
+	Cases      []Case    `json:"cases"`
+}
+
+// Case is one executed scenario case (a scenario at one offset).
+type Case struct {
+	ID          string             `json:"id"`       // unique in the run: scenario id + offset
+	Scenario    string             `json:"scenario"` // catalogue id
+	Title       string             `json:"title"`
+	SeedRef     string             `json:"seed_ref,omitempty"` // field report: 000 | 001 | 002
+	Labels      []string           `json:"labels"`
+	Backend     string             `json:"backend"`
+	Supervisor  string             `json:"supervisor"`
+	TimeScale   float64            `json:"time_scale"`
+	Seed        int64              `json:"seed"`
+	Operation   string             `json:"operation"`
+	Fault       string             `json:"fault"`
+	Trigger     string             `json:"trigger"`
+	OffsetMs    float64            `json:"offset_ms"`
+	Injections  []Injection        `json:"injections"`
+	LandedPhase string             `json:"landed_phase"`
+	StartedAt   time.Time          `json:"started_at"`
+	DurationMs  float64            `json:"duration_ms"`
+	ConvergeMs  float64            `json:"converge_ms"` // fault → stable state; -1 if never
+	Invariants  []Invariant        `json:"invariants"`
+	Ledger      []LedgerVerdict    `json:"ledger,omitempty"`
+	Metrics     map[string]float64 `json:"metric_deltas,omitempty"`
+	Verdict     string             `json:"verdict"`
+	Reason      string             `json:"reason,omitempty"`
+	Attempts    int                `json:"attempts"` // >1: retried (flaky) — visible in junit
+	Repro       string             `json:"repro"`
+	Logs        map[string]string  `json:"logs,omitempty"` // name → path relative to the run dir
+	Timeline    []TimelineEvent    `json:"timeline,omitempty"`
+}
+
+// Injection is one fault as it was requested and as it landed.
+type Injection struct {
+	Fault         string `json:"fault"`
+	Trigger       string `json:"trigger"`
+	RequestedNs   int64  `json:"requested_ns"` // CLOCK_MONOTONIC
+	ActualNs      int64  `json:"actual_ns"`
+	Err           string `json:"error,omitempty"`
+	VictimPID     int    `json:"victim_pid,omitempty"`
+	LastPhase     string `json:"last_phase"`
+	IntendedPhase string `json:"intended_phase"`
+	Landed        bool   `json:"landed"`
+}
+
+// Invariant is one checked property with its evidence.
+type Invariant struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Evidence string `json:"evidence,omitempty"`
+}
+
+// LedgerVerdict is the ledger outcome for one guest.
+type LedgerVerdict struct {
+	Guest        string   `json:"guest"`
+	Stable       int      `json:"stable"`
+	Lost         int      `json:"lost"`
+	InFlight     int      `json:"in_flight"`
+	Phantom      int      `json:"phantom"`
+	LostNames    []string `json:"lost_names,omitempty"`
+	PhantomNames []string `json:"phantom_names,omitempty"`
+	OK           bool     `json:"ok"`
+	Message      string   `json:"message,omitempty"`
+}
+
+// TimelineEvent is one point on a case's timeline (phase hit, fault, convergence).
+type TimelineEvent struct {
+	TsNs  int64  `json:"ts_ns"`
+	Kind  string `json:"kind"` // phase | fault | restart | converged
+	Proc  string `json:"proc,omitempty"`
+	Point string `json:"point,omitempty"`
+	VM    string `json:"vm,omitempty"`
+	Note  string `json:"note,omitempty"`
+}

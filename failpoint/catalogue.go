@@ -83,6 +83,10 @@ var Catalogue = []Point{
 	{"ch.net.added", "fakech", "vmm", "NIC added, guest listener open", "-"},
 	{"ch.net.removed", "fakech", "vmm", "NIC removed, guest listener closed", "-"},
 	{"ch.shutdown", "fakech", "vmm", "VM shut down", "-"},
+
+	// runner: ledger (proc "vmchaos", the process that writes the journal)
+	{"ledger.marker.intent", "vmchaos", "ledger", "intent line journaled and fsynced", "guest write of the disk and RAM markers"},
+	{"ledger.marker.written", "vmchaos", "ledger", "guest confirmed disk marker, sync and RAM marker", "acked line journaled"},
 }
 
 // Lookup returns the catalogue entry for name.

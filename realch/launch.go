@@ -1,0 +1,403 @@
+package realch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmchaos/vmchaos/chapi"
+)
+
+// NIC is one --net device. On a real CH, IP/Mask are the host side of the TAP
+// (CH assigns them to the tap); the guest's own address comes from the
+// cloud-init seed (GuestInterface). fakech reads IP as the loopback address
+// its fake guest listens on instead.
+type NIC struct {
+	Tap  string
+	MAC  string
+	IP   string
+	Mask string
+	ID   string // optional stable device id (CH assigns _net<N> otherwise)
+}
+
+// LaunchSpec is one VM to boot.
+type LaunchSpec struct {
+	// Dir is the VM's working directory (created if missing, caller-owned):
+	// api.sock, disk.img (the copy of Env.Image), cidata.img, serial.log,
+	// ch.log and ch.out (the VMM's stdout and stderr) go there.
+	Dir       string
+	CPUs      int    // default 1
+	MemoryMiB int    // default 512
+	Cmdline   string // kernel boot only; default DefaultCmdline
+	NICs      []NIC
+	// CloudInit, when set, is written as the NoCloud seed and attached as a
+	// second, read-only disk.
+	CloudInit *CloudInit
+	// Netns, when set, runs the VMM inside that namespace (where its taps are).
+	Netns *Netns
+	// ReadyTimeout bounds the wait for vmm.ping; default 30s (CH's own tests
+	// give 5s on an idle machine; runners are busy).
+	ReadyTimeout time.Duration
+	// StopTimeout is the SIGTERM grace before SIGKILL; default 10s, as in
+	// CH's integration tests.
+	StopTimeout time.Duration
+}
+
+// DefaultCmdline boots a cloud image's first partition on the virtio disk
+// with the console on the legacy serial port (which --serial file= records).
+const DefaultCmdline = "console=ttyS0 root=/dev/vda1 rw"
+
+// File names inside LaunchSpec.Dir.
+const (
+	SocketName = "api.sock"
+	DiskName   = "disk.img"
+	CIDataName = "cidata.img"
+	SerialName = "serial.log"
+	LogName    = "ch.log"
+	OutName    = "ch.out"
+)
+
+// VMM is a running cloud-hypervisor process this package started.
+type VMM struct {
+	Pid    int
+	Dir    string
+	Socket string
+	Disk   string
+	CIData string // "" when no seed was attached
+	Serial string
+	Log    string
+	Argv   []string // the command line as started (after any `ip netns exec` prefix)
+
+	cmd     *exec.Cmd
+	out     *os.File
+	stopTO  time.Duration
+	done    chan struct{}
+	waitErr error
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// maxSunPath is sizeof(sockaddr_un.sun_path) minus the terminating NUL.
+const maxSunPath = 107
+
+// Launch copies the image, writes the seed, starts cloud-hypervisor with
+// --api-socket, the payload, --disk, --net, --serial file= and --console off,
+// and waits for vmm.ping. On any failure the process is killed and reaped
+// before Launch returns.
+func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
+	if env == nil || env.CHBinary == "" {
+		return nil, errors.New("launch: no cloud-hypervisor binary (run Discover)")
+	}
+	if env.Firmware == "" && env.Kernel == "" {
+		return nil, errors.New("launch: no firmware or kernel in Env")
+	}
+	if spec.Dir == "" {
+		return nil, errors.New("launch: LaunchSpec.Dir is empty")
+	}
+	dir, err := filepath.Abs(spec.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("launch: dir: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("launch: dir: %w", err)
+	}
+	v := &VMM{
+		Dir:    dir,
+		Socket: filepath.Join(dir, SocketName),
+		Disk:   filepath.Join(dir, DiskName),
+		Serial: filepath.Join(dir, SerialName),
+		Log:    filepath.Join(dir, LogName),
+		stopTO: spec.StopTimeout,
+		done:   make(chan struct{}),
+	}
+	if v.stopTO <= 0 {
+		v.stopTO = 10 * time.Second
+	}
+	if len(v.Socket) > maxSunPath {
+		return nil, fmt.Errorf("launch: api socket path %s is %d bytes, over the %d a unix socket allows: use a shorter Dir", v.Socket, len(v.Socket), maxSunPath)
+	}
+	// ≤v52 refuses to bind over any existing path, stale or not; this Dir is
+	// ours, so a leftover socket is from a dead VMM of ours.
+	if err := removeIfExists(v.Socket); err != nil {
+		return nil, fmt.Errorf("launch: stale socket: %w", err)
+	}
+	if env.Image == "" {
+		return nil, errors.New("launch: no guest image in Env")
+	}
+	if err := copyImage(env.Image, v.Disk); err != nil {
+		return nil, fmt.Errorf("launch: copy image: %w", err)
+	}
+	if spec.CloudInit != nil {
+		v.CIData = filepath.Join(dir, CIDataName)
+		if err := BuildCIData(v.CIData, *spec.CloudInit); err != nil {
+			v.removeFiles()
+			return nil, fmt.Errorf("launch: %w", err)
+		}
+	}
+
+	args, err := v.args(env, spec)
+	if err != nil {
+		v.removeFiles()
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	v.Argv = append([]string{env.CHBinary}, args...)
+
+	out, err := os.OpenFile(filepath.Join(dir, OutName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		v.removeFiles()
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	v.out = out
+	// The process must outlive ctx (which only bounds the launch), so it is
+	// started without CommandContext and stopped by Stop.
+	var cmd *exec.Cmd
+	if spec.Netns != nil {
+		cmd = spec.Netns.Command(context.Background(), env.CHBinary, args...)
+	} else {
+		cmd = exec.Command(env.CHBinary, args...)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		v.removeFiles()
+		return nil, fmt.Errorf("launch: start %s: %w", env.CHBinary, err)
+	}
+	v.cmd = cmd
+	v.Pid = cmd.Process.Pid
+	// The owner of this goroutine is the VMM: it ends when the process is reaped.
+	go func() {
+		v.waitErr = cmd.Wait()
+		out.Close()
+		close(v.done)
+	}()
+
+	rto := spec.ReadyTimeout
+	if rto <= 0 {
+		rto = 30 * time.Second
+	}
+	rctx, cancel := context.WithTimeout(ctx, rto)
+	defer cancel()
+	ready := make(chan error, 1)
+	go func() { ready <- v.Client().WaitReady(rctx) }()
+	select {
+	case err = <-ready:
+	case <-v.done:
+		cancel()
+		<-ready
+		err = fmt.Errorf("exited before answering vmm.ping: %v", v.waitErr)
+	}
+	if err != nil {
+		_ = v.Stop(context.Background())
+		return nil, fmt.Errorf("launch %s: %w%s", env.CHBinary, err, v.tail())
+	}
+	return v, nil
+}
+
+func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
+	cpus := spec.CPUs
+	if cpus <= 0 {
+		cpus = 1
+	}
+	mem := spec.MemoryMiB
+	if mem <= 0 {
+		mem = 512
+	}
+	args := []string{
+		"--api-socket", "path=" + v.Socket,
+		"--cpus", "boot=" + strconv.Itoa(cpus),
+		"--memory", "size=" + strconv.Itoa(mem) + "M",
+	}
+	if env.Firmware != "" {
+		args = append(args, "--firmware", env.Firmware)
+	} else {
+		cmdline := spec.Cmdline
+		if cmdline == "" {
+			cmdline = DefaultCmdline
+		}
+		args = append(args, "--kernel", env.Kernel, "--cmdline", cmdline)
+		if env.Initramfs != "" {
+			args = append(args, "--initramfs", env.Initramfs)
+		}
+	}
+	for _, p := range []string{v.Disk, v.CIData, v.Serial, v.Log} {
+		// CH's option syntax splits on commas and '='.
+		if strings.ContainsAny(p, ",=") {
+			return nil, fmt.Errorf("path %q contains ',' or '=', which cloud-hypervisor's option syntax cannot carry", p)
+		}
+	}
+	args = append(args, "--disk", "path="+v.Disk)
+	if v.CIData != "" {
+		args = append(args, "path="+v.CIData+",readonly=on")
+	}
+	if len(spec.NICs) > 0 {
+		args = append(args, "--net")
+		for i, n := range spec.NICs {
+			opt, err := n.option()
+			if err != nil {
+				return nil, fmt.Errorf("nic %d: %w", i, err)
+			}
+			args = append(args, opt)
+		}
+	}
+	args = append(args, "--serial", "file="+v.Serial, "--console", "off", "--log-file", v.Log)
+	return args, nil
+}
+
+func (n NIC) option() (string, error) {
+	var kv []string
+	add := func(k, val string) error {
+		if strings.ContainsAny(val, ",= ") {
+			return fmt.Errorf("%s %q contains ',', '=' or a space", k, val)
+		}
+		if val != "" {
+			kv = append(kv, k+"="+val)
+		}
+		return nil
+	}
+	for _, p := range [][2]string{{"tap", n.Tap}, {"mac", n.MAC}, {"ip", n.IP}, {"mask", n.Mask}, {"id", n.ID}} {
+		if err := add(p[0], p[1]); err != nil {
+			return "", err
+		}
+	}
+	if len(kv) == 0 {
+		return "", errors.New("empty NIC")
+	}
+	return strings.Join(kv, ","), nil
+}
+
+// Client returns an API client for this VMM's socket.
+func (v *VMM) Client() *chapi.Client { return chapi.New(v.Socket) }
+
+// Done is closed once the process has exited and been reaped.
+func (v *VMM) Done() <-chan struct{} { return v.done }
+
+// ExitErr is the process's wait status once Done is closed (nil: exit 0).
+func (v *VMM) ExitErr() error {
+	select {
+	case <-v.done:
+		return v.waitErr
+	default:
+		return nil
+	}
+}
+
+// Stop ends the VMM the way CH's own tests do: SIGTERM (graceful, exit 0),
+// then SIGKILL after StopTimeout or when ctx ends. It reaps the process and
+// removes the socket, its lock file, the disk copy and the seed; serial.log,
+// ch.log and ch.out stay in Dir as evidence. Safe to call more than once.
+func (v *VMM) Stop(ctx context.Context) error {
+	v.stopOnce.Do(func() { v.stopErr = v.stop(ctx) })
+	return v.stopErr
+}
+
+func (v *VMM) stop(ctx context.Context) error {
+	var errs []error
+	select {
+	case <-v.done:
+	default:
+		// os.Process signals through a pidfd, so a reused pid is never hit.
+		if err := v.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			errs = append(errs, fmt.Errorf("sigterm: %w", err))
+		}
+		t := time.NewTimer(v.stopTO)
+		select {
+		case <-v.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		select {
+		case <-v.done:
+		default:
+			if err := v.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+				errs = append(errs, fmt.Errorf("sigkill: %w", err))
+			}
+			<-v.done
+		}
+	}
+	errs = append(errs, v.removeFiles())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stop vmm pid %d: %w", v.Pid, err)
+	}
+	return nil
+}
+
+// removeFiles deletes what Launch created apart from the logs.
+func (v *VMM) removeFiles() error {
+	var errs []error
+	for _, p := range []string{v.Socket, v.Socket + ".lock", v.Disk, v.CIData} {
+		if p == "" {
+			continue
+		}
+		if err := removeIfExists(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tail returns the end of the VMM's output and log for an error message.
+func (v *VMM) tail() string {
+	var b strings.Builder
+	for _, p := range []string{filepath.Join(v.Dir, OutName), v.Log} {
+		data, err := os.ReadFile(p)
+		if err != nil || len(strings.TrimSpace(string(data))) == 0 {
+			continue
+		}
+		s := strings.TrimSpace(string(data))
+		if len(s) > 2000 {
+			s = "..." + s[len(s)-2000:]
+		}
+		fmt.Fprintf(&b, "\n--- %s ---\n%s", filepath.Base(p), s)
+	}
+	return b.String()
+}
+
+func removeIfExists(p string) error {
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// copyImage gives the VM its own disk: a reflink where the filesystem
+// supports it (instant, shared blocks), else a full copy, fsynced.
+func copyImage(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlFileClone(int(out.Fd()), int(in.Fd())); err != nil {
+		// io.Copy between files uses copy_file_range, which keeps the copy
+		// in the kernel.
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			os.Remove(dst)
+			return err
+		}
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		os.Remove(dst)
+		return err
+	}
+	return out.Close()
+}

@@ -1,0 +1,195 @@
+package ledger
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const (
+	goodIntent = `{"time":"2026-01-02T03:04:05Z","kind":"intent","guest":"g1","marker":"g1.c1.x","cycle":1,"addr":"127.0.0.1:2222"}`
+	goodAcked  = `{"time":"2026-01-02T03:04:06Z","kind":"acked","guest":"g1","marker":"g1.c1.x","cycle":1,"boot_id":"b1"}`
+)
+
+func writeJournal(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ledger.jsonl")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestReadJournalTornTail(t *testing.T) {
+	cases := []struct {
+		name    string
+		content string
+		entries int
+		torn    bool
+		corrupt bool
+	}{
+		{"empty", "", 0, false, false},
+		{"whole lines", goodIntent + "\n" + goodAcked + "\n", 2, false, false},
+		{"last line without newline", goodIntent + "\n" + goodAcked[:40], 1, true, false},
+		{"complete object but no newline", goodIntent + "\n" + goodAcked, 1, true, false},
+		{"garbage last line with newline", goodIntent + "\n" + "{\"kind\":\"ack\n", 1, true, false},
+		{"blank lines tolerated", goodIntent + "\n\n" + goodAcked + "\n", 2, false, false},
+		{"corrupt middle line", goodIntent + "\n" + "not json\n" + goodAcked + "\n", 0, false, true},
+		{"unknown kind in the middle", `{"kind":"bogus"}` + "\n" + goodAcked + "\n", 0, false, true},
+		{"acked without boot id in the middle", `{"kind":"acked","guest":"g","marker":"m"}` + "\n" + goodAcked + "\n", 0, false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeJournal(t, c.content)
+			entries, torn, err := ReadJournal(p)
+			if c.corrupt {
+				if !errors.Is(err, ErrCorruptJournal) {
+					t.Fatalf("want ErrCorruptJournal, got %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(entries) != c.entries || torn != c.torn {
+				t.Fatalf("got %d entries torn=%v, want %d torn=%v", len(entries), torn, c.entries, c.torn)
+			}
+		})
+	}
+}
+
+func TestReadJournalMissingFileIsEmpty(t *testing.T) {
+	entries, torn, err := ReadJournal(filepath.Join(t.TempDir(), "none.jsonl"))
+	if err != nil || torn || len(entries) != 0 {
+		t.Fatalf("got %v %v %v", entries, torn, err)
+	}
+}
+
+// TestOpenCutsTornTailAndKeepsEvidence: appending behind a fragment would
+// glue two lines into one corrupt line in the middle of the journal, which
+// the reader must then refuse; Open cuts it and records it instead.
+func TestOpenCutsTornTailAndKeepsEvidence(t *testing.T) {
+	frag := goodAcked[:50]
+	p := writeJournal(t, goodIntent+"\n"+frag)
+	k, err := NewKey(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(p, k, filepath.Join(t.TempDir(), "pins"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.append(Entry{Kind: KindBootID, Guest: "g1", BootID: "b2"}); err != nil {
+		t.Fatal(err)
+	}
+	entries, torn, err := ReadJournal(p)
+	if err != nil || torn {
+		t.Fatalf("after recovery: torn=%v err=%v", torn, err)
+	}
+	if len(entries) != 3 || entries[1].Kind != KindTornTail || entries[1].Note != frag || entries[2].Kind != KindBootID {
+		t.Fatalf("entries after recovery: %+v", entries)
+	}
+	// A second Open finds nothing torn and adds nothing.
+	if _, err := Open(p, k, filepath.Join(t.TempDir(), "pins")); err != nil {
+		t.Fatal(err)
+	}
+	again, _, _ := ReadJournal(p)
+	if len(again) != 3 {
+		t.Fatalf("second Open changed the journal: %+v", again)
+	}
+}
+
+func TestOpenRefusesCorruptJournal(t *testing.T) {
+	p := writeJournal(t, "garbage\n"+goodIntent+"\n")
+	k, err := NewKey(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(p, k, filepath.Join(t.TempDir(), "pins")); !errors.Is(err, ErrCorruptJournal) {
+		t.Fatalf("want ErrCorruptJournal, got %v", err)
+	}
+}
+
+func TestNewKeyReusesTheRunKey(t *testing.T) {
+	dir := t.TempDir()
+	k1, err := NewKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := NewKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k1.AuthorizedKey() != k2.AuthorizedKey() {
+		t.Fatal("a second NewKey in the same dir made a different key")
+	}
+	if !strings.HasPrefix(k1.AuthorizedKey(), "ssh-ed25519 ") {
+		t.Fatalf("authorized key %q", k1.AuthorizedKey())
+	}
+	pub, err := os.ReadFile(filepath.Join(dir, "id_ed25519.pub"))
+	if err != nil || strings.TrimSpace(string(pub)) != k1.AuthorizedKey() {
+		t.Fatalf("pub file %q err %v", pub, err)
+	}
+	fi, err := os.Stat(k1.PrivatePath())
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("private key %v mode %v", err, fi)
+	}
+}
+
+func FuzzParseEntry(f *testing.F) {
+	for _, s := range []string{
+		goodIntent, goodAcked,
+		`{"kind":"boot-id","guest":"g1","boot_id":"b"}`,
+		`{"kind":"torn-tail","note":"{\"ki"}`,
+		`{"kind":"intent","guest":"g 1","marker":"m"}`,
+		`{"kind":"intent","guest":"g1","marker":"../../etc/passwd"}`,
+		`{"kind":"acked"} {}`,
+		`[]`, `null`, ``, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := ParseEntry(b)
+		if err != nil {
+			return
+		}
+		// Whatever parses must be safe to act on: names that reach a
+		// guest command line are plain.
+		if e.Kind == KindIntent || e.Kind == KindAcked {
+			if checkMarkerName(e.Marker) != nil || checkGuestName(e.Guest) != nil {
+				t.Fatalf("accepted unsafe names: %+v", e)
+			}
+		}
+		if bytes.ContainsAny(b, "\n\r") {
+			return // JSON whitespace may hold newlines; a journal line cannot
+		}
+		// And a journal made of it reads back the same entry.
+		entries, torn, _, err := parseJournal(append(append([]byte{}, b...), '\n'))
+		if err != nil || torn || len(entries) != 1 || entries[0].Kind != e.Kind || entries[0].Marker != e.Marker {
+			t.Fatalf("journal of one parsed line: %+v torn=%v err=%v", entries, torn, err)
+		}
+	})
+}
+
+func FuzzReadJournal(f *testing.F) {
+	f.Add([]byte(goodIntent + "\n" + goodAcked + "\n"))
+	f.Add([]byte(goodIntent + "\n" + goodAcked[:30]))
+	f.Add([]byte("x\n" + goodIntent + "\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		entries, torn, good, err := parseJournal(b)
+		if err != nil {
+			return
+		}
+		if good > len(b) || (!torn && good != len(b)) {
+			t.Fatalf("good prefix %d of %d, torn=%v", good, len(b), torn)
+		}
+		// The good prefix alone is a whole journal with the same entries.
+		again, torn2, _, err := parseJournal(b[:good])
+		if err != nil || torn2 || len(again) != len(entries) {
+			t.Fatalf("prefix reparse: %d vs %d entries, torn=%v err=%v", len(again), len(entries), torn2, err)
+		}
+	})
+}

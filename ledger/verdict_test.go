@@ -1,0 +1,90 @@
+package ledger
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func intent(g, m string) Entry { return Entry{Kind: KindIntent, Guest: g, Marker: m} }
+func acked(g, m, boot string) Entry {
+	return Entry{Kind: KindAcked, Guest: g, Marker: m, BootID: boot}
+}
+func bootID(g, boot string) Entry { return Entry{Kind: KindBootID, Guest: g, BootID: boot} }
+
+func TestClassify(t *testing.T) {
+	journal := []Entry{
+		intent("g", "m1"), acked("g", "m1", "b1"),
+		intent("g", "m2"), acked("g", "m2", "b1"),
+		intent("g", "m3"), // interrupted before the ack
+		intent("other", "o1"), acked("other", "o1", "x"),
+		bootID("g", "b1"),
+	}
+	cases := []struct {
+		name       string
+		obs        Observed
+		ok         bool
+		stable     int
+		lost       []string
+		phantom    []string
+		inflight   int
+		ramMissing []string
+		bootChange bool
+		inherited  int
+		msg        string
+	}{
+		{name: "all present, in-flight absent", obs: Observed{Disk: []string{"m1", "m2"}},
+			ok: true, stable: 2, inflight: 1, msg: "2 stable, 1 in-flight"},
+		{name: "in-flight present is fine too", obs: Observed{Disk: []string{"m1", "m2", "m3"}},
+			ok: true, stable: 2, inflight: 1},
+		{name: "acked marker missing is LOST", obs: Observed{Disk: []string{"m2"}},
+			stable: 1, lost: []string{"m1"}, inflight: 1, msg: "LOST 1 acked marker(s)"},
+		{name: "unjournaled file is PHANTOM", obs: Observed{Disk: []string{"m1", "m2", "zz"}},
+			stable: 2, phantom: []string{"zz"}, inflight: 1, msg: "PHANTOM 1 marker(s)"},
+		{name: "another guest's marker is inherited, not phantom", obs: Observed{Disk: []string{"m1", "m2", "o1"}},
+			ok: true, stable: 2, inflight: 1, inherited: 1},
+		{name: "restored memory: RAM and boot id intact",
+			obs: Observed{Disk: []string{"m1", "m2"}, RAM: []string{"m1", "m2"}, BootID: "b1", CheckRAM: true},
+			ok: true, stable: 2, inflight: 1, msg: "RAM markers and boot id survived"},
+		{name: "fresh boot over the hibernate snapshot",
+			obs: Observed{Disk: []string{"m1", "m2"}, BootID: "b2", CheckRAM: true},
+			stable: 2, inflight: 1, ramMissing: []string{"m1", "m2"}, bootChange: true,
+			msg: "the wake booted fresh over a hibernate snapshot: boot id changed b1 → b2 and 2 RAM marker(s) are gone"},
+		{name: "RAM marker gone with the same boot id",
+			obs: Observed{Disk: []string{"m1", "m2"}, RAM: []string{"m2"}, BootID: "b1", CheckRAM: true},
+			stable: 2, inflight: 1, ramMissing: []string{"m1"}, msg: "memory not restored intact"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := Classify("g", journal, c.obs)
+			if v.OK != c.ok || v.Stable != c.stable || v.InFlight != c.inflight || v.Inherited != c.inherited ||
+				!reflect.DeepEqual(v.LostNames, c.lost) || !reflect.DeepEqual(v.PhantomNames, c.phantom) ||
+				!reflect.DeepEqual(v.RAMMissing, c.ramMissing) || v.BootIDChanged != c.bootChange ||
+				v.Lost != len(c.lost) || v.Phantom != len(c.phantom) {
+				t.Fatalf("verdict %+v", v)
+			}
+			if !strings.Contains(v.Message, c.msg) {
+				t.Fatalf("message %q lacks %q", v.Message, c.msg)
+			}
+		})
+	}
+}
+
+// TestClassifyRAMBaselineFollowsLegitimateReboot: markers acked before a
+// crash-and-boot that happened before the hibernate are not expected in RAM;
+// only those acked under the boot id recorded before the hibernate are.
+func TestClassifyRAMBaselineFollowsLegitimateReboot(t *testing.T) {
+	journal := []Entry{
+		acked("g", "old", "b1"),
+		bootID("g", "b2"), // the VMM crashed and was booted again before the hibernate
+		acked("g", "new", "b2"),
+	}
+	v := Classify("g", journal, Observed{Disk: []string{"old", "new"}, RAM: []string{"new"}, BootID: "b2", CheckRAM: true})
+	if !v.OK {
+		t.Fatalf("verdict %+v", v)
+	}
+	v = Classify("g", journal, Observed{Disk: []string{"old", "new"}, RAM: nil, BootID: "b2", CheckRAM: true})
+	if v.OK || !reflect.DeepEqual(v.RAMMissing, []string{"new"}) {
+		t.Fatalf("verdict %+v", v)
+	}
+}

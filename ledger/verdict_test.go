@@ -45,13 +45,13 @@ func TestClassify(t *testing.T) {
 			ok: true, stable: 2, inflight: 1, inherited: 1},
 		{name: "restored memory: RAM and boot id intact",
 			obs: Observed{Disk: []string{"m1", "m2"}, RAM: []string{"m1", "m2"}, BootID: "b1", CheckRAM: true},
-			ok: true, stable: 2, inflight: 1, msg: "RAM markers and boot id survived"},
+			ok:  true, stable: 2, inflight: 1, msg: "RAM markers and boot id survived"},
 		{name: "fresh boot over the hibernate snapshot",
-			obs: Observed{Disk: []string{"m1", "m2"}, BootID: "b2", CheckRAM: true},
+			obs:    Observed{Disk: []string{"m1", "m2"}, BootID: "b2", CheckRAM: true},
 			stable: 2, inflight: 1, ramMissing: []string{"m1", "m2"}, bootChange: true,
 			msg: "the wake booted fresh over a hibernate snapshot: boot id changed b1 → b2 and 2 RAM marker(s) are gone"},
 		{name: "RAM marker gone with the same boot id",
-			obs: Observed{Disk: []string{"m1", "m2"}, RAM: []string{"m2"}, BootID: "b1", CheckRAM: true},
+			obs:    Observed{Disk: []string{"m1", "m2"}, RAM: []string{"m2"}, BootID: "b1", CheckRAM: true},
 			stable: 2, inflight: 1, ramMissing: []string{"m1"}, msg: "memory not restored intact"},
 	}
 	for _, c := range cases {

@@ -98,6 +98,7 @@ type Tombstone struct {
 	Pid    int       `json:"pid,omitempty"`
 	Since  time.Time `json:"since"`
 	Reason string    `json:"reason,omitempty"`
+	IPs    []string  `json:"ips,omitempty"` // guest addresses still held until the delete completes
 }
 
 // StaleCreateResult is the output of `vm reconcile-stale-create -o json`.

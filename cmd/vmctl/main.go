@@ -1,3 +1,87 @@
+// Command vmctl is the bundled VM manager: one VMM process per VM, every
+// verb a short-lived process, JSON output with -o json, errors as
+// "Error: <msg>" on stderr with exit 1. See docs/vmctl.md.
 package main
 
-func main() {}
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/vmctl"
+)
+
+// exitStatus carries a status other than 1 (vm exec returns the guest's).
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func main() {
+	if err := failpoint.Init("vmctl"); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+	// SIGINT/SIGTERM cancel the verb's context (a save still resumes the
+	// guest). SIGPIPE keeps Go's default: a child whose parent died exits
+	// on its next write to the dead stdout/stderr pipe.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	var st exitStatus
+	switch {
+	case err == nil:
+	case errors.As(err, &st):
+		os.Exit(int(st))
+	default:
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}
+
+// globals are the persistent flags shared by every verb.
+type globals struct {
+	cfg vmctl.Config
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (g *globals) manager() (*vmctl.Manager, error) {
+	m, err := vmctl.New(g.cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.Progress = os.Stderr
+	return m, nil
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "vmctl",
+		Short: "VM manager for cloud-hypervisor (and fakech): crash-safe store, ops locks, clone/snapshot",
+		Long: `vmctl manages VMs backed by one cloud-hypervisor process each. Every verb is a short-lived
+process; state lives in flocked, fsynced JSON indexes under --root-dir. Errors print
+"Error: <msg>" on stderr and exit 1. Verbs that print data take -o json.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&g.cfg.RootDir, "root-dir", envOr("VMCTL_ROOT_DIR", vmctl.DefaultRootDir), "store root: indexes, locks, disks, snapshots (env VMCTL_ROOT_DIR)")
+	f.StringVar(&g.cfg.RunDir, "run-dir", envOr("VMCTL_RUN_DIR", ""), "runtime dir holding <ID>/api.sock (env VMCTL_RUN_DIR; default <root-dir>/run)")
+	f.StringVar(&g.cfg.CHBinary, "ch-binary", envOr("VMCTL_CH_BINARY", vmctl.DefaultCHBinary), "VMM binary, a name on PATH or a path (env VMCTL_CH_BINARY)")
+	f.StringVar(&g.cfg.Firmware, "firmware", envOr("VMCTL_FIRMWARE", vmctl.DefaultFirmware), "firmware passed to the VMM as --firmware on cold boots (env VMCTL_FIRMWARE)")
+	f.StringVar(&g.cfg.NetPool, "net-pool", envOr("VMCTL_NET_POOL", vmctl.DefaultNetPool), "CIDR guest addresses are allocated from; inside 127.0.0.0/8 for fake guests (env VMCTL_NET_POOL)")
+	f.StringVar(&g.cfg.Identity, "identity", envOr("VMCTL_SSH_KEY", ""), "SSH private key used by `vm exec` (env VMCTL_SSH_KEY)")
+	root.AddCommand(newVMCmd(g), newSnapshotCmd(g), newDaemonCmd(g), newGCCmd(g), newCheckCmd(g))
+	return root
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/timescale"
+)
+
+func newDaemonCmd(g *globals) *cobra.Command {
+	var interval time.Duration
+	var once bool
+	c := &cobra.Command{
+		Use:   "daemon [--interval 5s] [--once]",
+		Short: "Resident supervisor: collect ownerless creates, converge dead VMMs, roll deletes forward",
+		Long: `Each pass: every creating record goes through reconcile-stale-create (collected when its
+owner is gone), a running record whose VMM died is recorded stopped (reason unexpected-exit),
+tombstoned deletes are completed. One instance per root dir. The interval is scaled by
+VMCHAOS_TIME_SCALE. --once runs a single pass and prints its report as JSON.`,
+		Example: "  vmctl daemon --interval 5s\n  vmctl daemon --once",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := g.manager()
+			if err != nil {
+				return err
+			}
+			if once {
+				rep, err := m.DaemonPass(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return printJSON(os.Stdout, rep)
+			}
+			return m.Daemon(cmd.Context(), timescale.D(interval))
+		},
+	}
+	c.Flags().DurationVar(&interval, "interval", 5*time.Second, "time between passes (scaled by VMCHAOS_TIME_SCALE)")
+	c.Flags().BoolVar(&once, "once", false, "run one pass and exit")
+	return c
+}
+
+func newGCCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "gc",
+		Short:   "Remove unreferenced dirs, dead builds' staging dirs and stale pending snapshots whose lease is free",
+		Example: "  vmctl gc",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := g.manager()
+			if err != nil {
+				return err
+			}
+			rep, err := m.GC(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printJSON(os.Stdout, rep)
+		},
+	}
+}
+
+func newCheckCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "check",
+		Short: "Verify the store's invariants; prints a JSON report, exit 1 if any is violated",
+		Long: `Invariants: store-loadable, indexes-consistent, one-vm-per-name, no-tombstone,
+no-orphan-creating, no-orphan-vmm, no-running-with-dead-vmm, no-paused-running,
+no-pending-without-lease, no-leftover-staging, no-leftover-sockets, no-unreferenced-dirs,
+snapshot-data. Read-only apart from momentary try-locks.`,
+		Example: "  vmctl check",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := g.manager()
+			if err != nil {
+				return err
+			}
+			rep := m.Check(cmd.Context())
+			if err := printJSON(os.Stdout, rep); err != nil {
+				return err
+			}
+			if !rep.OK {
+				return fmt.Errorf("store inconsistent: %d violation(s)", len(rep.Violations))
+			}
+			return nil
+		},
+	}
+}

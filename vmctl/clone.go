@@ -1,0 +1,186 @@
+package vmctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/durable"
+)
+
+// CloneOptions are the flags of `vm clone`. NICs < 0 means as many as the
+// snapshot's source VM had.
+type CloneOptions struct {
+	Name     string
+	NICs     int
+	Snapshot string
+}
+
+func (m *Manager) restoreDir(id string) string { return filepath.Join(m.vmDir(id), "restore") }
+
+// Clone restores a snapshot into a new VM: placeholder reserved under the ops
+// lock, snapshot files copied into the VM's own dirs, VMM launched with only
+// --api-socket, vm.restore, NICs replaced, vm.resume, record committed
+// running. The VMM is alive while the record still says creating; the clone
+// holds the ops lock throughout, which is what tells a live clone from a dead
+// one's placeholder.
+func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
+	s, err := m.resolveSnap(o.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	if s.State != SnapReady {
+		return nil, fmt.Errorf("clone: snapshot %s is %s", s.ID, s.State)
+	}
+	// Readers hold the lease shared: snapshot rm refuses while we copy.
+	lease, err := lockFile(ctx, m.leasePath(s.ID), shared, false)
+	if errors.Is(err, ErrLocked) {
+		return nil, fmt.Errorf("clone: "+MsgSnapInUse, s.ID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("clone: lease %s: %w", s.ID, err)
+	}
+	defer lease.Unlock()
+	if s, err = m.resolveSnap(s.ID); err != nil {
+		return nil, err
+	}
+	meta, err := readMeta(s.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("clone %s: %w", s.ID, err)
+	}
+	cfg := meta.Config
+	if o.NICs >= 0 {
+		cfg.NICs = o.NICs
+	}
+	rec, ops, err := m.reserve(ctx, o.Name, cfg, meta.SSHPort, meta.Fake)
+	if err != nil {
+		return nil, err
+	}
+	defer ops.Unlock()
+	m.logf("clone %s: reserved (name %s, snapshot %s)", rec.ID, rec.Name, s.ID)
+	if err := hit(ctx, "vm.clone.reserved", rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, err)
+	}
+	if err := m.cloneFiles(rec.ID, s.Dir); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+	}
+	m.logf("clone %s: files copied", rec.ID)
+	if err := hit(ctx, "vm.clone.files-copied", rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, err)
+	}
+	pid, c, err := m.launchVMM(ctx, rec.ID, nil)
+	if err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+	}
+	m.logf("clone %s: VMM %d launched", rec.ID, pid)
+	if err := hit(ctx, "vm.clone.vmm-launched", rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, apiTimeout())
+	defer cancel()
+	if err := c.Restore(actx, chapi.RestoreConfig{SourceURL: "file://" + m.restoreDir(rec.ID)}); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: restore: %w%s", rec.ID, err, logTail(m.vmRunDir(rec.ID)+"/vmm.log")))
+	}
+	m.logf("clone %s: restored", rec.ID)
+	if err := hit(ctx, "vm.clone.restored", rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, err)
+	}
+	if err := replaceNICs(actx, c, rec.Network); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+	}
+	if err := c.Resume(actx, true); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: resume: %w", rec.ID, err))
+	}
+	m.logf("clone %s: resumed", rec.ID)
+	if err := hit(ctx, "vm.clone.resumed", rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, err)
+	}
+	out, err := m.setVM(ctx, rec.ID, func(v *VM) { v.State, v.Pid = StateRunning, pid })
+	if err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: commit: %w", rec.ID, err))
+	}
+	m.logf("clone %s: committed running", rec.ID)
+	// The restore copy (memory, state) is spent once the guest runs.
+	_ = os.RemoveAll(m.restoreDir(rec.ID))
+	if err := hit(ctx, "vm.clone.committed", rec.ID); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// cloneFiles copies a snapshot into VM id's dirs: its own disk, and a
+// restore dir whose config.json points at that disk and carries no NICs (the
+// source's addresses may still be live; the clone's are added after restore).
+func (m *Manager) cloneFiles(id, snapDir string) error {
+	rd := m.restoreDir(id)
+	if err := os.MkdirAll(rd, 0o755); err != nil {
+		return err
+	}
+	if err := copyFile(filepath.Join(snapDir, snapDiskFile), m.vmDisk(id)); err != nil {
+		return err
+	}
+	for _, f := range []string{"state.json", "memory-ranges"} {
+		src := filepath.Join(snapDir, f)
+		if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := copyFile(src, filepath.Join(rd, f)); err != nil {
+			return err
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(snapDir, "config.json"))
+	if err != nil {
+		return fmt.Errorf("snapshot config: %w", err)
+	}
+	b, err = rewriteConfig(b, m.vmDisk(id))
+	if err != nil {
+		return err
+	}
+	if err := durable.WriteFile(filepath.Join(rd, "config.json"), b, 0o600); err != nil {
+		return err
+	}
+	return syncDir(m.vmDir(id))
+}
+
+// rewriteConfig points the first disk at disk and drops the NICs, keeping
+// every other field of CH's VmConfig as it was.
+func rewriteConfig(b []byte, disk string) ([]byte, error) {
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("snapshot config.json: %w", err)
+	}
+	disks, _ := cfg["disks"].([]any)
+	if len(disks) == 0 {
+		return nil, fmt.Errorf("snapshot config.json: no disk")
+	}
+	d0, ok := disks[0].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("snapshot config.json: malformed disk")
+	}
+	d0["path"] = disk
+	delete(cfg, "net")
+	return json.Marshal(cfg)
+}
+
+// replaceNICs removes every NIC the VMM has and adds want.
+func replaceNICs(ctx context.Context, c *chapi.Client, want []NIC) error {
+	info, err := c.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("nics: %w", err)
+	}
+	for _, n := range info.Config.Net {
+		if err := c.RemoveDevice(ctx, n.ID); err != nil {
+			return fmt.Errorf("nics: remove %s: %w", n.ID, err)
+		}
+	}
+	for _, n := range want {
+		if _, err := c.AddNet(ctx, chapi.NetConfig{ID: n.ID, IP: n.IP, Mask: n.Mask, Mac: n.MAC}); err != nil {
+			return fmt.Errorf("nics: add %s: %w", n.ID, err)
+		}
+	}
+	return nil
+}

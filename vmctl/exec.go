@@ -1,0 +1,141 @@
+package vmctl
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vmchaos/vmchaos/durable"
+	"github.com/vmchaos/vmchaos/fakech/guestimg"
+	"golang.org/x/crypto/ssh"
+)
+
+// ExecOptions configure `vm exec`.
+type ExecOptions struct {
+	User    string        // default root
+	Timeout time.Duration // connect timeout (default 10s)
+}
+
+// Exec runs argv in the guest over SSH to its first NIC and returns the
+// command's exit status. The host key is pinned: for a fake image it is the
+// key inside the VM's disk; otherwise the first key seen is stored in the
+// VM's dir and required afterwards.
+func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, stderr io.Writer, o ExecOptions) (int, error) {
+	if len(argv) == 0 {
+		return 0, fmt.Errorf("%w: exec needs a command", ErrUsage)
+	}
+	v, err := m.resolveVM(ref)
+	if err != nil {
+		return 0, err
+	}
+	if v.State != StateRunning {
+		return 0, fmt.Errorf("exec: "+MsgVMNotRunningState, v.ID, v.State)
+	}
+	if !m.vmmAlive(v) {
+		return 0, fmt.Errorf("exec: "+MsgVMNotRunningPid, v.ID, v.Pid)
+	}
+	if len(v.Network) == 0 {
+		return 0, fmt.Errorf("exec: vm %s has no network interface", v.ID)
+	}
+	if m.cfg.Identity == "" {
+		return 0, fmt.Errorf("exec: no SSH identity (set --identity or VMCTL_SSH_KEY)")
+	}
+	keyPEM, err := os.ReadFile(m.cfg.Identity)
+	if err != nil {
+		return 0, fmt.Errorf("exec: identity: %w", err)
+	}
+	signer, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return 0, fmt.Errorf("exec: identity %s: %w", m.cfg.Identity, err)
+	}
+	hostKey, err := m.hostKeyCallback(v)
+	if err != nil {
+		return 0, err
+	}
+	if o.User == "" {
+		o.User = "root"
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	addr := v.Network[0].Address()
+	cfg := &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey, Timeout: o.Timeout}
+	d := net.Dialer{Timeout: o.Timeout}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, fmt.Errorf("exec %s: dial %s: %w", v.ID, addr, err)
+	}
+	sc, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
+	if err != nil {
+		conn.Close()
+		return 0, fmt.Errorf("exec %s: ssh %s: %w", v.ID, addr, err)
+	}
+	client := ssh.NewClient(sc, chans, reqs)
+	defer client.Close()
+	sess, err := client.NewSession()
+	if err != nil {
+		return 0, fmt.Errorf("exec %s: session: %w", v.ID, err)
+	}
+	defer sess.Close()
+	sess.Stdout, sess.Stderr = stdout, stderr
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			client.Close()
+		case <-done:
+		}
+	}()
+	err = sess.Run(strings.Join(argv, " "))
+	var ee *ssh.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &ee):
+		return ee.ExitStatus(), nil
+	default:
+		return 0, fmt.Errorf("exec %s: %w", v.ID, err)
+	}
+}
+
+func (m *Manager) hostKeyCallback(v *VM) (ssh.HostKeyCallback, error) {
+	disk := m.vmDisk(v.ID)
+	if guestimg.IsFakeImage(disk) {
+		img, err := guestimg.Load(disk)
+		if err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+		pk, err := img.HostPublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
+		return ssh.FixedHostKey(pk), nil
+	}
+	// Trust on first use, stored next to the VM's disk.
+	known := filepath.Join(m.vmDir(v.ID), "known_host_key")
+	return func(_ string, _ net.Addr, key ssh.PublicKey) error {
+		b, err := os.ReadFile(known)
+		if errors.Is(err, os.ErrNotExist) {
+			return durable.WriteFile(known, ssh.MarshalAuthorizedKey(key), 0o644)
+		}
+		if err != nil {
+			return err
+		}
+		pinned, _, _, _, err := ssh.ParseAuthorizedKey(b)
+		if err != nil {
+			return fmt.Errorf("pinned host key %s: %w", known, err)
+		}
+		if !bytes.Equal(pinned.Marshal(), key.Marshal()) {
+			return fmt.Errorf("guest host key changed (pinned in %s)", known)
+		}
+		return nil
+	}, nil
+}

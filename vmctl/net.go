@@ -1,0 +1,126 @@
+package vmctl
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/regress"
+)
+
+// Net converges a running VM to n NICs through its VMM. The record is
+// written first (the intent: which addresses the VM owns), then the VMM is
+// brought to it; re-running the verb finishes an interrupted change.
+//
+// A VMM found Paused while we hold the ops lock was paused by a capture that
+// died: every pause window runs under this same lock, so nobody live can own
+// that pause. It is resumed first (the orphaned pause is converged).
+func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("%w: --nics must be >= 0", ErrUsage)
+	}
+	v, l, err := m.lockedVM(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Unlock()
+	if v.State != StateRunning {
+		return nil, fmt.Errorf("net: "+MsgVMNotRunningState, v.ID, v.State)
+	}
+	if !m.vmmAlive(v) {
+		return nil, fmt.Errorf("net: "+MsgVMNotRunningPid, v.ID, v.Pid)
+	}
+	c := chapi.New(m.apiSocket(v.ID))
+	actx, cancel := context.WithTimeout(ctx, apiTimeout())
+	defer cancel()
+	info, err := c.Info(actx)
+	if err != nil {
+		return nil, fmt.Errorf("net %s: %w", v.ID, err)
+	}
+	if info.State == chapi.StatePaused {
+		if regress.On("net-refuses-paused") {
+			return nil, fmt.Errorf("%s", MsgVMPaused)
+		}
+		if err := c.Resume(actx, true); err != nil {
+			return nil, fmt.Errorf("net %s: converge orphaned pause: %w", v.ID, err)
+		}
+		m.logf("net %s: resumed a VMM left paused by a dead capture", v.ID)
+		if info, err = c.Info(actx); err != nil {
+			return nil, fmt.Errorf("net %s: %w", v.ID, err)
+		}
+	}
+	port := 22
+	if len(v.Network) > 0 {
+		port = v.Network[0].SSHPort
+	} else if _, p, err := imageInfo(m.vmDisk(v.ID)); err == nil {
+		port = p
+	}
+	want, err := m.setNICs(ctx, v.ID, n, port)
+	if err != nil {
+		return nil, err
+	}
+	wanted := map[string]NIC{}
+	for _, nic := range want.Network {
+		wanted[nic.ID] = nic
+	}
+	have := map[string]bool{}
+	for _, cur := range info.Config.Net {
+		if w, ok := wanted[cur.ID]; ok && w.IP == cur.IP {
+			have[cur.ID] = true
+			continue
+		}
+		if err := c.RemoveDevice(actx, cur.ID); err != nil {
+			return nil, fmt.Errorf("net %s: remove %s: %w", v.ID, cur.ID, err)
+		}
+	}
+	m.logf("net %s: removed", v.ID)
+	if err := hit(ctx, "vm.net.removed", v.ID); err != nil {
+		return nil, err
+	}
+	for _, nic := range want.Network {
+		if have[nic.ID] {
+			continue
+		}
+		if _, err := c.AddNet(actx, chapi.NetConfig{ID: nic.ID, IP: nic.IP, Mask: nic.Mask, Mac: nic.MAC}); err != nil {
+			return nil, fmt.Errorf("net %s: add %s: %w", v.ID, nic.ID, err)
+		}
+	}
+	m.logf("net %s: added", v.ID)
+	if err := hit(ctx, "vm.net.added", v.ID); err != nil {
+		return nil, err
+	}
+	return m.setVM(ctx, v.ID, func(r *VM) { r.Config.NICs = n })
+}
+
+// setNICs records n NICs for VM id, keeping the first ones it has and
+// allocating addresses for the rest under the index lock.
+func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, error) {
+	var out VM
+	err := m.updateVMs(ctx, id, func(ix *vmIndex) error {
+		v, ok := ix.VMs[id]
+		if !ok {
+			return errVMNotFound()
+		}
+		if len(v.Network) > n {
+			v.Network = v.Network[:n]
+		}
+		if missing := n - len(v.Network); missing > 0 {
+			ips, err := m.pool.allocate(m.cfg.RootDir, missing, port, usedIPs(ix))
+			if err != nil {
+				return err
+			}
+			for _, ip := range ips {
+				i := len(v.Network)
+				v.Network = append(v.Network, NIC{ID: "net" + strconv.Itoa(i), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: port})
+			}
+		}
+		v.UpdatedAt = now()
+		out = *v
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -1,0 +1,336 @@
+package vmctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vmchaos/vmchaos/regress"
+)
+
+// ReconcileStaleCreate collects a creating placeholder whose owner is gone.
+// A free ops lock is the proof: create and clone hold it from the moment the
+// placeholder is written until the final commit, and the kernel releases it
+// when the owner dies. So the lock is only ever try-locked: a blocking wait
+// would queue behind a live clone and then delete the VM it just created
+// (seed 002). Outcomes: busy, not-found, not-creating, collected.
+func (m *Manager) ReconcileStaleCreate(ctx context.Context, ref string) (StaleCreateResult, error) {
+	res := StaleCreateResult{ID: ref}
+	v, err := m.resolveVM(ref)
+	if errors.Is(err, ErrVMNotFound) {
+		res.Outcome = OutcomeNotFound
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	res.ID = v.ID
+	block := regress.On("stale-create-blocking-lock")
+	l, err := lockFile(ctx, m.opsLockPath(v.ID), exclusive, block)
+	if errors.Is(err, ErrLocked) {
+		res.Outcome = OutcomeBusy
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("reconcile-stale-create %s: %w", v.ID, err)
+	}
+	defer l.Unlock()
+	v, err = m.resolveVM(v.ID)
+	if errors.Is(err, ErrVMNotFound) {
+		res.Outcome = OutcomeNotFound
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	// The bug deletes whatever it finds once it has the lock, even a VM
+	// whose clone committed it running while we waited.
+	if v.State != StateCreating && !block {
+		res.Outcome = OutcomeNotCreating
+		return res, nil
+	}
+	if err := m.stopVMMs(ctx, v.ID, v.Pid); err != nil {
+		return res, fmt.Errorf("reconcile-stale-create %s: %w", v.ID, err)
+	}
+	if err := m.deleteVM(ctx, v.ID, "stale create collected"); err != nil {
+		return res, fmt.Errorf("reconcile-stale-create %s: %w", v.ID, err)
+	}
+	res.Outcome = OutcomeCollected
+	return res, nil
+}
+
+// PassReport lists what one supervision pass did.
+type PassReport struct {
+	Collected   []string `json:"collected,omitempty"`    // ownerless creating records deleted
+	Busy        []string `json:"busy,omitempty"`         // creating records with a live owner
+	Converged   []string `json:"converged,omitempty"`    // running records whose VMM died, now stopped
+	RolledVMs   []string `json:"rolled_vms,omitempty"`   // VM tombstones completed
+	RolledSnaps []string `json:"rolled_snaps,omitempty"` // snapshot tombstones completed
+	Errors      []string `json:"errors,omitempty"`
+}
+
+// DaemonPass runs one supervision pass: collect ownerless creating records
+// (the reconcile-stale-create code path), record dead VMMs as stopped with
+// reason unexpected-exit, roll tombstoned deletes forward. Records some live
+// operation holds are left alone.
+func (m *Manager) DaemonPass(ctx context.Context) (PassReport, error) {
+	var rep PassReport
+	ix, err := m.loadVMs()
+	if err != nil {
+		return rep, err
+	}
+	for _, v := range m.listFrom(ix) {
+		switch {
+		case v.State == StateCreating:
+			r, err := m.ReconcileStaleCreate(ctx, v.ID)
+			switch {
+			case err != nil:
+				rep.Errors = append(rep.Errors, err.Error())
+			case r.Outcome == OutcomeCollected:
+				m.logf("daemon: collected ownerless creating VM %s", v.ID)
+				rep.Collected = append(rep.Collected, v.ID)
+			case r.Outcome == OutcomeBusy:
+				rep.Busy = append(rep.Busy, v.ID)
+			}
+		case v.State == StateStale:
+			ok, err := m.convergeDead(ctx, v.ID)
+			if err != nil {
+				rep.Errors = append(rep.Errors, err.Error())
+			} else if ok {
+				m.logf("daemon: VM %s VMM died: recorded stopped (unexpected-exit)", v.ID)
+				rep.Converged = append(rep.Converged, v.ID)
+			}
+		}
+	}
+	rolled, errs := m.rollForward(ctx)
+	rep.RolledVMs, rep.RolledSnaps = rolled.vms, rolled.snaps
+	rep.Errors = append(rep.Errors, errs...)
+	if err := hit(ctx, "daemon.pass", ""); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// convergeDead records a running VM whose VMM is dead as stopped, if no
+// operation owns it right now.
+func (m *Manager) convergeDead(ctx context.Context, id string) (bool, error) {
+	l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
+	if errors.Is(err, ErrLocked) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer l.Unlock()
+	v, err := m.resolveVM(id)
+	if err != nil || v.State != StateRunning || m.vmmAlive(v) {
+		return false, nil
+	}
+	if err := m.stopVMMs(ctx, id, 0); err != nil {
+		return false, err
+	}
+	_, err = m.setVM(ctx, id, func(r *VM) { r.State, r.Pid, r.Reason = StateStopped, 0, "unexpected-exit" })
+	return err == nil, err
+}
+
+type rolledIDs struct{ vms, snaps []string }
+
+// rollForward completes every tombstoned delete whose owner is gone.
+func (m *Manager) rollForward(ctx context.Context) (rolledIDs, []string) {
+	var out rolledIDs
+	var errs []string
+	if ix, err := m.loadVMs(); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		for id, t := range ix.Tombstones {
+			if !validID(id) {
+				continue
+			}
+			l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
+			if err != nil {
+				continue // a live rm still owns it
+			}
+			tc := *t
+			if err := m.finishVMDelete(ctx, &tc); err != nil {
+				errs = append(errs, err.Error())
+			} else {
+				m.logf("rolled forward delete of VM %s", id)
+				out.vms = append(out.vms, id)
+			}
+			l.Unlock()
+		}
+	}
+	if ix, err := m.loadSnaps(); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		for id, t := range ix.Tombstones {
+			if !validID(id) {
+				continue
+			}
+			l, err := lockFile(ctx, m.leasePath(id), exclusive, false)
+			if err != nil {
+				continue
+			}
+			tc := *t
+			if err := m.finishSnapDelete(ctx, &tc); err != nil {
+				errs = append(errs, err.Error())
+			} else {
+				m.logf("rolled forward delete of snapshot %s", id)
+				out.snaps = append(out.snaps, id)
+			}
+			l.Unlock()
+		}
+	}
+	return out, errs
+}
+
+// ErrDaemonRunning is returned when another daemon holds the instance lock.
+var ErrDaemonRunning = errors.New("vmctl daemon already running")
+
+// Daemon runs supervision passes every interval (already scaled by the caller)
+// until ctx ends. One instance per root dir (flock).
+func (m *Manager) Daemon(ctx context.Context, interval time.Duration) error {
+	l, err := lockFile(ctx, m.daemonLock(), exclusive, false)
+	if errors.Is(err, ErrLocked) {
+		return fmt.Errorf("%w (lock %s held)", ErrDaemonRunning, m.daemonLock())
+	}
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	m.logf("daemon: supervising %s every %s", m.cfg.RootDir, interval)
+	for {
+		rep, err := m.DaemonPass(ctx)
+		if err != nil {
+			m.logf("daemon: pass failed: %v", err)
+		}
+		for _, e := range rep.Errors {
+			m.logf("daemon: %s", e)
+		}
+		if err := sleepRaw(ctx, interval); err != nil {
+			return nil
+		}
+	}
+}
+
+// GCReport lists what gc removed.
+type GCReport struct {
+	PassReport
+	Pending  []string `json:"pending,omitempty"` // stale pending snapshots removed
+	Staging  []string `json:"staging,omitempty"` // staging dirs of dead builds removed
+	Orphans  []string `json:"orphans,omitempty"` // unreferenced VM dirs (and their VMMs) removed
+	TempFile []string `json:"temp_files,omitempty"`
+}
+
+// GC rolls tombstones forward, removes pending snapshots and staging dirs
+// whose lease is free, and dirs (and VMMs) of VM ids no record or tombstone
+// references whose ops lock is free.
+func (m *Manager) GC(ctx context.Context) (GCReport, error) {
+	var rep GCReport
+	rolled, errs := m.rollForward(ctx)
+	rep.RolledVMs, rep.RolledSnaps, rep.Errors = rolled.vms, rolled.snaps, errs
+	sx, err := m.loadSnaps()
+	if err != nil {
+		return rep, err
+	}
+	for id, s := range sx.Snapshots {
+		if s.State != SnapPending {
+			continue
+		}
+		if err := m.SnapshotRemove(ctx, id); err == nil {
+			m.logf("gc: removed stale pending snapshot %s (%s)", id, s.Name)
+			rep.Pending = append(rep.Pending, id)
+		}
+	}
+	if ents, err := os.ReadDir(m.stagingDir()); err == nil {
+		for _, e := range ents {
+			if !validID(e.Name()) {
+				continue
+			}
+			l, err := lockFile(ctx, m.leasePath(e.Name()), exclusive, false)
+			if err != nil {
+				continue
+			}
+			if _, ok := sx.Snapshots[e.Name()]; !ok {
+				if err := os.RemoveAll(m.stagingFor(e.Name())); err == nil {
+					rep.Staging = append(rep.Staging, e.Name())
+				}
+			}
+			l.Unlock()
+		}
+	}
+	vx, err := m.loadVMs()
+	if err != nil {
+		return rep, err
+	}
+	candidates := map[string]bool{}
+	for _, dir := range []string{m.vmsDir(), m.cfg.RunDir} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if validID(e.Name()) {
+				candidates[e.Name()] = true
+			}
+		}
+	}
+	for id := range m.findVMMs() {
+		if validID(id) {
+			candidates[id] = true
+		}
+	}
+	for id := range candidates {
+		if _, ok := vx.VMs[id]; ok {
+			continue
+		}
+		if _, ok := vx.Tombstones[id]; ok {
+			continue
+		}
+		l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
+		if err != nil {
+			continue // an operation is reserving it right now
+		}
+		// Re-read under the lock: a create that reserved after our read
+		// holds the lock, so a record appearing now is impossible; check
+		// anyway, it is cheap.
+		if cur, err := m.loadVMs(); err == nil {
+			if _, ok := cur.VMs[id]; ok {
+				l.Unlock()
+				continue
+			}
+		}
+		if err := m.stopVMMs(ctx, id, 0); err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+		} else {
+			_ = os.RemoveAll(m.vmDir(id))
+			_ = os.RemoveAll(m.vmRunDir(id))
+			m.logf("gc: removed unreferenced VM dirs %s", id)
+			rep.Orphans = append(rep.Orphans, id)
+		}
+		l.Unlock()
+	}
+	rep.TempFile = m.removeTempIndexFiles(ctx)
+	return rep, nil
+}
+
+// removeTempIndexFiles deletes temp files of index commits that died before
+// their rename, under the index locks so no live commit loses its file.
+func (m *Manager) removeTempIndexFiles(ctx context.Context) []string {
+	var out []string
+	for _, ix := range []struct{ path, lock string }{{m.vmIndexPath(), m.vmIndexLock()}, {m.snapIndexPath(), m.snapIndexLock()}} {
+		l, err := lockFile(ctx, ix.lock, exclusive, true)
+		if err != nil {
+			continue
+		}
+		matches, _ := filepath.Glob(filepath.Join(m.cfg.RootDir, "."+filepath.Base(ix.path)+".tmp-*"))
+		for _, p := range matches {
+			if strings.Contains(p, ".tmp-") && os.Remove(p) == nil {
+				out = append(out, p)
+			}
+		}
+		l.Unlock()
+	}
+	return out
+}

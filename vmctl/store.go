@@ -1,0 +1,209 @@
+package vmctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/vmchaos/vmchaos/durable"
+)
+
+// indexVersion is written into both indexes; a newer one is refused rather
+// than half-understood.
+const indexVersion = 1
+
+// vmIndex is the VM index document. Names maps every live record's name to
+// its id; tombstones are deletes in progress that a converger rolls forward.
+type vmIndex struct {
+	Version    int                   `json:"version"`
+	Generation int64                 `json:"generation"`
+	VMs        map[string]*VM        `json:"vms"`
+	Names      map[string]string     `json:"names"`
+	Tombstones map[string]*Tombstone `json:"tombstones"`
+}
+
+// snapIndex is the snapshot index document. Names holds pending records too:
+// a pending record owns its name until it is finalized or removed.
+type snapIndex struct {
+	Version    int                   `json:"version"`
+	Generation int64                 `json:"generation"`
+	Snapshots  map[string]*Snapshot  `json:"snapshots"`
+	Names      map[string]string     `json:"names"`
+	Tombstones map[string]*Tombstone `json:"tombstones"`
+}
+
+// ErrCorruptIndex is returned for an index that cannot be decoded. The store
+// never treats it as empty: an empty list would make every VM look gone.
+var ErrCorruptIndex = errors.New("corrupt index")
+
+func decodeVMIndex(path string, b []byte) (*vmIndex, error) {
+	ix := &vmIndex{}
+	if err := decodeIndex(path, b, ix); err != nil {
+		return nil, err
+	}
+	if ix.Version > indexVersion {
+		return nil, fmt.Errorf("vm index %s: version %d is newer than this vmctl (%d)", path, ix.Version, indexVersion)
+	}
+	if ix.VMs == nil {
+		ix.VMs = map[string]*VM{}
+	}
+	if ix.Names == nil {
+		ix.Names = map[string]string{}
+	}
+	if ix.Tombstones == nil {
+		ix.Tombstones = map[string]*Tombstone{}
+	}
+	for id, v := range ix.VMs {
+		if v == nil || v.ID != id {
+			return nil, fmt.Errorf("vm index %s: record %q malformed: %w", path, id, ErrCorruptIndex)
+		}
+	}
+	return ix, nil
+}
+
+func decodeSnapIndex(path string, b []byte) (*snapIndex, error) {
+	ix := &snapIndex{}
+	if err := decodeIndex(path, b, ix); err != nil {
+		return nil, err
+	}
+	if ix.Version > indexVersion {
+		return nil, fmt.Errorf("snapshot index %s: version %d is newer than this vmctl (%d)", path, ix.Version, indexVersion)
+	}
+	if ix.Snapshots == nil {
+		ix.Snapshots = map[string]*Snapshot{}
+	}
+	if ix.Names == nil {
+		ix.Names = map[string]string{}
+	}
+	if ix.Tombstones == nil {
+		ix.Tombstones = map[string]*Tombstone{}
+	}
+	for id, s := range ix.Snapshots {
+		if s == nil || s.ID != id {
+			return nil, fmt.Errorf("snapshot index %s: record %q malformed: %w", path, id, ErrCorruptIndex)
+		}
+	}
+	return ix, nil
+}
+
+func decodeIndex(path string, b []byte, into any) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return fmt.Errorf("index %s is empty (torn write?): %w; the previous generation is kept at %s.prev", path, ErrCorruptIndex, path)
+	}
+	if err := json.Unmarshal(b, into); err != nil {
+		return fmt.Errorf("index %s cannot be decoded (%v): %w; the previous generation is kept at %s.prev", path, err, ErrCorruptIndex, path)
+	}
+	return nil
+}
+
+func readIndexFile(path string) ([]byte, bool, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read index: %w", err)
+	}
+	return b, true, nil
+}
+
+// loadVMs reads the VM index without a lock: commits replace it by rename, so
+// a reader sees one whole generation or the other.
+func (m *Manager) loadVMs() (*vmIndex, error) {
+	b, ok, err := readIndexFile(m.vmIndexPath())
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return &vmIndex{Version: indexVersion, VMs: map[string]*VM{}, Names: map[string]string{}, Tombstones: map[string]*Tombstone{}}, nil
+	}
+	return decodeVMIndex(m.vmIndexPath(), b)
+}
+
+func (m *Manager) loadSnaps() (*snapIndex, error) {
+	b, ok, err := readIndexFile(m.snapIndexPath())
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return &snapIndex{Version: indexVersion, Snapshots: map[string]*Snapshot{}, Names: map[string]string{}, Tombstones: map[string]*Tombstone{}}, nil
+	}
+	return decodeSnapIndex(m.snapIndexPath(), b)
+}
+
+// commitIndex writes one new generation: the current one is kept as .prev
+// (a hard link, so it costs no copy), then the new one replaces it through
+// durable.WriteFile (temp, fsync, rename, fsync dir).
+func (m *Manager) commitIndex(ctx context.Context, path string, doc any, id string) error {
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("commit %s: encode: %w", path, err)
+	}
+	prev := path + ".prev"
+	if _, err := os.Stat(path); err == nil {
+		_ = os.Remove(prev)
+		if err := os.Link(path, prev); err != nil {
+			return fmt.Errorf("commit %s: keep previous generation: %w", path, err)
+		}
+	}
+	if err := hit(ctx, "store.commit.before-rename", id); err != nil {
+		return err
+	}
+	if err := durable.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("commit %s: %w", path, err)
+	}
+	return hit(ctx, "store.commit.after-rename", id)
+}
+
+// updateVMs runs fn on the current VM index under the index flock and commits
+// the result. fn returning an error commits nothing. id names the VM in the
+// store.commit.* failpoints.
+func (m *Manager) updateVMs(ctx context.Context, id string, fn func(ix *vmIndex) error) error {
+	l, err := lockFile(ctx, m.vmIndexLock(), exclusive, true)
+	if err != nil {
+		return fmt.Errorf("lock vm index: %w", err)
+	}
+	defer l.Unlock()
+	ix, err := m.loadVMs()
+	if err != nil {
+		return err
+	}
+	if err := fn(ix); err != nil {
+		return err
+	}
+	ix.Version = indexVersion
+	ix.Generation++
+	return m.commitIndex(ctx, m.vmIndexPath(), ix, id)
+}
+
+// updateSnaps is updateVMs for the snapshot index.
+func (m *Manager) updateSnaps(ctx context.Context, id string, fn func(ix *snapIndex) error) error {
+	l, err := lockFile(ctx, m.snapIndexLock(), exclusive, true)
+	if err != nil {
+		return fmt.Errorf("lock snapshot index: %w", err)
+	}
+	defer l.Unlock()
+	ix, err := m.loadSnaps()
+	if err != nil {
+		return err
+	}
+	if err := fn(ix); err != nil {
+		return err
+	}
+	ix.Version = indexVersion
+	ix.Generation++
+	return m.commitIndex(ctx, m.snapIndexPath(), ix, id)
+}
+
+// errNoChange lets an update function skip the commit.
+var errNoChange = errors.New("no change")
+
+func ignoreNoChange(err error) error {
+	if errors.Is(err, errNoChange) {
+		return nil
+	}
+	return err
+}

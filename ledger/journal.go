@@ -25,6 +25,10 @@ const (
 	// KindBootID records the guest's boot id before a hibernate: the
 	// baseline a wake is compared against.
 	KindBootID = "boot-id"
+	// KindForget retires every earlier marker and the boot id baseline of a
+	// guest: the VM was deleted on purpose and the name may come back as a
+	// new machine, which must not be held to the old one's markers.
+	KindForget = "forget"
 	// KindTornTail records the fragment of a torn last line that Open cut
 	// off, so the evidence of a crash mid-append stays in the journal.
 	KindTornTail = "torn-tail"
@@ -81,6 +85,10 @@ func (e Entry) validate() error {
 		}
 		if e.BootID == "" {
 			return errors.New("boot-id entry without a boot id")
+		}
+	case KindForget:
+		if err := checkGuestName(e.Guest); err != nil {
+			return err
 		}
 	case KindTornTail:
 	default:

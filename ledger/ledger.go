@@ -166,6 +166,23 @@ func (l *Ledger) RecordBootID(ctx context.Context, g Guest) (string, error) {
 	return id, nil
 }
 
+// Forget retires guest: its journaled markers and boot id baseline no longer
+// bind the name, and its host key pin is dropped. Call it when a scenario
+// deletes a VM on purpose and may create a new machine under the same name;
+// never to make a failing verdict pass.
+func (l *Ledger) Forget(guest, reason string) error {
+	if err := checkGuestName(guest); err != nil {
+		return fmt.Errorf("ledger: forget: %w", err)
+	}
+	if err := l.append(Entry{Kind: KindForget, Guest: guest, Note: reason}); err != nil {
+		return fmt.Errorf("ledger %s: forget: %w", guest, err)
+	}
+	if err := l.pins.drop(guest); err != nil {
+		return fmt.Errorf("ledger %s: forget: %w", guest, err)
+	}
+	return nil
+}
+
 // VerifyOpts selects what Verify checks.
 type VerifyOpts struct {
 	// ExpectRAM: the guest just came back from a hibernate/wake cycle, so

@@ -33,14 +33,11 @@ type pinFile struct {
 // guest has none yet. The file is flocked around read-check-append so two
 // ledgers of one run cannot pin different keys for one guest.
 func (p pinFile) check(guest, addr string, key ssh.PublicKey) error {
-	f, err := os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := p.lock()
 	if err != nil {
-		return fmt.Errorf("host key pins: %w", err)
+		return err
 	}
 	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("host key pins %s: lock: %w", p.path, err)
-	}
 	b, err := io.ReadAll(f)
 	if err != nil {
 		return fmt.Errorf("host key pins %s: %w", p.path, err)
@@ -64,6 +61,56 @@ func (p pinFile) check(guest, addr string, key ssh.PublicKey) error {
 		return fmt.Errorf("host key pins: %w", err)
 	}
 	return nil
+}
+
+// drop removes guest's pin, rewriting the file atomically under the lock.
+func (p pinFile) drop(guest string) error {
+	f, err := p.lock()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Errorf("host key pins %s: %w", p.path, err)
+	}
+	want := knownhosts.Normalize(guest)
+	var keep []byte
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		if f := bytes.Fields(line); len(f) > 0 && string(f[0]) == want {
+			continue
+		}
+		keep = append(keep, line...)
+	}
+	if len(keep) == len(b) {
+		return nil
+	}
+	return durable.WriteFile(p.path, keep, 0o644)
+}
+
+// lock opens the pins file and flocks it. drop replaces the file by rename,
+// so a lock won on an inode that is no longer at the path guards nothing:
+// the open is retried until the locked inode is the one at the path.
+func (p pinFile) lock() (*os.File, error) {
+	for {
+		f, err := os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("host key pins: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("host key pins %s: lock: %w", p.path, err)
+		}
+		var held, now unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &held); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("host key pins %s: %w", p.path, err)
+		}
+		if unix.Stat(p.path, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
+			return f, nil
+		}
+		f.Close()
+	}
 }
 
 // lookupPin finds the pinned key of guest in known_hosts content.

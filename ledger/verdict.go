@@ -13,7 +13,7 @@ type Verdict struct {
 	Lost          int      // acked and missing: data loss
 	InFlight      int      // intent only: either outcome is allowed
 	Phantom       int      // present but never journaled
-	Inherited     int      // present and journaled for another guest (a clone of its snapshot): allowed
+	Inherited     int      // present and journaled for another guest (a clone of its snapshot) or retired by Forget: allowed
 	LostNames     []string `json:",omitempty"`
 	PhantomNames  []string `json:",omitempty"`
 	InFlightNames []string `json:",omitempty"`
@@ -58,6 +58,17 @@ func Classify(guest string, entries []Entry, obs Observed) Verdict {
 	baseline := ""
 	for _, e := range entries {
 		switch e.Kind {
+		case KindForget:
+			if e.Guest == guest {
+				// Earlier markers of the guest stay known (not
+				// phantom) but are owned by the retired machine.
+				for _, st := range markers {
+					if st.guest == guest {
+						st.guest = ""
+					}
+				}
+				baseline = ""
+			}
 		case KindIntent, KindAcked:
 			st := markers[e.Marker]
 			if st == nil {

@@ -88,3 +88,22 @@ func TestClassifyRAMBaselineFollowsLegitimateReboot(t *testing.T) {
 		t.Fatalf("verdict %+v", v)
 	}
 }
+
+// TestClassifyForgetRetiresTheOldMachine: after Forget, a new machine under
+// the same name is not held to the old markers or boot id, and old marker
+// files that a clone carried over are not phantoms.
+func TestClassifyForgetRetiresTheOldMachine(t *testing.T) {
+	journal := []Entry{
+		acked("g", "old", "b1"),
+		{Kind: KindForget, Guest: "g"},
+		acked("g", "new", "b9"),
+	}
+	v := Classify("g", journal, Observed{Disk: []string{"new", "old"}, RAM: []string{"new"}, BootID: "b9", CheckRAM: true})
+	if !v.OK || v.Stable != 1 || v.Inherited != 1 {
+		t.Fatalf("verdict %+v", v)
+	}
+	v = Classify("g", journal[:1], Observed{Disk: nil})
+	if v.OK || v.Lost != 1 {
+		t.Fatalf("without forget the old marker is lost: %+v", v)
+	}
+}

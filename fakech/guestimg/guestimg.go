@@ -39,6 +39,9 @@ type Image struct {
 	Hostname string            `json:"hostname"`
 	SSHPort  int               `json:"ssh_port"`
 	Files    map[string][]byte `json:"files"` // absolute guest path → content
+	// Dirs are directories created in the guest (mkdir) that may hold no
+	// file; a file's parent directories exist implicitly.
+	Dirs []string `json:"dirs,omitempty"`
 }
 
 // Options configures Build.

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/fakech/guestimg"
+	"golang.org/x/crypto/ssh"
+)
+
+func init() { register(newImageCmd) }
+
+func newImageCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "image",
+		Short: "Build guest disk images",
+		Args:  cobra.NoArgs,
+	}
+	c.AddCommand(newImageFakeCmd())
+	return c
+}
+
+func newImageFakeCmd() *cobra.Command {
+	var pubkeys []string
+	var hostname, out string
+	var port int
+	c := &cobra.Command{
+		Use:   "fake --ssh-pubkey FILE -o guest.img",
+		Short: "Build a fake guest image for fakech (SSH host key generated, your key authorized)",
+		Long: `Builds a fake guest disk image: a small self-describing file that fakech boots as the
+guest's disk. It holds a freshly generated SSH host key, the authorized_keys built from
+--ssh-pubkey, and the hostname. Clones of a VM copy the image, so they keep the host key.
+The guest's sshd listens on every NIC address (ip= of --net / vm.add-net) at --ssh-port.`,
+		Example: `  ssh-keygen -t ed25519 -N '' -f key
+  vmchaos image fake --ssh-pubkey key.pub -o guest.img
+  vmchaos image fake --ssh-pubkey key.pub --hostname web-0 --ssh-port 2200 -o web.img`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(pubkeys) == 0 {
+				return fmt.Errorf("image fake: --ssh-pubkey is required")
+			}
+			if out == "" {
+				return fmt.Errorf("image fake: -o is required")
+			}
+			if port <= 0 || port > 65535 {
+				return fmt.Errorf("image fake: --ssh-port %d: want 1..65535", port)
+			}
+			var keys []string
+			for _, f := range pubkeys {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					return fmt.Errorf("image fake: %w", err)
+				}
+				rest := b
+				n := 0
+				for len(strings.TrimSpace(string(rest))) > 0 {
+					k, comment, _, next, err := ssh.ParseAuthorizedKey(rest)
+					if err != nil {
+						return fmt.Errorf("image fake: %s: not an SSH public key: %w", f, err)
+					}
+					line := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k)))
+					if comment != "" {
+						line += " " + comment
+					}
+					keys = append(keys, line)
+					rest = next
+					n++
+				}
+				if n == 0 {
+					return fmt.Errorf("image fake: %s: no SSH public key", f)
+				}
+			}
+			img, err := guestimg.Build(out, guestimg.Options{AuthorizedKeys: keys, Hostname: hostname, SSHPort: port})
+			if err != nil {
+				return fmt.Errorf("image fake: %w", err)
+			}
+			hk, err := img.HostPublicKey()
+			if err != nil {
+				return fmt.Errorf("image fake: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: hostname %s, ssh port %d, host key %s\n", out, img.Hostname, img.SSHPort, ssh.FingerprintSHA256(hk))
+			return nil
+		},
+	}
+	c.Flags().StringArrayVar(&pubkeys, "ssh-pubkey", nil, "file with the SSH public key(s) to authorize (repeatable; required)")
+	c.Flags().StringVar(&hostname, "hostname", "fake-guest", "guest hostname")
+	c.Flags().IntVar(&port, "ssh-port", guestimg.DefaultSSHPort, "port of the guest's SSH server on each NIC address")
+	c.Flags().StringVarP(&out, "output", "o", "", "image file to write (required)")
+	return c
+}

@@ -19,7 +19,7 @@ import (
 type nicSet struct {
 	v     *VMM
 	mu    sync.Mutex
-	byID  map[string]string          // NIC id → listener address ("" when unbound)
+	byID  map[string]string         // NIC id → listener address ("" when unbound)
 	byAdr map[string]*guestListener // address → listener
 }
 

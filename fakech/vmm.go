@@ -58,6 +58,12 @@ type apiError struct {
 
 func (e *apiError) Error() string { return strings.Join(e.chain, ": ") }
 
+// chMsg is an error whose text is CH's own wording (capitalised, as CH
+// prints it), kept verbatim because managers match on it.
+type chMsg string
+
+func (m chMsg) Error() string { return string(m) }
+
 func vmmErr(status int, chain ...string) *apiError {
 	return &apiError{status: status, chain: append([]string{"Error from API"}, chain...)}
 }
@@ -226,10 +232,10 @@ func (v *VMM) assignIDs(cfg *chapi.VmConfig) error {
 	seen := map[string]bool{}
 	check := func(id string) error {
 		if strings.HasPrefix(id, "__") {
-			return fmt.Errorf("Identifier %s is reserved", id)
+			return chMsg(fmt.Sprintf("Identifier %s is reserved", id))
 		}
 		if seen[id] {
-			return fmt.Errorf("Identifier %s is not unique", id)
+			return chMsg(fmt.Sprintf("Identifier %s is not unique", id))
 		}
 		seen[id] = true
 		return nil
@@ -464,7 +470,7 @@ const stateFormat = "fakech-state-v1"
 func fileURLPath(u string) (string, error) {
 	p, ok := strings.CutPrefix(u, "file://")
 	if !ok || !strings.HasPrefix(p, "/") {
-		return "", fmt.Errorf("Could not extract path from URL: %s", u)
+		return "", chMsg("Could not extract path from URL: " + u)
 	}
 	return filepath.Clean(p), nil
 }
@@ -582,10 +588,10 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	}{{"config.json", &cfg}, {"state.json", &st}, {"memory-ranges", &mem}} {
 		b, err := os.ReadFile(filepath.Join(dir, f.name))
 		if err != nil {
-			return fail(fmt.Errorf("Failed to read snapshot file: %s", osErrText(err)))
+			return fail(chMsg("Failed to read snapshot file: " + osErrText(err)))
 		}
 		if err := json.Unmarshal(b, f.dst); err != nil {
-			return fail(fmt.Errorf("Failed to parse %s: %v", f.name, err))
+			return fail(chMsg(fmt.Sprintf("Failed to parse %s: %v", f.name, err)))
 		}
 	}
 	if st.Format != stateFormat || mem.Format != memoryFormat {

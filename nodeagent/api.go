@@ -45,6 +45,8 @@ type VMView struct {
 	Generation int64  `json:"generation"`
 	Deleted    bool   `json:"deleted,omitempty"` // a DELETE was accepted and is in progress
 	Status     Status `json:"status"`
+	Op         string `json:"op,omitempty"`   // operation owed or in flight (create|wake|hibernate|delete)
+	Step       string `json:"step,omitempty"` // last durable step of Op
 }
 
 // APIError is the JSON body of every 4xx/5xx answer.

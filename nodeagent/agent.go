@@ -1,0 +1,200 @@
+// Package nodeagent is the bundled node agent: it keeps durable VM intents
+// (create, hibernate, wake, delete) received over an HTTP API on a unix
+// socket, drives vmctl as child processes to reach them, and converges by
+// itself after any crash or stop (ARCHITECTURE §6, seed 001).
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/vmchaos/vmchaos/durable"
+	"github.com/vmchaos/vmchaos/failpoint"
+	"golang.org/x/sys/unix"
+)
+
+// Files inside the state dir.
+const (
+	SocketName      = "agent.sock"
+	MetricsAddrName = "metrics.addr"
+	lockName        = "agent.lock"
+)
+
+// Agent is one running node agent.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *store
+	metrics  *metrics
+	children *childSet
+
+	mu      sync.Mutex
+	workers map[string]*worker
+	claims  map[string]bool   // names whose resumed operation is in flight
+	busy    map[string]bool   // VM ids the startup verb answered busy for
+	listed  map[string]string // VM id → state in the startup listing
+	died    map[string]bool   // names whose VM the watcher saw die
+
+	wg     sync.WaitGroup
+	ctx    context.Context // lifecycle context: cancelled by SIGINT/SIGTERM
+	watchN float64         // vm status -n, unscaled seconds
+}
+
+// childSet tracks in-flight vmctl children (for logs and for tests).
+type childSet struct {
+	mu sync.Mutex
+	m  map[int][]string
+}
+
+func (c *childSet) add(pid int, argv []string) {
+	c.mu.Lock()
+	c.m[pid] = argv
+	c.mu.Unlock()
+}
+
+func (c *childSet) remove(pid int) {
+	c.mu.Lock()
+	delete(c.m, pid)
+	c.mu.Unlock()
+}
+
+func (c *childSet) pids() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]int, 0, len(c.m))
+	for p := range c.m {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Run runs the agent until ctx ends (SIGINT/SIGTERM in the command). It
+// returns nil after a clean shutdown.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	watchN := cfg.WatchInterval.Seconds() // vmctl scales -n itself
+	cfg = cfg.Scaled()
+	for _, d := range []string{cfg.StateDir, cfg.RegistryDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("nodeagent: %w", err)
+		}
+	}
+	// One agent per state dir: two would race on every marker. The lock file
+	// is never deleted, and the kernel frees the lock when we die.
+	lf, err := os.OpenFile(filepath.Join(cfg.StateDir, lockName), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("nodeagent: %w", err)
+	}
+	defer lf.Close()
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("nodeagent: another nodeagent holds %s: %w", cfg.StateDir, err)
+	}
+	st, err := openStore(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	m, err := newMetrics(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	a := &Agent{cfg: cfg, log: log, store: st, metrics: m, children: &childSet{m: map[int][]string{}},
+		workers: map[string]*worker{}, claims: map[string]bool{}, busy: map[string]bool{},
+		listed: map[string]string{}, died: map[string]bool{}, ctx: ctx, watchN: watchN}
+	if err := failpoint.Hit(ctx, "agent.started", nil); err != nil {
+		return fmt.Errorf("nodeagent: %w", err)
+	}
+	log.Info("nodeagent started", "pid", os.Getpid(), "state_dir", cfg.StateDir, "vmctl", cfg.VMCtl, "intents", len(st.names()))
+
+	var servers []*http.Server
+	defer func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+	}()
+	if cfg.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("nodeagent: metrics listener: %w", err)
+		}
+		if err := durable.WriteFile(filepath.Join(cfg.StateDir, MetricsAddrName), []byte(ln.Addr().String()+"\n"), 0o644); err != nil {
+			ln.Close()
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m)
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		go func() { _ = srv.Serve(ln) }()
+	}
+
+	sem := make(chan struct{}, cfg.StartupFanout)
+	if err := a.startup(ctx, sem); err != nil {
+		if ctx.Err() != nil {
+			return a.shutdown()
+		}
+		return err
+	}
+	if err := failpoint.Hit(ctx, "agent.startup.reconciled", nil); err != nil {
+		return fmt.Errorf("nodeagent: %w", err)
+	}
+
+	sock := filepath.Join(cfg.StateDir, SocketName)
+	_ = os.Remove(sock) // left by a killed predecessor; we hold the state-dir lock
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("nodeagent: api listener: %w", err)
+	}
+	srv := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
+	servers = append(servers, srv)
+	go func() { _ = srv.Serve(ln) }()
+
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.watch(ctx)
+	}()
+
+	if ok, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.Warn("sd_notify READY failed", "err", err)
+	} else if ok {
+		log.Info("sd_notify READY=1 sent")
+	}
+	log.Info("nodeagent serving", "socket", sock)
+	<-ctx.Done()
+	log.Info("nodeagent stopping", "in_flight_children", a.children.pids())
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	for _, s := range servers {
+		_ = s.Close()
+	}
+	_ = os.Remove(sock)
+	return a.shutdown()
+}
+
+// shutdown waits (bounded) for workers: their children were killed by the
+// cancelled lifecycle context, and their markers stay as written so the next
+// start resumes the owed work.
+func (a *Agent) shutdown() error {
+	done := make(chan struct{})
+	go func() {
+		a.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(a.cfg.ShutdownGrace):
+		a.log.Warn("workers did not stop within the grace period", "children", a.children.pids())
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package nodeagent
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/vmchaos/vmchaos/timescale"
+)
+
+// Config holds every tunable of the agent. Durations are given at time scale 1
+// and scaled by VMCHAOS_TIME_SCALE when the agent starts (Scaled), so a fast
+// suite keeps the shape of every window.
+type Config struct {
+	StateDir    string // agent.sock, intents, status markers, metrics
+	VMCtl       string // manager binary
+	RegistryDir string // local registry: hibernate snapshots pushed/pulled here
+	MetricsAddr string // "" disables the metrics listener
+	NICs        int    // NICs a clone or wake gets
+
+	StartupFanout    int           // bounded fan-out of resumed work at startup
+	BusyCreateBudget time.Duration // how long a busy creating record is watched
+	BusyCreateTick   time.Duration // first tick of the busy-create watch backoff
+	RetryBase        time.Duration // first backoff of a failed intent
+	RetryMax         time.Duration // backoff cap
+	RetryAttempts    int           // automatic retries per generation before parking
+	LeaseWait        time.Duration // how long a lease-held snapshot rm is retried
+	WatchInterval    time.Duration // vm status -n of the watcher child
+	ReadyBudget      time.Duration // post-clone readiness budget (guest exec retries)
+	ReadyTick        time.Duration // interval between readiness probes
+	ShutdownGrace    time.Duration // how long SIGTERM waits for workers to unwind
+}
+
+// DefaultConfig returns the documented defaults (scale 1).
+func DefaultConfig() Config {
+	return Config{
+		NICs:             1,
+		StartupFanout:    8,
+		BusyCreateBudget: 10 * time.Minute,
+		BusyCreateTick:   time.Second,
+		RetryBase:        2 * time.Second,
+		RetryMax:         time.Minute,
+		RetryAttempts:    5,
+		LeaseWait:        30 * time.Second,
+		WatchInterval:    time.Second,
+		ReadyBudget:      2 * time.Minute,
+		ReadyTick:        500 * time.Millisecond,
+		ShutdownGrace:    5 * time.Second,
+	}
+}
+
+// Scaled returns c with every timer multiplied by VMCHAOS_TIME_SCALE.
+func (c Config) Scaled() Config {
+	for _, d := range []*time.Duration{&c.BusyCreateBudget, &c.BusyCreateTick, &c.RetryBase, &c.RetryMax,
+		&c.LeaseWait, &c.WatchInterval, &c.ReadyBudget, &c.ReadyTick, &c.ShutdownGrace} {
+		*d = timescale.D(*d)
+		if *d < time.Millisecond {
+			*d = time.Millisecond
+		}
+	}
+	return c
+}
+
+// Validate checks the configuration before anything is started.
+func (c Config) Validate() error {
+	if c.StateDir == "" {
+		return fmt.Errorf("--state-dir is required")
+	}
+	if c.RegistryDir == "" {
+		return fmt.Errorf("--registry-dir is required")
+	}
+	if c.VMCtl == "" {
+		return fmt.Errorf("--vmctl is empty")
+	}
+	if c.StartupFanout < 1 {
+		return fmt.Errorf("--startup-fanout must be >= 1")
+	}
+	if c.RetryAttempts < 0 {
+		return fmt.Errorf("--retry-attempts must be >= 0")
+	}
+	if c.NICs < 1 {
+		return fmt.Errorf("--nics must be >= 1")
+	}
+	return nil
+}
+
+// DefaultVMCtl is the vmctl next to the running executable (the bundled
+// stack installs them side by side), else the one on PATH.
+func DefaultVMCtl() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "vmctl")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("vmctl"); err == nil {
+		return p
+	}
+	return "vmctl"
+}

@@ -1,0 +1,575 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/vmchaos/vmchaos/regress"
+	"github.com/vmchaos/vmchaos/vmctl"
+)
+
+// doCreate runs create (clone from the intent's snapshot) or wake (clone from
+// the VM's hibernate snapshot), resuming at the durable step.
+func (a *Agent) doCreate(ctx context.Context, rec *record) error {
+	name := rec.Name
+	isWake := rec.Op == opWake
+	reason := func(s string) string {
+		if isWake {
+			return "wake_" + s
+		}
+		return s
+	}
+	begin := "agent.create.begin"
+	if isWake {
+		begin = "agent.wake.begin"
+	}
+	if rec.Status.Lifecycle != LifecycleCreating || rec.Step == stepNone {
+		fresh := rec.Step == stepNone && rec.Status.Lifecycle != LifecycleCreating
+		var err error
+		rec, err = a.setStatus(name, func(r *record) {
+			r.Status.Lifecycle = LifecycleCreating
+			if r.Step == stepCloned && r.Status.PostClone == PostCloneDone {
+				r.Status.Message = "verifying the VM after it died"
+			} else {
+				r.Status.Message = ""
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if fresh || rec.Step == stepNone {
+			if err := hit(ctx, begin, name, reason("begin")); err != nil {
+				return err
+			}
+		}
+	}
+
+	// Never fresh-boot over a hibernate snapshot (seed 001 coverage gap): a
+	// create that finds hibernate evidence for its name becomes a wake, and a
+	// lookup that fails refuses the fresh boot.
+	if !isWake && rec.Step == stepNone && rec.Status.VMID == "" {
+		found, err := a.hibernateEvidence(ctx, name)
+		if err != nil {
+			return opErr("evidence", fmt.Errorf("hibernate evidence lookup for %s failed (refusing fresh boot): %w", name, err))
+		}
+		if found {
+			a.log.Warn("hibernate snapshot found for a fresh create; waking from it instead", "vm", name)
+			_, err := a.store.update(name, func(r *record) error { r.Op = opWake; return nil })
+			return err
+		}
+	}
+
+	if isWake && rec.Step == stepNone {
+		id, err := a.ensureLocalSnapshot(ctx, rec)
+		if err != nil {
+			return opErr("pull", err)
+		}
+		if rec, err = a.store.update(name, func(r *record) error {
+			r.SnapshotID, r.Step = id, stepPulled
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := hit(ctx, "agent.wake.pulled", name, "pull"); err != nil {
+			return err
+		}
+	}
+
+	if rec.Step == stepNone || rec.Step == stepPulled {
+		source := rec.Intent.Snapshot
+		if isWake {
+			source = rec.SnapshotID
+		}
+		vm, err := a.cloneOrAdopt(ctx, name, source)
+		if err != nil {
+			return opErr(reason("clone"), err)
+		}
+		if rec, err = a.setStatus(name, func(r *record) {
+			r.Status.VMID = vm.ID
+			r.Status.Address = vm.GuestAddress()
+			r.Status.PostClone = PostCloneRunning
+			r.Step = stepCloned
+			r.NICDropped = false
+		}); err != nil {
+			return err
+		}
+		point := "agent.create.cloned"
+		if isWake {
+			point = "agent.wake.cloned"
+		}
+		if err := hit(ctx, point, name, reason("clone")); err != nil {
+			return err
+		}
+	}
+	if rec.Deleted {
+		return nil // the delete takes over; advance dispatches it
+	}
+
+	// Step cloned: the bound VM must be running before readiness.
+	vm, err := a.ensureRunning(ctx, name, rec.Status.VMID)
+	if err != nil {
+		return opErr(reason("start"), err)
+	}
+	if vm == nil {
+		// The bound VM is gone: clone again from the step before.
+		back := stepNone
+		if isWake {
+			back = stepPulled
+		}
+		a.log.Warn("bound VM is gone; cloning again", "vm", name, "id", rec.Status.VMID)
+		_, err := a.setStatus(name, func(r *record) {
+			r.Status.VMID, r.Status.Address, r.Status.PostClone, r.Step = "", "", "", back
+		})
+		return err
+	}
+	// Readiness is checked on every pass through this step, even with a
+	// post_clone done marker: the marker belongs to one VM incarnation, and a
+	// VM that was restarted since is a new one.
+	if rec.Status.PostClone != PostCloneRunning {
+		if _, err := a.setStatus(name, func(r *record) { r.Status.PostClone = PostCloneRunning }); err != nil {
+			return err
+		}
+	}
+	if err := a.waitReady(ctx, name, vm.ID); err != nil {
+		_, _ = a.setStatus(name, func(r *record) { r.Status.PostClone = PostCloneFailed })
+		return opErr(reason("post_clone"), err)
+	}
+	if rec, err = a.setStatus(name, func(r *record) {
+		r.Status.PostClone = PostCloneDone
+		r.Status.Address = vm.GuestAddress()
+	}); err != nil {
+		return err
+	}
+	if isWake {
+		// The hibernate snapshot has served its purpose; keeping it would
+		// make a later re-create of this name restore stale memory.
+		if err := a.dropHibernateSnapshot(ctx, name, rec.SnapshotID); err != nil {
+			return opErr("wake_cleanup", err)
+		}
+	}
+	if _, err = a.setStatus(name, func(r *record) {
+		r.Status.Lifecycle = LifecycleReady
+		r.Status.Message = ""
+		r.Status.FailedAttempts, r.Status.FailedReason = 0, ""
+		if r.goal() == LifecycleReady {
+			r.Status.ObservedGeneration = r.Generation
+		}
+		r.Op, r.Step, r.SnapshotID = "", "", ""
+	}); err != nil {
+		return err
+	}
+	if isWake {
+		a.metrics.inc(mWake, "ok")
+		return hit(ctx, "agent.wake.ready", name, "wake_ready")
+	}
+	return hit(ctx, "agent.create.ready", name, "ready")
+}
+
+// cloneOrAdopt returns the running VM named name, cloning it from source if
+// no VM holds the name. A creating record is resolved through
+// reconcile-stale-create (never a blocking rm: seed 002).
+func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*vmctl.VM, error) {
+	var lastErr error
+	for i := 0; i < 6; i++ {
+		vm, err := a.inspectVM(ctx, name, name)
+		if err != nil {
+			return nil, err
+		}
+		if vm != nil {
+			switch vm.State {
+			case vmctl.StateRunning:
+				a.log.Info("adopting running VM", "vm", name, "id", vm.ID)
+				return vm, nil
+			case vmctl.StateStopped, vmctl.StateStale:
+				if _, err := a.vmctl(ctx, name, "vm", "start", vm.ID); err != nil {
+					return nil, err
+				}
+				continue
+			case vmctl.StateCreating:
+				adopted, err := a.watchStaleCreate(ctx, name, vm.ID)
+				if err != nil {
+					return nil, err
+				}
+				if adopted != nil {
+					return adopted, nil
+				}
+				continue
+			default: // created (never started) or error: not worth adopting
+				if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", vm.ID); err != nil && !isNotFound(err) {
+					return nil, err
+				}
+				continue
+			}
+		}
+		_, err = a.vmctl(ctx, name, "vm", "clone", "--name", name, "--nics", strconv.Itoa(a.cfg.NICs), source)
+		if err == nil {
+			vm, err := a.inspectVM(ctx, name, name)
+			if err != nil {
+				return nil, err
+			}
+			if vm == nil {
+				return nil, fmt.Errorf("vm clone %s: committed VM not found", name)
+			}
+			return vm, nil
+		}
+		if _, held := ParseVMNameHolder(childMessage(err)); held {
+			lastErr = err
+			continue // someone holds the name: look at the holder again
+		}
+		return nil, err
+	}
+	return nil, fmt.Errorf("vm name %s still held after repeated attempts: %w", name, lastErr)
+}
+
+// watchStaleCreate resolves a creating record: it re-invokes
+// reconcile-stale-create on every tick of a backoff until the verb says the
+// owner is gone (collected/not-found), and adopts a record that reaches
+// running whatever the verb answers. Only the verb can tell "owner alive" from
+// "owner died" (seed 001 #1). It gives up only at --busy-create-budget.
+func (a *Agent) watchStaleCreate(ctx context.Context, name, id string) (*vmctl.VM, error) {
+	deadline := time.Now().Add(a.cfg.BusyCreateBudget)
+	tick := a.cfg.BusyCreateTick
+	a.mu.Lock()
+	verbRan := a.busy[id]
+	a.mu.Unlock()
+	// watch-busy-inspect-only: the historical watcher ran the verb once and
+	// then only inspected the record.
+	inspectOnly := regress.On("watch-busy-inspect-only")
+	for {
+		if !inspectOnly || !verbRan {
+			outcome, err := a.reconcileStaleCreate(ctx, name, id)
+			verbRan = true
+			if err != nil {
+				return nil, err
+			}
+			a.log.Info("reconcile-stale-create", "vm", name, "id", id, "outcome", outcome)
+			if outcome == vmctl.OutcomeCollected || outcome == vmctl.OutcomeNotFound {
+				return nil, nil
+			}
+		}
+		vm, err := a.inspectVM(ctx, name, id)
+		if err != nil {
+			return nil, err
+		}
+		if vm == nil {
+			return nil, nil
+		}
+		if vm.State == vmctl.StateRunning {
+			a.log.Info("in-flight create committed; adopting", "vm", name, "id", id)
+			return vm, nil
+		}
+		if vm.State != vmctl.StateCreating {
+			return nil, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("vm %s (%s) did not leave creating within %v; giving up", name, id, a.cfg.BusyCreateBudget)
+		}
+		if err := sleep(ctx, tick); err != nil {
+			return nil, err
+		}
+		if tick *= 2; tick > 8*a.cfg.BusyCreateTick {
+			tick = 8 * a.cfg.BusyCreateTick
+		}
+	}
+}
+
+// ensureRunning returns the VM id running (starting it if stopped), or nil
+// when the VM no longer exists.
+func (a *Agent) ensureRunning(ctx context.Context, name, id string) (*vmctl.VM, error) {
+	if id == "" {
+		return nil, nil
+	}
+	for i := 0; i < 3; i++ {
+		vm, err := a.inspectVM(ctx, name, id)
+		if err != nil || vm == nil {
+			return nil, err
+		}
+		switch vm.State {
+		case vmctl.StateRunning:
+			return vm, nil
+		case vmctl.StateCreating:
+			adopted, err := a.watchStaleCreate(ctx, name, id)
+			if err != nil || adopted == nil {
+				return nil, err
+			}
+			return adopted, nil
+		default:
+			a.log.Warn("bound VM is not running; starting it", "vm", name, "id", id, "state", vm.State)
+			if _, err := a.vmctl(ctx, name, "vm", "start", id); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return nil, fmt.Errorf("vm %s (%s) did not reach running after vm start", name, id)
+}
+
+// guestExec runs argv in the guest, retrying until the readiness budget: the
+// guest may still be booting or restoring.
+func (a *Agent) guestExec(ctx context.Context, name, id string, argv ...string) error {
+	deadline := time.Now().Add(a.cfg.ReadyBudget)
+	args := append([]string{"vm", "exec", id, "--"}, argv...)
+	for {
+		_, err := a.vmctl(ctx, name, args...)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("guest %v on %s not done within %v: %w", argv, id, a.cfg.ReadyBudget, err)
+		}
+		if err := sleep(ctx, a.cfg.ReadyTick); err != nil {
+			return err
+		}
+	}
+}
+
+// waitReady is the post-clone readiness check: the guest answers a command.
+func (a *Agent) waitReady(ctx context.Context, name, id string) error {
+	return a.guestExec(ctx, name, id, "hostname")
+}
+
+// doHibernate: DHCP release, NIC drop, snapshot save (with name-held
+// recovery), push, clear id, vm rm. The DHCP release runs first because after
+// the NIC drop the guest is unreachable over SSH.
+func (a *Agent) doHibernate(ctx context.Context, rec *record, resumed bool) error {
+	name := rec.Name
+	if rec.Status.Lifecycle != LifecycleHibernating {
+		fromReady := rec.Status.Lifecycle == LifecycleReady
+		var err error
+		if rec, err = a.setStatus(name, func(r *record) {
+			r.Status.Lifecycle = LifecycleHibernating
+			r.Status.Message = ""
+		}); err != nil {
+			return err
+		}
+		if fromReady || rec.Step == stepNone {
+			a.metrics.inc(mHibernate, "start", "ok")
+			if err := hit(ctx, "agent.hibernate.begin", name, "hibernate_begin"); err != nil {
+				return err
+			}
+		}
+	}
+	vmID := rec.Status.VMID
+	order := hibernateOrder[rec.Step]
+	if order < hibernateOrder[stepSaved] {
+		if vmID == "" {
+			return opErr("hibernate_begin", fmt.Errorf("hibernate %s: no VM bound", name))
+		}
+		// A resumed (or retried) hibernate boots the VM first: start is
+		// idempotent and converges a crashed VMM, so gating it on a stored
+		// state buys nothing and a state that lies strands the VM (seed 001 #4).
+		needStart := resumed || rec.Status.FailedAttempts > 0
+		if regress.On("resume-start-gated-on-listed-state") {
+			a.mu.Lock()
+			listed := a.listed[vmID]
+			a.mu.Unlock()
+			needStart = needStart && listed == vmctl.StateStopped
+		}
+		if needStart {
+			if _, err := a.vmctl(ctx, name, "vm", "start", vmID); err != nil {
+				a.metrics.inc(mHibernate, "start", "failed")
+				return opErr("start", err)
+			}
+		}
+		if order < hibernateOrder[stepDHCPReleased] {
+			if err := a.guestExec(ctx, name, vmID, "dhclient", "-r"); err != nil {
+				a.metrics.inc(mHibernate, "dhcp_release", "failed")
+				return opErr("dhcp_release", err)
+			}
+			a.metrics.inc(mHibernate, "dhcp_release", "ok")
+			if _, err := a.store.update(name, func(r *record) error { r.Step = stepDHCPReleased; return nil }); err != nil {
+				return err
+			}
+			if err := hit(ctx, "agent.hibernate.dhcp-released", name, "dhcp_release"); err != nil {
+				return err
+			}
+		}
+		if order < hibernateOrder[stepNICDropped] {
+			if _, err := a.vmctl(ctx, name, "vm", "net", vmID, "--nics", "0"); err != nil {
+				a.metrics.inc(mHibernate, "netresize", "failed")
+				return opErr("netresize", err)
+			}
+			a.metrics.inc(mHibernate, "netresize", "ok")
+			if _, err := a.setStatus(name, func(r *record) {
+				r.Step, r.NICDropped, r.Status.Address = stepNICDropped, true, ""
+			}); err != nil {
+				return err
+			}
+			if err := hit(ctx, "agent.hibernate.nic-dropped", name, "netresize"); err != nil {
+				return err
+			}
+		}
+		id, err := a.saveSnapshot(ctx, name, vmID)
+		if err != nil {
+			a.metrics.inc(mHibernate, "snapshot", "failed")
+			return opErr("snapshot", err)
+		}
+		a.metrics.inc(mHibernate, "snapshot", "ok")
+		if rec, err = a.store.update(name, func(r *record) error {
+			r.SnapshotID, r.Step = id, stepSaved
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := hit(ctx, "agent.hibernate.saved", name, "snapshot"); err != nil {
+			return err
+		}
+	}
+	if hibernateOrder[rec.Step] < hibernateOrder[stepPushed] {
+		if err := a.push(ctx, name, rec.SnapshotID); err != nil {
+			a.metrics.inc(mHibernate, "push", "failed")
+			return opErr("push", err)
+		}
+		a.metrics.inc(mHibernate, "push", "ok")
+		var err error
+		if rec, err = a.store.update(name, func(r *record) error { r.Step = stepPushed; return nil }); err != nil {
+			return err
+		}
+		if err := hit(ctx, "agent.hibernate.pushed", name, "push"); err != nil {
+			return err
+		}
+	}
+	if hibernateOrder[rec.Step] < hibernateOrder[stepRemoved] {
+		// Clear the id first: from here on the status never points at a VM
+		// that is about to disappear; RemoveVMID remembers what to remove.
+		var err error
+		if rec, err = a.setStatus(name, func(r *record) {
+			if r.Status.VMID != "" {
+				r.RemoveVMID = r.Status.VMID
+			}
+			r.Status.VMID, r.Status.Address, r.Status.PostClone = "", "", ""
+		}); err != nil {
+			return err
+		}
+		if err := a.removeVM(ctx, name, rec.RemoveVMID); err != nil {
+			a.metrics.inc(mHibernate, "remove", "failed")
+			return opErr("remove", err)
+		}
+		a.metrics.inc(mHibernate, "remove", "ok")
+		if _, err := a.store.update(name, func(r *record) error { r.Step, r.RemoveVMID = stepRemoved, ""; return nil }); err != nil {
+			return err
+		}
+		if err := hit(ctx, "agent.hibernate.removed", name, "remove"); err != nil {
+			return err
+		}
+	}
+	// hibernated is written only here: the snapshot is saved and pushed and
+	// the VM is gone, so it is never reported while an unsaved VM is alive.
+	if _, err := a.setStatus(name, func(r *record) {
+		r.Status.Lifecycle = LifecycleHibernated
+		r.Status.Message = ""
+		r.Status.FailedAttempts, r.Status.FailedReason = 0, ""
+		if r.goal() == LifecycleHibernated {
+			r.Status.ObservedGeneration = r.Generation
+		}
+		r.Op, r.Step, r.NICDropped = "", "", false
+	}); err != nil {
+		return err
+	}
+	return hit(ctx, "agent.hibernate.done", name, "hibernate_done")
+}
+
+// removeVM removes the VM by id and whatever VM still holds the name.
+func (a *Agent) removeVM(ctx context.Context, name, id string) error {
+	if id != "" {
+		if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", id); err != nil && !isNotFound(err) {
+			return err
+		}
+	}
+	vm, err := a.inspectVM(ctx, name, name)
+	if err != nil || vm == nil {
+		return err
+	}
+	if vm.State == vmctl.StateCreating {
+		adopted, err := a.watchStaleCreate(ctx, name, vm.ID)
+		if err != nil || adopted == nil {
+			return err
+		}
+	}
+	if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", vm.ID); err != nil && !isNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// doUnhibernate brings a VM whose hibernate was not saved yet back to ready
+// when the intent flipped back: boot it, give it its NICs back, wait ready.
+func (a *Agent) doUnhibernate(ctx context.Context, rec *record) error {
+	name, vmID := rec.Name, rec.Status.VMID
+	if vmID == "" {
+		_, err := a.store.update(name, func(r *record) error { r.Op, r.Step = opCreate, stepNone; return nil })
+		return err
+	}
+	if _, err := a.vmctl(ctx, name, "vm", "start", vmID); err != nil {
+		return opErr("start", err)
+	}
+	if rec.NICDropped {
+		if _, err := a.vmctl(ctx, name, "vm", "net", vmID, "--nics", strconv.Itoa(a.cfg.NICs)); err != nil {
+			return opErr("netresize", err)
+		}
+		if _, err := a.store.update(name, func(r *record) error { r.NICDropped = false; return nil }); err != nil {
+			return err
+		}
+	}
+	// From here it is a create resumed at its readiness step.
+	_, err := a.setStatus(name, func(r *record) {
+		r.Op, r.Step = opCreate, stepCloned
+		r.Status.PostClone = PostCloneRunning
+	})
+	return err
+}
+
+// doDelete: vm rm --force, snapshot rm of the hibernate snapshot, registry
+// entry removed, intent forgotten. Unrelated snapshots are never touched.
+func (a *Agent) doDelete(ctx context.Context, rec *record) error {
+	name := rec.Name
+	if rec.Op != opDelete || rec.Status.Lifecycle != LifecycleDeleting {
+		fresh := rec.Op != opDelete
+		var err error
+		if rec, err = a.setStatus(name, func(r *record) {
+			if r.Op != opDelete {
+				r.Op, r.Step = opDelete, stepNone
+			}
+			r.Status.Lifecycle = LifecycleDeleting
+			r.Status.Message = ""
+		}); err != nil {
+			return err
+		}
+		if fresh {
+			if err := hit(ctx, "agent.delete.begin", name, "delete_begin"); err != nil {
+				return err
+			}
+		}
+	}
+	if rec.Step != stepRemoved {
+		id := rec.Status.VMID
+		if id == "" {
+			id = rec.RemoveVMID
+		}
+		if err := a.removeVM(ctx, name, id); err != nil {
+			return opErr("delete_rm", err)
+		}
+		if _, err := a.setStatus(name, func(r *record) {
+			r.Step, r.Status.VMID, r.Status.Address, r.RemoveVMID = stepRemoved, "", "", ""
+		}); err != nil {
+			return err
+		}
+		if err := hit(ctx, "agent.delete.removed", name, "delete_rm"); err != nil {
+			return err
+		}
+	}
+	if err := a.dropHibernateSnapshot(ctx, name, rec.SnapshotID); err != nil {
+		return opErr("delete_snapshot", err)
+	}
+	if err := a.store.forget(name); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	delete(a.died, name)
+	a.mu.Unlock()
+	return hit(ctx, "agent.delete.done", name, "delete_done")
+}

@@ -1,0 +1,242 @@
+package nodeagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// maxBody bounds an intent body; real ones are tiny.
+const maxBody = 64 << 10
+
+// MsgResumeInFlight is the 409 a change gets while a resumed operation on the
+// same VM is in flight (seed 001, "resume claim mutual exclusion").
+const MsgResumeInFlight = "resumed operation still in flight for %s"
+
+func (a *Agent) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/vms", a.handleList)
+	mux.HandleFunc("GET /v1/vms/{name}", a.handleGet)
+	mux.HandleFunc("PUT /v1/vms/{name}", a.handlePut)
+	mux.HandleFunc("DELETE /v1/vms/{name}", a.handleDelete)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return methodGuard(mux)
+}
+
+// methodGuard answers JSON for a known path with an unsupported method.
+func methodGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusPeek{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+	})
+}
+
+type statusPeek struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (s *statusPeek) WriteHeader(code int) {
+	if code == http.StatusMethodNotAllowed && !s.wrote {
+		s.wrote = true
+		s.Header().Set("Content-Type", "application/json")
+		s.ResponseWriter.WriteHeader(code)
+		_ = json.NewEncoder(s.ResponseWriter).Encode(APIError{Error: "method not allowed"})
+		return
+	}
+	s.wrote = true
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusPeek) Write(b []byte) (int, error) {
+	if s.wrote && s.Header().Get("Content-Type") == "application/json" && bytes.HasPrefix(b, []byte("Method Not Allowed")) {
+		return len(b), nil // the mux's plain-text body after our JSON one
+	}
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, APIError{Error: msg})
+}
+
+func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
+	out := []VMView{}
+	for _, n := range a.store.names() {
+		if rec := a.store.get(n); rec != nil {
+			out = append(out, rec.view())
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Agent) handleGet(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := ValidName(name); err != nil {
+		writeErr(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rec := a.store.get(name)
+	if rec == nil {
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("unknown vm %q", name))
+		return
+	}
+	writeJSON(w, http.StatusOK, rec.view())
+}
+
+// DecodeIntent parses and validates a PUT body.
+func DecodeIntent(body []byte) (Intent, error) {
+	var in Intent
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return in, fmt.Errorf("bad JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return in, errors.New("bad JSON: trailing data after the intent object")
+	}
+	if in.Snapshot == "" {
+		return in, errors.New(`bad intent: "snapshot" (the source snapshot id or name) is required`)
+	}
+	return in, nil
+}
+
+// Conflicts of a PUT with the current record (documented in docs/nodeagent.md).
+func conflict(name string, cur *record, in Intent) string {
+	if cur == nil {
+		if in.Hibernate {
+			return fmt.Sprintf("vm %s does not exist: create it with hibernate=false first, then hibernate it once it is ready", name)
+		}
+		return ""
+	}
+	if cur.Deleted {
+		return fmt.Sprintf("vm %s is being deleted; PUT it again after the delete finished", name)
+	}
+	if in.Snapshot != cur.Intent.Snapshot {
+		return fmt.Sprintf("vm %s was created from snapshot %q; the source cannot change (delete and recreate it)", name, cur.Intent.Snapshot)
+	}
+	if in.Hibernate && !cur.Intent.Hibernate {
+		creating := cur.Op == opCreate || cur.Op == opWake || cur.Status.Lifecycle == "" || cur.Status.Lifecycle == LifecycleCreating
+		if creating {
+			return fmt.Sprintf("vm %s is not ready yet (lifecycle %q, op %q): hibernate it once it is ready", name, cur.Status.Lifecycle, cur.Op)
+		}
+	}
+	return ""
+}
+
+func (a *Agent) handlePut(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := ValidName(name); err != nil {
+		writeErr(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "reading body: "+err.Error())
+		return
+	}
+	if len(body) > maxBody {
+		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("intent body larger than %d bytes", maxBody))
+		return
+	}
+	in, err := DecodeIntent(body)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if in.Snapshot == name {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad intent: source snapshot %q has the VM's own name, which is reserved for its hibernate snapshot", name))
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cur := a.store.get(name)
+	if msg := conflict(name, cur, in); msg != "" {
+		writeErr(w, http.StatusConflict, msg)
+		return
+	}
+	if cur != nil && cur.Intent == in && cur.Status.Lifecycle != LifecycleFailed {
+		writeJSON(w, http.StatusOK, cur.view()) // no change, no new generation
+		return
+	}
+	if cur != nil && a.claims[name] {
+		writeErr(w, http.StatusConflict, fmt.Sprintf(MsgResumeInFlight, name))
+		return
+	}
+	code := http.StatusOK
+	var rec *record
+	if cur == nil {
+		rec = &record{Name: name, Intent: in, Generation: 1, Status: Status{UpdatedAt: time.Now().UTC()}}
+		err = a.store.put(rec)
+		code = http.StatusCreated
+	} else {
+		// A new generation always resets the automatic-retry count: this
+		// is the operator's way out of a parked failed (seed 001 #5).
+		rec, err = a.store.update(name, func(r *record) error {
+			r.Intent = in
+			r.Generation++
+			r.Status.FailedAttempts = 0
+			if r.Status.Lifecycle == LifecycleFailed {
+				r.Status.Message = "retrying on a new intent generation"
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	a.kickLocked(a.baseCtx(r), name, false, nil)
+	writeJSON(w, code, rec.view())
+}
+
+func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := ValidName(name); err != nil {
+		writeErr(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cur := a.store.get(name)
+	if cur == nil {
+		writeErr(w, http.StatusNotFound, fmt.Sprintf("unknown vm %q", name))
+		return
+	}
+	if cur.Deleted {
+		writeJSON(w, http.StatusAccepted, cur.view())
+		return
+	}
+	if a.claims[name] {
+		writeErr(w, http.StatusConflict, fmt.Sprintf(MsgResumeInFlight, name))
+		return
+	}
+	rec, err := a.store.update(name, func(r *record) error {
+		r.Deleted = true
+		r.Generation++
+		r.Status.FailedAttempts = 0
+		return nil
+	})
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	a.kickLocked(a.baseCtx(r), name, false, nil)
+	writeJSON(w, http.StatusAccepted, rec.view())
+}
+
+// baseCtx is the lifecycle context workers run on (not the request's).
+func (a *Agent) baseCtx(*http.Request) context.Context { return a.ctx }

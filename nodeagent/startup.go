@@ -1,0 +1,131 @@
+package nodeagent
+
+import (
+	"context"
+	"time"
+
+	"github.com/vmchaos/vmchaos/vmctl"
+)
+
+// startup converges after a restart, in the order of ARCHITECTURE §6:
+// list VMs; reconcile every creating record with reconcile-stale-create
+// (collected/not-found dropped, busy watched by the owning worker); adopt VMs
+// by id/name; derive owed work from the durable markers only and dispatch it
+// with a bounded fan-out under resume claims.
+func (a *Agent) startup(ctx context.Context, sem chan struct{}) error {
+	var vms []vmctl.VM
+	var err error
+	for i := 0; i < 3; i++ {
+		if vms, err = a.listVMs(ctx); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		a.log.Warn("startup: vm list failed; retrying", "err", err)
+		if err := sleep(ctx, a.cfg.ReadyTick); err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		// Workers inspect by name themselves; a broken listing only loses
+		// the adoption shortcut, never an intent.
+		a.log.Error("startup: vm list failed; continuing without a listing", "err", err)
+	}
+	names := map[string]bool{}
+	for _, n := range a.store.names() {
+		names[n] = true
+	}
+	for _, vm := range vms {
+		a.mu.Lock()
+		a.listed[vm.ID] = vm.State
+		a.mu.Unlock()
+		if vm.State != vmctl.StateCreating {
+			if !names[vm.Name] {
+				a.metrics.orphan(vm.ID)
+				a.log.Warn("startup: VM owned by no intent (left alone)", "vm", vm.Name, "id", vm.ID)
+			}
+			continue
+		}
+		outcome, err := a.reconcileStaleCreate(ctx, vm.Name, vm.ID)
+		if err != nil {
+			a.log.Error("startup: reconcile-stale-create failed", "vm", vm.Name, "id", vm.ID, "err", err)
+			continue
+		}
+		a.log.Info("startup: reconcile-stale-create", "vm", vm.Name, "id", vm.ID, "outcome", outcome)
+		if outcome == vmctl.OutcomeBusy {
+			a.mu.Lock()
+			a.busy[vm.ID] = true
+			a.mu.Unlock()
+			if !names[vm.Name] {
+				// Nobody here owns it; still watch it so a dead owner's
+				// placeholder does not hold the name forever.
+				a.wg.Add(1)
+				go func(name, id string) {
+					defer a.wg.Done()
+					if _, err := a.watchStaleCreate(ctx, name, id); err != nil && ctx.Err() == nil {
+						a.log.Warn("startup: unowned creating record", "vm", name, "id", id, "err", err)
+					}
+				}(vm.Name, vm.ID)
+			}
+		}
+	}
+	byName := map[string]vmctl.VM{}
+	for _, vm := range vms {
+		byName[vm.Name] = vm
+	}
+	start := time.Now()
+	dispatched := 0
+	for _, n := range a.store.names() {
+		rec := a.store.get(n)
+		if rec == nil {
+			continue
+		}
+		if vm, ok := byName[n]; ok && rec.Status.VMID != "" && vm.ID != rec.Status.VMID {
+			a.log.Warn("startup: the VM holding the name is not the bound one", "vm", n, "bound", rec.Status.VMID, "found", vm.ID)
+		}
+		op := resumeOp(rec)
+		if op != "" {
+			a.metrics.inc(mStartup, op)
+			a.log.Warn("startup: resuming interrupted operation", "vm", n, "op", op, "lifecycle", rec.Status.Lifecycle, "step", rec.Step)
+			dispatched++
+		}
+		a.kick(ctx, n, op != "", sem)
+	}
+	a.log.Info("startup: reconciled", "vms", len(vms), "intents", len(names), "resumed", dispatched, "took", time.Since(start))
+	return nil
+}
+
+// resumeOp names the owed work a record carries across a restart, or "" for
+// none (goal reached, or failed: that one is retried by the failed path).
+func resumeOp(r *record) string {
+	if r.Deleted {
+		return opDelete
+	}
+	if r.Status.Lifecycle == LifecycleFailed {
+		return ""
+	}
+	switch r.Op {
+	case opCreate, opWake:
+		switch r.Status.PostClone {
+		case PostCloneRunning:
+			return "post_clone"
+		case PostCloneDone:
+			if r.Step == stepCloned {
+				return "ready_wait"
+			}
+		}
+		return r.Op
+	case opHibernate:
+		return opHibernate
+	}
+	switch {
+	case r.Status.Lifecycle == "":
+		return opCreate
+	case r.goal() == LifecycleHibernated && r.Status.Lifecycle == LifecycleReady:
+		return opHibernate
+	case r.goal() == LifecycleReady && r.Status.Lifecycle == LifecycleHibernated:
+		return opWake
+	}
+	return ""
+}

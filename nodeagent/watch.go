@@ -1,0 +1,81 @@
+package nodeagent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/vmctl"
+)
+
+// watch runs `vm status --event --format json` as a long-lived child and
+// reacts to a VM that died: the owning worker re-inspects it and starts it.
+// The child is restarted if it exits.
+func (a *Agent) watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := a.watchOnce(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("watcher child ended", "err", err)
+		}
+		if sleep(ctx, a.cfg.WatchInterval+a.cfg.ReadyTick) != nil {
+			return
+		}
+	}
+}
+
+func (a *Agent) watchOnce(ctx context.Context) error {
+	secs := fmt.Sprintf("%g", a.watchN)
+	args := []string{"vm", "status", "--event", "--format", "json", "-n", secs}
+	cmd := exec.CommandContext(ctx, a.cfg.VMCtl, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = io.Discard // a pipe (Go copies it), so an orphan dies on EPIPE
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("watcher: %w", err)
+	}
+	pid := cmd.Process.Pid
+	a.children.add(pid, args)
+	_ = failpoint.Hit(ctx, "agent.child.exec", failpoint.Attrs{"child_pid": pid, "argv": append([]string{a.cfg.VMCtl}, args...)})
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64*1024), 4<<20)
+	for sc.Scan() {
+		var ev vmctl.StatusEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			continue // a non-JSON line (vmctl prints none; be tolerant)
+		}
+		a.onEvent(ctx, ev)
+	}
+	err = cmd.Wait()
+	a.children.remove(pid)
+	_ = failpoint.Hit(ctx, "agent.child.exit", failpoint.Attrs{"child_pid": pid, "code": cmd.ProcessState.ExitCode()})
+	return err
+}
+
+// onEvent kicks the worker of a ready VM that the event shows dead. VMs with
+// an operation in flight belong to that operation and are left alone.
+func (a *Agent) onEvent(ctx context.Context, ev vmctl.StatusEvent) {
+	rec := a.store.get(ev.VM.Name)
+	if rec == nil || rec.Op != "" || rec.Deleted || rec.Status.Lifecycle != LifecycleReady || rec.Status.VMID != ev.VM.ID {
+		return
+	}
+	dead := ev.Event == "DELETED"
+	switch ev.VM.State {
+	case vmctl.StateStopped, vmctl.StateStale, vmctl.StateError:
+		dead = true
+	}
+	if !dead {
+		return
+	}
+	a.log.Warn("watcher: VM died", "vm", rec.Name, "id", ev.VM.ID, "event", ev.Event, "state", ev.VM.State)
+	a.mu.Lock()
+	a.died[rec.Name] = true
+	a.mu.Unlock()
+	a.kick(ctx, rec.Name, false, nil)
+}

@@ -1,0 +1,371 @@
+package vmctl
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/fakech/guestimg"
+	"github.com/vmchaos/vmchaos/stackbin"
+	"golang.org/x/crypto/ssh"
+)
+
+// The end-to-end tests run the real vmctl and fakech binaries.
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// stackBin returns a dir holding vmctl and cloud-hypervisor (fakech). With
+// VMCHAOS_BIN set it is stackbin's; otherwise only the two binaries this
+// package needs are built, so a colleague's half-written cmd cannot break us.
+func stackBin(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if os.Getenv(stackbin.Env) != "" {
+			binDir, binErr = stackbin.Dir()
+			return
+		}
+		d, err := os.MkdirTemp("", "vmctl-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", d+"/", "./cmd/vmctl", "./cmd/fakech")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		b, err := os.ReadFile(filepath.Join(d, "fakech"))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(d, "cloud-hypervisor"), b, 0o755)
+		}
+		binDir, binErr = d, err
+	})
+	if binErr != nil {
+		t.Fatalf("stack binaries: %v", binErr)
+	}
+	return binDir
+}
+
+// stack is one vmctl store with its own root, run dir, address pool, guest
+// image and SSH key.
+type stack struct {
+	t     testing.TB
+	bin   string
+	root  string
+	key   string
+	image string
+	env   []string
+	ctl   string // failpoint control dir
+	m     *Manager
+}
+
+func randomPool() string {
+	a, _ := rand.Int(rand.Reader, big.NewInt(100))
+	b, _ := rand.Int(rand.Reader, big.NewInt(250))
+	return fmt.Sprintf("127.%d.%d.0/24", 100+a.Int64(), 1+b.Int64())
+}
+
+func newStack(t testing.TB, scale string, extraEnv ...string) *stack {
+	t.Helper()
+	s := &stack{t: t, bin: stackBin(t)}
+	d, err := os.MkdirTemp("", "vc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.root = filepath.Join(d, "root")
+	s.ctl = filepath.Join(d, "ctl")
+	if err := os.MkdirAll(s.ctl, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	blk, err := ssh.MarshalPrivateKey(priv, "vmctl test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.key = filepath.Join(d, "id_ed25519")
+	if err := os.WriteFile(s.key, pem.EncodeToMemory(blk), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := ssh.NewSignerFromKey(priv)
+	s.image = filepath.Join(d, "guest.img")
+	if _, err := guestimg.Build(s.image, guestimg.Options{AuthorizedKeys: []string{strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))}}); err != nil {
+		t.Fatal(err)
+	}
+	pool := randomPool()
+	s.env = append([]string{
+		"PATH=" + s.bin + ":" + os.Getenv("PATH"),
+		"VMCTL_ROOT_DIR=" + s.root,
+		"VMCTL_CH_BINARY=cloud-hypervisor",
+		"VMCTL_SSH_KEY=" + s.key,
+		"VMCTL_NET_POOL=" + pool,
+		"VMCHAOS_TIME_SCALE=" + scale,
+		"VMCHAOS_FAILPOINT_CTL=" + s.ctl,
+		"HOME=" + d,
+	}, extraEnv...)
+	s.m, err = New(Config{RootDir: s.root, CHBinary: filepath.Join(s.bin, "cloud-hypervisor"), NetPool: pool, Identity: s.key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Nothing of this stack may outlive the test: every VMM is found by
+		// its api.sock under our run dir and killed through a pidfd.
+		for id, pids := range s.m.findVMMs() {
+			for _, p := range pids {
+				_ = s.m.killVMM(context.Background(), p, id)
+			}
+		}
+		if !t.Failed() {
+			os.RemoveAll(d)
+		} else {
+			t.Logf("stack kept at %s", d)
+		}
+	})
+	return s
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+	signal         syscall.Signal
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d sig %v\nstdout: %s\nstderr: %s", r.code, r.signal, r.stdout, r.stderr)
+}
+
+func (s *stack) command(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(s.bin, "vmctl"), args...)
+	cmd.Env = append(append(os.Environ(), s.env...), env...)
+	return cmd
+}
+
+// run runs vmctl to completion with extra env.
+func (s *stack) runEnv(env []string, args ...string) result {
+	s.t.Helper()
+	cmd := s.command(env, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	r := result{stdout: o.String(), stderr: e.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		r.code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.signal = ws.Signal()
+		}
+	} else if err != nil {
+		s.t.Fatalf("vmctl %v: %v", args, err)
+	}
+	return r
+}
+
+func (s *stack) run(args ...string) result { s.t.Helper(); return s.runEnv(nil, args...) }
+
+// ok runs vmctl and requires exit 0, returning stdout.
+func (s *stack) ok(args ...string) string {
+	s.t.Helper()
+	r := s.run(args...)
+	if r.code != 0 || r.signal != 0 {
+		s.t.Fatalf("vmctl %s: %s", strings.Join(args, " "), r)
+	}
+	return r.stdout
+}
+
+// fails runs vmctl and requires exit 1 with "Error: " and want in stderr.
+func (s *stack) fails(want string, args ...string) result {
+	s.t.Helper()
+	r := s.run(args...)
+	if r.code != 1 || !strings.HasPrefix(r.stderr, "Error: ") && !strings.Contains(r.stderr, "\nError: ") || !strings.Contains(r.stderr, want) {
+		s.t.Fatalf("vmctl %s: want exit 1 with %q, got %s", strings.Join(args, " "), want, r)
+	}
+	return r
+}
+
+// background starts vmctl without waiting; the process is killed and reaped
+// at cleanup.
+func (s *stack) background(env []string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
+	s.t.Helper()
+	cmd := s.command(env, args...)
+	var o, e syncBuffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	return cmd, &o, &e
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.String()
+}
+
+func (s *stack) vm(ref string) *VM {
+	s.t.Helper()
+	var v VM
+	if err := json.Unmarshal([]byte(s.ok("vm", "inspect", ref, "-o", "json")), &v); err != nil {
+		s.t.Fatal(err)
+	}
+	return &v
+}
+
+func (s *stack) list() []VM {
+	s.t.Helper()
+	var vs []VM
+	if err := json.Unmarshal([]byte(s.ok("vm", "list", "-o", "json")), &vs); err != nil {
+		s.t.Fatal(err)
+	}
+	return vs
+}
+
+func (s *stack) snaps() []Snapshot {
+	s.t.Helper()
+	var ss []Snapshot
+	if err := json.Unmarshal([]byte(s.ok("snapshot", "list", "-o", "json")), &ss); err != nil {
+		s.t.Fatal(err)
+	}
+	return ss
+}
+
+// runVM boots a VM and waits until its guest answers over SSH.
+func (s *stack) runVM(name string) *VM {
+	s.t.Helper()
+	id := strings.TrimSpace(s.ok("vm", "run", "--name", name, s.image))
+	s.waitGuest(id)
+	return s.vm(id)
+}
+
+// waitGuest retries `vm exec hostname` until the guest's sshd answers.
+func (s *stack) waitGuest(ref string) {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := s.run("vm", "exec", ref, "--", "hostname")
+		if r.code == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("guest %s never answered: %s", ref, r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// check requires `vmctl check` to report a consistent store.
+func (s *stack) check() {
+	s.t.Helper()
+	r := s.run("check")
+	if r.code != 0 {
+		s.t.Fatalf("store inconsistent: %s", r)
+	}
+}
+
+// trace listens on a unixgram socket for failpoint events.
+type trace struct {
+	mu     sync.Mutex
+	events []failpoint.Event
+	conn   *net.UnixConn
+	path   string
+}
+
+func newTrace(t testing.TB) *trace {
+	d, err := os.MkdirTemp("", "vt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(d, "trace.sock")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &trace{conn: c, path: p}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if e, err := failpoint.ParseEvent(buf[:n]); err == nil {
+				tr.mu.Lock()
+				tr.events = append(tr.events, e)
+				tr.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done; os.RemoveAll(d) })
+	return tr
+}
+
+func (tr *trace) env() string { return failpoint.EnvTrace + "=" + tr.path }
+
+// count returns how many events of point were seen.
+func (tr *trace) count(point string) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for _, e := range tr.events {
+		if e.Point == point {
+			n++
+		}
+	}
+	return n
+}
+
+func (tr *trace) snapshot() []failpoint.Event {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]failpoint.Event(nil), tr.events...)
+}
+
+// eventually polls cond until it holds or a generous safety timeout passes.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -2,9 +2,11 @@ package realch
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -400,4 +402,37 @@ func copyImage(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// PlanNIC gives VM number index its own point-to-point /30 out of pool (an
+// IPv4 CIDR of at least /30, e.g. 192.168.200.0/22): the host side of the
+// TAP gets .1 of the /30, the guest .2, a MAC derived from the guest address.
+// The NIC goes to Launch (or a manager's --net), the GuestInterface into the
+// cloud-init seed, and guest is the address the ledger dials.
+func PlanNIC(pool string, index int, tap string) (NIC, GuestInterface, string, error) {
+	_, ipn, err := net.ParseCIDR(pool)
+	if err != nil {
+		return NIC{}, GuestInterface{}, "", fmt.Errorf("plan nic: pool %q: %w", pool, err)
+	}
+	base := ipn.IP.To4()
+	ones, bits := ipn.Mask.Size()
+	if base == nil || bits != 32 || ones > 30 {
+		return NIC{}, GuestInterface{}, "", fmt.Errorf("plan nic: pool %q: want an IPv4 CIDR of /30 or larger", pool)
+	}
+	slots := 1 << (30 - ones)
+	if index < 0 || index >= slots {
+		return NIC{}, GuestInterface{}, "", fmt.Errorf("plan nic: index %d outside pool %s (%d /30 slots)", index, pool, slots)
+	}
+	n := binary.BigEndian.Uint32(base) + uint32(index)*4
+	host := make(net.IP, 4)
+	guest := make(net.IP, 4)
+	binary.BigEndian.PutUint32(host, n+1)
+	binary.BigEndian.PutUint32(guest, n+2)
+	// 52:54:00 is the locally administered prefix QEMU and CH users share;
+	// the last three bytes follow the guest address, so MACs are unique
+	// within any pool up to /8.
+	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", guest[1], guest[2], guest[3])
+	nic := NIC{Tap: tap, MAC: mac, IP: host.String(), Mask: "255.255.255.252"}
+	gi := GuestInterface{MAC: mac, Address: guest.String() + "/30", Gateway: host.String()}
+	return nic, gi, guest.String(), nil
 }

@@ -30,7 +30,7 @@ type fakeRunner struct {
 	signer ssh.Signer
 }
 
-func newFakeRunner(t *testing.T) *fakeRunner {
+func newFakeRunner(t testing.TB) *fakeRunner {
 	t.Helper()
 	src, err := stackbin.Path("fakech")
 	if err != nil {

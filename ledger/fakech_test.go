@@ -401,3 +401,35 @@ func TestWriteWaitsForWakingGuest(t *testing.T) {
 		t.Fatalf("verdict %+v err %v", verdict, err)
 	}
 }
+
+// TestWakeFromStaleSnapshotFails: a wake that restores the previous cycle's
+// snapshot instead of the latest one brings back memory without the latest
+// RAM marker (the boot id is the same boot), and the verdict names it.
+func TestWakeFromStaleSnapshotFails(t *testing.T) {
+	r := newRig(t, "stale")
+	ctx := r.ctx()
+	v := r.boot(ctx)
+	if _, err := r.ledger.WriteMarkers(ctx, r.guest, 1); err != nil {
+		t.Fatal(err)
+	}
+	stale := r.hibernate(ctx, v)
+	v = r.wake(ctx, stale)
+	latest, err := r.ledger.WriteMarkers(ctx, r.guest, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ledger.RecordBootID(ctx, r.guest); err != nil {
+		t.Fatal(err)
+	}
+	r.hibernate(ctx, v)
+	r.wake(ctx, stale) // the bug: the wake picked the older snapshot
+	verdict, err := r.ledger.Verify(ctx, r.guest, VerifyOpts{ExpectRAM: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if verdict.OK || verdict.BootIDChanged || len(verdict.RAMMissing) != 1 || verdict.RAMMissing[0] != latest.Name ||
+		!strings.Contains(verdict.Message, "memory not restored intact") {
+		t.Fatalf("verdict %+v", verdict)
+	}
+	t.Log(verdict.Message)
+}

@@ -145,7 +145,7 @@ func (v Verdict) message() string {
 	case v.BootIDChanged:
 		bad = append(bad, fmt.Sprintf("the wake booted fresh over a hibernate snapshot: boot id changed %s → %s", v.BootIDBefore, v.BootIDAfter))
 	case len(v.RAMMissing) > 0:
-		bad = append(bad, fmt.Sprintf("guest memory not restored intact: boot id unchanged but %d RAM marker(s) are gone from %s: %s",
+		bad = append(bad, fmt.Sprintf("guest memory not restored intact (a stale or partial memory snapshot was restored): boot id unchanged but %d RAM marker(s) are gone from %s: %s",
 			len(v.RAMMissing), RAMDir, strings.Join(v.RAMMissing, ", ")))
 	}
 	if len(bad) > 0 {

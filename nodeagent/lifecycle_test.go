@@ -94,5 +94,3 @@ func names(ents []os.DirEntry) []string {
 	}
 	return out
 }
-
-

@@ -35,10 +35,11 @@ const (
 	BootIDPath = "/proc/sys/kernel/random/boot_id"
 )
 
-// DefaultUser is the guest account the ledger logs in as. Real guest images
-// give it root-equivalent rights; the fake guest accepts the run's key for
-// any user.
-const DefaultUser = "vmchaos"
+// DefaultUser is the guest account the ledger logs in as. It must be root
+// (or root-equivalent): the markers live under /var/lib and /run. realch's
+// cloud-init seed authorizes the run's key for root (disable_root: false);
+// the fake guest accepts the run's key for any user.
+const DefaultUser = "root"
 
 // Guest is one VM as the ledger reaches it.
 type Guest struct {

@@ -1,0 +1,146 @@
+package injector
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+)
+
+// The test binary doubles as the service under test: with
+// VMCHAOS_INJECTOR_HELPER set it runs one of the helper modes below instead
+// of the tests, so every supervised process is a real process.
+const envHelper = "VMCHAOS_INJECTOR_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envHelper); mode != "" {
+		os.Exit(helperMain(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func helperLog(format string, a ...any) {
+	p := os.Getenv("HELPER_SIGLOG")
+	if p == "" {
+		return
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(f, format+"\n", a...)
+	f.Close()
+}
+
+func helperMain(mode string) int {
+	switch mode {
+	case "svc":
+		// A service main process with one child, like nodeagent with an
+		// in-flight vmctl child. Both log the SIGTERMs they get.
+		self, _ := os.Executable()
+		c := exec.Command(self)
+		c.Env = append(os.Environ(), envHelper+"=child")
+		if err := c.Start(); err != nil {
+			return 2
+		}
+		helperLog("main %d started child %d", os.Getpid(), c.Process.Pid)
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		<-ch
+		helperLog("main %d got TERM", os.Getpid())
+		return 0
+	case "child":
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		<-ch
+		helperLog("child %d got TERM", os.Getpid())
+		return 0
+	case "loop":
+		// Hits a point in a loop: the victim of trigger tests and of the
+		// accuracy benchmark. Honours VMCHAOS_FAILPOINTS (park).
+		if err := failpoint.Init("helper"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		every, _ := time.ParseDuration(os.Getenv("HELPER_EVERY"))
+		if every <= 0 {
+			every = 5 * time.Millisecond
+		}
+		vm := os.Getenv("HELPER_VM")
+		points := strings.Split(os.Getenv("HELPER_POINTS"), ",")
+		for i := 0; ; i++ {
+			for _, p := range points {
+				_ = failpoint.Hit(context.Background(), p, failpoint.Attrs{"vm": vm, "i": i})
+			}
+			time.Sleep(every)
+		}
+	case "exec":
+		// An agent-like main process that runs one child and reports it
+		// the way nodeagent does (agent.child.exec / agent.child.exit).
+		if err := failpoint.Init("nodeagent"); err != nil {
+			return 2
+		}
+		self, _ := os.Executable()
+		for {
+			c := exec.Command(self, "snapshot", "save", "--name", "x", "vm1")
+			c.Env = append(os.Environ(), envHelper+"=child")
+			if err := c.Start(); err != nil {
+				return 2
+			}
+			argv := []any{"vmctl", "snapshot", "save", "--name", "x", "vm1"}
+			_ = failpoint.Hit(context.Background(), "agent.child.exec", failpoint.Attrs{"vm": "vm1", "child_pid": c.Process.Pid, "argv": argv})
+			err := c.Wait()
+			_ = failpoint.Hit(context.Background(), "agent.child.exit", failpoint.Attrs{"vm": "vm1", "child_pid": c.Process.Pid, "argv": argv, "err": fmt.Sprint(err)})
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return 3
+}
+
+// helperArgv is the argv of a helper unit in mode.
+func helperArgv(t testing.TB) []string {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{self, "-test.run=^$"}
+}
+
+// sigLog reads the helper's signal log.
+func sigLog(t testing.TB, path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// waitFor polls cond until it holds or the (generous) timeout passes.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// startedChild parses "main M started child C" lines (pids as the helper saw them).
+func startedChild(log string, main int) (int, bool) {
+	for _, ln := range strings.Split(log, "\n") {
+		var m, c int
+		if _, err := fmt.Sscanf(ln, "main %d started child %d", &m, &c); err == nil && m == main {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

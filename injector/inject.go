@@ -1,0 +1,616 @@
+package injector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+)
+
+// Fault kinds (ARCHITECTURE §7).
+const (
+	FaultSigkillMain  = "sigkill-main"  // kill -KILL MainPID, as a crash or the OOM killer would
+	FaultStop         = "stop"          // systemctl stop; systemctl start after StopFor (0: stays stopped)
+	FaultRestart      = "restart"       // systemctl restart
+	FaultKillAll      = "kill-all"      // systemctl kill --kill-who=all -s KILL
+	FaultSigkillChild = "sigkill-child" // the in-flight vmctl child (pid from agent.child.exec)
+	FaultSigkillVMM   = "sigkill-vmm"   // the VM's cloud-hypervisor process
+	FaultSigstop      = "sigstop"       // SIGSTOP to MainPID; SIGCONT after StopFor (0: stays stopped)
+	FaultSigcont      = "sigcont"       // SIGCONT to MainPID
+)
+
+// FaultKinds lists every fault kind.
+var FaultKinds = []string{FaultSigkillMain, FaultStop, FaultRestart, FaultKillAll, FaultSigkillChild, FaultSigkillVMM, FaultSigstop, FaultSigcont}
+
+// Fault is what to do when a trigger fires.
+type Fault struct {
+	Kind    string        `json:"kind"`
+	Unit    string        `json:"unit,omitempty"`     // the supervised unit (all kinds but sigkill-vmm)
+	StopFor time.Duration `json:"stop_for,omitempty"` // stop / sigstop: how long before start / SIGCONT
+	VM      string        `json:"vm,omitempty"`       // sigkill-vmm: VM id (default: the trigger hit's vm)
+	Child   string        `json:"child,omitempty"`    // sigkill-child: only a child of this kind ("snapshot-save")
+}
+
+// String is the fault as a report shows it.
+func (f Fault) String() string {
+	s := f.Kind
+	if f.StopFor > 0 {
+		s += " for " + FormatOffset(f.StopFor)
+	}
+	if f.Child != "" {
+		s += " child=" + f.Child
+	}
+	if f.VM != "" {
+		s += " vm=" + f.VM
+	}
+	return s
+}
+
+// Validate checks the fault's fields.
+func (f Fault) Validate() error {
+	if !slices.Contains(FaultKinds, f.Kind) {
+		return fmt.Errorf("fault %q: unknown kind (want one of %s)", f.Kind, strings.Join(FaultKinds, ", "))
+	}
+	if f.Unit == "" && f.Kind != FaultSigkillVMM {
+		return fmt.Errorf("fault %s: needs a unit", f.Kind)
+	}
+	if f.StopFor < 0 {
+		return fmt.Errorf("fault %s: negative StopFor", f.Kind)
+	}
+	return nil
+}
+
+// Injection is the record of one fault: what was asked and where it landed.
+// Times are CLOCK_MONOTONIC ns (failpoint.Now), comparable with trace events.
+type Injection struct {
+	Fault         `json:"-"` // MarshalJSON writes the text forms
+	Trigger       `json:"-"`
+	RequestedNs   int64  // trigger hit + offset (park: when the point was seen parked)
+	ActualNs      int64  // right after the signal syscall (or the supervisor call) returned
+	Err           string // why it did not land ("" = it did)
+	VictimPID     int    // host pid signalled (main, child or VMM); 0 for supervisor faults without one
+	LastPhase     string // last phase the operation's process had reached at ActualNs
+	IntendedPhase string // the trigger point (or the Intend list)
+	Landed        bool   // intended phase reached and the fault delivered; false → the case is inconclusive
+	TriggerPID    int    // pid (as emitted) of the process whose hit fired the trigger
+	TriggerNs     int64  // ts of that hit
+	ResumedNs     int64  // stop / sigstop with StopFor: when start / SIGCONT was issued
+}
+
+// MarshalJSON flattens the embedded Fault and Trigger (whose Kind, VM and
+// Child would otherwise collide and vanish) into their text forms.
+func (in Injection) MarshalJSON() ([]byte, error) {
+	type flat struct {
+		Fault         string `json:"fault"`
+		Unit          string `json:"unit,omitempty"`
+		Trigger       string `json:"trigger"`
+		RequestedNs   int64  `json:"requested_ns"`
+		ActualNs      int64  `json:"actual_ns"`
+		Err           string `json:"error,omitempty"`
+		VictimPID     int    `json:"victim_pid,omitempty"`
+		LastPhase     string `json:"last_phase"`
+		IntendedPhase string `json:"intended_phase"`
+		Landed        bool   `json:"landed"`
+		TriggerPID    int    `json:"trigger_pid,omitempty"`
+		TriggerNs     int64  `json:"trigger_ns,omitempty"`
+		ResumedNs     int64  `json:"resumed_ns,omitempty"`
+	}
+	return json.Marshal(flat{in.Fault.String(), in.Unit, in.Trigger.String(), in.RequestedNs, in.ActualNs, in.Err,
+		in.VictimPID, in.LastPhase, in.IntendedPhase, in.Landed, in.TriggerPID, in.TriggerNs, in.ResumedNs})
+}
+
+// Options configure an Injector.
+type Options struct {
+	CtlDir  string // VMCHAOS_FAILPOINT_CTL of the stack: needed by park triggers
+	VMMName string // argv[0] basename of the VMM; default "cloud-hypervisor"
+}
+
+// Injector ties a Supervisor and a Trace: Arm returns at once and the fault
+// fires in the background when its trigger matches.
+type Injector struct {
+	sup Supervisor
+	tr  *Trace
+	opt Options
+}
+
+// New returns an injector over sup and tr.
+func New(sup Supervisor, tr *Trace, opt Options) *Injector {
+	if opt.VMMName == "" {
+		opt.VMMName = "cloud-hypervisor"
+	}
+	return &Injector{sup: sup, tr: tr, opt: opt}
+}
+
+// Armed is one pending injection.
+type Armed struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	inj    Injection
+}
+
+// Wait returns the injection record once the fault fired (or the arming
+// context ended: then Err says so and Landed is false).
+func (a *Armed) Wait(ctx context.Context) (Injection, error) {
+	select {
+	case <-a.done:
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.inj, nil
+	case <-ctx.Done():
+		return Injection{}, fmt.Errorf("wait for injection: %w", ctx.Err())
+	}
+}
+
+// Done is closed when the record is final.
+func (a *Armed) Done() <-chan struct{} { return a.done }
+
+// Cancel disarms it (a no-op after it fired).
+func (a *Armed) Cancel() { a.cancel() }
+
+type armCfg struct {
+	from   int
+	intend []string
+}
+
+// ArmOption tunes one Arm.
+type ArmOption func(*armCfg)
+
+// From counts trigger hits from trace index mark (default: the trace length at Arm).
+func From(mark int) ArmOption { return func(c *armCfg) { c.from = mark } }
+
+// Intend names the phases the fault must land in (LastPhase ∈ phases);
+// otherwise Landed is false and the case is inconclusive.
+func Intend(phases ...string) ArmOption { return func(c *armCfg) { c.intend = phases } }
+
+// Arm validates f and t and returns at once; the fault fires when t matches.
+// Hits of the trigger point are counted from the moment of Arm (see From).
+func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOption) (*Armed, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := armCfg{from: in.tr.Len()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch t.Kind {
+	case TriggerAt, TriggerAfterExit:
+	case TriggerPark:
+		if in.opt.CtlDir == "" {
+			return nil, fmt.Errorf("arm %s: park needs Options.CtlDir (the stack's %s)", t, failpoint.EnvCtl)
+		}
+		// Stale files of an earlier park would make this one fire at once or
+		// never hold the point.
+		for _, suf := range []string{".paused", ".release"} {
+			if err := os.Remove(filepath.Join(in.opt.CtlDir, t.Point+suf)); err != nil && !os.IsNotExist(err) {
+				return nil, fmt.Errorf("arm %s: %w", t, err)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("arm: unknown trigger kind %q", t.Kind)
+	}
+	if t.N < 1 {
+		t.N = 1
+	}
+	actx, cancel := context.WithCancel(ctx)
+	a := &Armed{done: make(chan struct{}), cancel: cancel}
+	a.inj = Injection{Fault: f, Trigger: t, IntendedPhase: t.Point}
+	if len(cfg.intend) > 0 {
+		a.inj.IntendedPhase = strings.Join(cfg.intend, "|")
+	}
+	go func() {
+		defer close(a.done)
+		defer cancel()
+		inj := in.run(actx, f, t, cfg)
+		a.mu.Lock()
+		a.inj = inj
+		a.mu.Unlock()
+	}()
+	return a, nil
+}
+
+// Inject fires f now, without a trigger.
+func (in *Injector) Inject(ctx context.Context, f Fault) Injection {
+	inj := Injection{Fault: f}
+	if err := f.Validate(); err != nil {
+		inj.Err = err.Error()
+		return inj
+	}
+	now := failpoint.Now()
+	inj.RequestedNs = now
+	v, err := in.resolve(ctx, f, nil)
+	if err != nil {
+		inj.Err = err.Error()
+		return inj
+	}
+	in.fire(ctx, f, v, &inj)
+	inj.Landed = inj.Err == ""
+	return inj
+}
+
+// victim is a process resolved ahead of the signal.
+type victim struct{ fd *PidFD }
+
+func (v *victim) close() {
+	if v != nil && v.fd != nil {
+		v.fd.Close()
+	}
+}
+
+func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg) (inj Injection) {
+	inj = Injection{Fault: f, Trigger: t, IntendedPhase: t.Point}
+	if len(cfg.intend) > 0 {
+		inj.IntendedPhase = strings.Join(cfg.intend, "|")
+	}
+	// Resolve the main pid before the trigger: at offset 0 there is no time
+	// to ask the supervisor after the hit.
+	var pre *victim
+	if needsMain(f.Kind) {
+		if v, err := in.mainVictim(ctx, f.Unit); err == nil {
+			pre = v
+		}
+	}
+	defer func() { pre.close() }()
+
+	var hit Hit
+	var err error
+	switch t.Kind {
+	case TriggerAt:
+		hit, err = in.tr.WaitPoint(ctx, cfg.from, t.Point, t.N, t.VM)
+		inj.RequestedNs = hit.Event.TsNs + int64(t.Offset)
+	case TriggerAfterExit:
+		hit, err = in.tr.Wait(ctx, cfg.from, t.N, childExitMatch(t.Child, t.VM))
+		inj.RequestedNs = hit.Event.TsNs + int64(t.Offset)
+		inj.IntendedPhase = "agent.child.exit"
+	case TriggerPark:
+		// The parked file first: it is what proves the process is held. Its
+		// hit was sent before the file was written, so it is in the trace
+		// or about to be.
+		var pid int
+		if pid, err = failpoint.WaitParked(ctx, in.opt.CtlDir, t.Point); err == nil {
+			inj.RequestedNs = failpoint.Now()
+			hit, err = in.parkedHit(ctx, t, pid)
+		}
+	}
+	if err != nil {
+		inj.Err = "trigger: " + err.Error()
+		return inj
+	}
+	inj.TriggerPID, inj.TriggerNs = hit.Event.Pid, hit.Event.TsNs
+
+	v := pre
+	if v == nil || v.fd.Exited() {
+		if v, err = in.resolve(ctx, f, &hit); err != nil {
+			inj.Err = "victim: " + err.Error()
+			in.release(t)
+			return inj
+		}
+		defer v.close()
+	}
+	if err := sleepUntil(ctx, inj.RequestedNs); err != nil {
+		inj.Err = "waiting for the offset: " + err.Error()
+		in.release(t)
+		return inj
+	}
+	in.fire(ctx, f, v, &inj)
+
+	// Let datagrams sent before the signal arrive, then read where the
+	// operation was when the fault landed.
+	settle := time.Now().Add(20 * time.Millisecond)
+	if v != nil && v.fd != nil && isKill(f.Kind) {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = v.fd.WaitExit(wctx)
+		cancel()
+	}
+	time.Sleep(time.Until(settle))
+	if e, ok := in.tr.LastOf(inj.TriggerPID, inj.ActualNs); ok {
+		inj.LastPhase = e.Point
+	}
+	in.release(t)
+	if inj.Err == "" && f.Kind == FaultStop && f.StopFor > 0 {
+		_ = sleepUntil(ctx, failpoint.Now()+int64(f.StopFor))
+		inj.ResumedNs = failpoint.Now()
+		if err := in.sup.StartAgain(ctx, f.Unit); err != nil {
+			inj.Err = "start after stop: " + err.Error()
+		}
+	}
+	inj.Landed = inj.Err == "" && inj.LastPhase != ""
+	switch {
+	case len(cfg.intend) > 0:
+		inj.Landed = inj.Landed && slices.Contains(cfg.intend, inj.LastPhase)
+	case t.Kind == TriggerPark:
+		// The parked process cannot have moved on: anything else means the
+		// fault hit some other process or point.
+		inj.Landed = inj.Landed && inj.LastPhase == t.Point
+	}
+	return inj
+}
+
+// parkedHit finds the hit of t.Point by the parked pid (the latest one).
+func (in *Injector) parkedHit(ctx context.Context, t Trigger, pid int) (Hit, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		in.tr.mu.Lock()
+		for i := len(in.tr.events) - 1; i >= 0; i-- {
+			if e := in.tr.events[i]; e.Pid == pid && e.Point == t.Point {
+				h := Hit{Index: i, Event: e, RecvNs: in.tr.recvNs[i]}
+				in.tr.mu.Unlock()
+				if t.VM != "" && e.VM != t.VM {
+					return h, fmt.Errorf("parked pid %d hit %s for vm %q, not %q", pid, t.Point, e.VM, t.VM)
+				}
+				return h, nil
+			}
+		}
+		in.tr.mu.Unlock()
+		if time.Now().After(deadline) {
+			return Hit{}, fmt.Errorf("pid %d parked at %s but its hit never reached the trace", pid, t.Point)
+		}
+		select {
+		case <-ctx.Done():
+			return Hit{}, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (in *Injector) release(t Trigger) {
+	if t.Kind == TriggerPark {
+		_ = failpoint.Release(in.opt.CtlDir, t.Point)
+	}
+}
+
+func needsMain(kind string) bool {
+	return kind == FaultSigkillMain || kind == FaultSigstop || kind == FaultSigcont
+}
+
+func isKill(kind string) bool {
+	return kind == FaultSigkillMain || kind == FaultSigkillChild || kind == FaultSigkillVMM
+}
+
+// fire delivers the fault and stamps ActualNs right after the syscall (or
+// supervisor call) that delivers it returned.
+func (in *Injector) fire(ctx context.Context, f Fault, v *victim, inj *Injection) {
+	if v != nil && v.fd != nil {
+		inj.VictimPID = v.fd.PID
+	}
+	var err error
+	switch f.Kind {
+	case FaultSigkillMain, FaultSigkillChild, FaultSigkillVMM:
+		err = v.fd.Signal(syscall.SIGKILL)
+		inj.ActualNs = failpoint.Now()
+	case FaultSigstop:
+		err = v.fd.Signal(syscall.SIGSTOP)
+		inj.ActualNs = failpoint.Now()
+		if err == nil && f.StopFor > 0 {
+			go func(fd *PidFD) {
+				// Its own pidfd: the caller closes v when run returns.
+				_ = sleepUntil(context.Background(), inj.ActualNs+int64(f.StopFor))
+				_ = signalProc(fd.Proc, syscall.SIGCONT)
+			}(v.fd)
+		}
+	case FaultSigcont:
+		err = v.fd.Signal(syscall.SIGCONT)
+		inj.ActualNs = failpoint.Now()
+	case FaultStop:
+		if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
+			inj.VictimPID = pid
+		}
+		inj.ActualNs = failpoint.Now()
+		err = in.sup.Stop(ctx, f.Unit)
+	case FaultRestart:
+		if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
+			inj.VictimPID = pid
+		}
+		inj.ActualNs = failpoint.Now()
+		err = in.sup.Restart(ctx, f.Unit)
+	case FaultKillAll:
+		if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
+			inj.VictimPID = pid
+		}
+		inj.ActualNs = failpoint.Now()
+		err = in.sup.KillAll(ctx, f.Unit, syscall.SIGKILL)
+	}
+	if err != nil {
+		inj.Err = err.Error()
+	}
+}
+
+// resolve finds and opens the victim of f; nil for supervisor faults.
+func (in *Injector) resolve(ctx context.Context, f Fault, hit *Hit) (*victim, error) {
+	switch f.Kind {
+	case FaultSigkillMain, FaultSigstop, FaultSigcont:
+		return in.mainVictim(ctx, f.Unit)
+	case FaultSigkillChild:
+		return in.childVictim(ctx, f, hit)
+	case FaultSigkillVMM:
+		vm := f.VM
+		if vm == "" && hit != nil {
+			vm = hit.Event.VM
+		}
+		return in.vmmVictim(vm)
+	}
+	return nil, nil
+}
+
+func (in *Injector) open(p Proc) (*victim, error) {
+	if !in.sup.Owns(p) {
+		return nil, fmt.Errorf("pid %d: %w", p.PID, ErrNotOwned)
+	}
+	fd, err := OpenPidFD(p)
+	if err != nil {
+		return nil, err
+	}
+	return &victim{fd: fd}, nil
+}
+
+func (in *Injector) mainVictim(ctx context.Context, unit string) (*victim, error) {
+	pid, err := in.sup.MainPID(ctx, unit)
+	if err != nil {
+		return nil, err
+	}
+	if pid == 0 {
+		return nil, fmt.Errorf("unit %s has no main process", unit)
+	}
+	p, err := Identify(pid)
+	if err != nil {
+		return nil, err
+	}
+	return in.open(p)
+}
+
+// childVictim picks the agent child to kill: the one the trigger hit names
+// (agent.child.exec), else the latest exec'd child that has not exited.
+func (in *Injector) childVictim(ctx context.Context, f Fault, hit *Hit) (*victim, error) {
+	var pid int
+	if hit != nil && hit.Event.Point == "agent.child.exec" && childMatches(hit.Event, f.Child) {
+		pid = childPID(hit.Event)
+	}
+	if pid == 0 {
+		exited := map[int]bool{}
+		evs := in.tr.Events()
+		for i := len(evs) - 1; i >= 0; i-- {
+			e := evs[i]
+			switch e.Point {
+			case "agent.child.exit":
+				exited[childPID(e)] = true
+			case "agent.child.exec":
+				if c := childPID(e); c != 0 && !exited[c] && childMatches(e, f.Child) {
+					pid = c
+				}
+			}
+			if pid != 0 {
+				break
+			}
+		}
+	}
+	if pid == 0 {
+		return nil, fmt.Errorf("no in-flight agent child%s in the trace", map[bool]string{true: " of kind " + f.Child}[f.Child != ""])
+	}
+	host, err := in.sup.HostPID(ctx, pid)
+	if err != nil {
+		return nil, fmt.Errorf("child pid %d: %w", pid, err)
+	}
+	p, err := Identify(host)
+	if err != nil {
+		return nil, err
+	}
+	return in.open(p)
+}
+
+// vmmVictim finds the VM's VMM: argv[0] basename is the VMM name and an
+// argument names <run>/<vm>/api.sock (the identity rule of ARCHITECTURE §4.3).
+func (in *Injector) vmmVictim(vm string) (*victim, error) {
+	if vm == "" {
+		return nil, fmt.Errorf("sigkill-vmm: no VM id (set Fault.VM or trigger on a hit that carries vm)")
+	}
+	want := "/" + vm + "/api.sock"
+	for _, pid := range allPIDs() {
+		argv := cmdline(pid)
+		if len(argv) == 0 || filepath.Base(argv[0]) != in.opt.VMMName {
+			continue
+		}
+		for _, a := range argv[1:] {
+			if strings.HasSuffix(a, want) || strings.Contains(a, want+",") {
+				p, err := Identify(pid)
+				if err != nil {
+					return nil, err
+				}
+				return in.open(p)
+			}
+		}
+	}
+	return nil, fmt.Errorf("sigkill-vmm: no %s process with %s in its arguments", in.opt.VMMName, want)
+}
+
+// childPID reads attrs.child_pid (a JSON number).
+func childPID(e failpoint.Event) int {
+	switch v := e.Attrs["child_pid"].(type) {
+	case float64:
+		return int(v)
+	case int:
+		return v
+	case json.Number:
+		n, _ := v.Int64()
+		return int(n)
+	}
+	return 0
+}
+
+// ChildKind names an agent child by its argv: the leading non-flag words after
+// the binary joined by "-" ("vmctl snapshot save --name x vm" → "snapshot-save").
+func ChildKind(argv []string) string {
+	var words []string
+	for _, a := range argv[min(1, len(argv)):] {
+		if strings.HasPrefix(a, "-") || len(words) == 2 {
+			break
+		}
+		words = append(words, a)
+	}
+	return strings.Join(words, "-")
+}
+
+func eventArgv(e failpoint.Event) []string {
+	raw, _ := e.Attrs["argv"].([]any)
+	out := make([]string, 0, len(raw))
+	for _, a := range raw {
+		s, _ := a.(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+func childMatches(e failpoint.Event, kind string) bool {
+	if kind == "" {
+		return true
+	}
+	k := ChildKind(eventArgv(e))
+	return k == kind || strings.HasPrefix(k, kind+"-")
+}
+
+func childExitMatch(kind, vm string) func(*failpoint.Event) bool {
+	return func(e *failpoint.Event) bool {
+		return e.Point == "agent.child.exit" && (vm == "" || e.VM == vm) && childMatches(*e, kind)
+	}
+}
+
+// sleepUntil waits until CLOCK_MONOTONIC reaches target. The last stretch is
+// an absolute clock_nanosleep on a locked thread with minimal timer slack:
+// Go timers round sub-millisecond waits up, which would cost the accuracy
+// the trigger exists for.
+func sleepUntil(ctx context.Context, target int64) error {
+	const coarse = 3 * time.Millisecond
+	if d := time.Duration(target - failpoint.Now()); d > coarse {
+		t := time.NewTimer(d - coarse)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	if target <= failpoint.Now() {
+		return nil
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	ts := unix.NsecToTimespec(target)
+	for {
+		err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package injector
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Proc identifies one process for its whole life: a pid alone may be reused
+// after the process is reaped, the pair (pid, start time) never is.
+type Proc struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"` // field 22 of /proc/PID/stat: clock ticks after boot
+}
+
+// ErrNotOwned is returned when the harness is asked to signal a process it did
+// not start and that does not descend from one it started.
+var ErrNotOwned = errors.New("not a process this harness started or a descendant of one")
+
+// ErrGone is returned when the identified process no longer exists (it exited,
+// or its pid now belongs to a different process).
+var ErrGone = errors.New("process gone (exited or pid reused)")
+
+// procStat is the part of /proc/PID/stat the injector uses.
+type procStat struct {
+	comm  string
+	state byte
+	ppid  int
+	sid   int
+	start uint64
+}
+
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseStat(b)
+}
+
+// parseStat parses /proc/PID/stat; comm may hold spaces and parentheses, so
+// the fields after it are found from the last ')'.
+func parseStat(b []byte) (procStat, error) {
+	var st procStat
+	open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || close < open {
+		return st, fmt.Errorf("proc stat: malformed")
+	}
+	st.comm = string(b[open+1 : close])
+	f := strings.Fields(string(b[close+1:]))
+	// f[0] is field 3 (state); field N is f[N-3].
+	if len(f) < 20 || len(f[0]) != 1 {
+		return st, fmt.Errorf("proc stat: short")
+	}
+	st.state = f[0][0]
+	var err error
+	if st.ppid, err = strconv.Atoi(f[1]); err != nil {
+		return st, fmt.Errorf("proc stat: ppid: %w", err)
+	}
+	if st.sid, err = strconv.Atoi(f[3]); err != nil {
+		return st, fmt.Errorf("proc stat: sid: %w", err)
+	}
+	if st.start, err = strconv.ParseUint(f[19], 10, 64); err != nil {
+		return st, fmt.Errorf("proc stat: starttime: %w", err)
+	}
+	return st, nil
+}
+
+// Identify returns the identity of the process now holding pid.
+func Identify(pid int) (Proc, error) {
+	if pid <= 0 {
+		return Proc{}, fmt.Errorf("identify pid %d: invalid pid", pid)
+	}
+	st, err := readStat(pid)
+	if err != nil {
+		return Proc{}, fmt.Errorf("identify pid %d: %w", pid, ErrGone)
+	}
+	return Proc{PID: pid, Start: st.start}, nil
+}
+
+// Alive reports whether this very process still exists and is not a zombie.
+func (p Proc) Alive() bool {
+	st, err := readStat(p.PID)
+	return err == nil && st.start == p.Start && st.state != 'Z' && st.state != 'X'
+}
+
+// Exists reports whether this very process still exists (zombies included).
+func (p Proc) Exists() bool {
+	st, err := readStat(p.PID)
+	return err == nil && st.start == p.Start
+}
+
+// PidFD is an open pidfd verified to refer to one Proc.
+type PidFD struct {
+	Proc
+	fd int
+}
+
+// OpenPidFD opens a pidfd for p and checks, after opening, that the pid still
+// belongs to p: from then on the fd cannot refer to any other process.
+func OpenPidFD(p Proc) (*PidFD, error) {
+	fd, err := unix.PidfdOpen(p.PID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pidfd_open %d: %w", p.PID, ErrGone)
+	}
+	st, err := readStat(p.PID)
+	if err != nil || st.start != p.Start {
+		unix.Close(fd)
+		return nil, fmt.Errorf("pid %d: %w", p.PID, ErrGone)
+	}
+	return &PidFD{Proc: p, fd: fd}, nil
+}
+
+// Signal sends sig through the pidfd.
+func (f *PidFD) Signal(sig syscall.Signal) error {
+	if err := unix.PidfdSendSignal(f.fd, sig, nil, 0); err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("signal %v to pid %d: %w", sig, f.PID, ErrGone)
+		}
+		return fmt.Errorf("signal %v to pid %d: %w", sig, f.PID, err)
+	}
+	return nil
+}
+
+// Exited reports whether the process has exited (pidfd readable).
+func (f *PidFD) Exited() bool {
+	fds := []unix.PollFd{{Fd: int32(f.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+// WaitExit waits until the process has exited or ctx ends.
+func (f *PidFD) WaitExit(ctx context.Context) error {
+	for {
+		fds := []unix.PollFd{{Fd: int32(f.fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 20)
+		if err == nil && n > 0 {
+			return nil
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("wait pid %d: %w", f.PID, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("wait pid %d exit: %w", f.PID, ctx.Err())
+		}
+	}
+}
+
+// Close releases the pidfd.
+func (f *PidFD) Close() error { return unix.Close(f.fd) }
+
+// signalProc signals p through a verified pidfd.
+func signalProc(p Proc, sig syscall.Signal) error {
+	fd, err := OpenPidFD(p)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	return fd.Signal(sig)
+}
+
+// nsPIDs returns the NSpid line of /proc/PID/status: the pid in every nested
+// pid namespace, outermost (the reader's) first.
+func nsPIDs(pid int) []int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(ln, "NSpid:"); ok {
+			var out []int
+			for _, f := range strings.Fields(rest) {
+				n, err := strconv.Atoi(f)
+				if err != nil {
+					return nil
+				}
+				out = append(out, n)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+// pidNS returns the pid namespace of pid ("pid:[4026531836]").
+func pidNS(pid int) string {
+	s, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/pid")
+	return s
+}
+
+// cmdline returns the argv of pid.
+func cmdline(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// environHas reports whether the initial environment of pid holds kv.
+func environHas(pid int, kv string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	for _, e := range bytes.Split(b, []byte{0}) {
+		if string(e) == kv {
+			return true
+		}
+	}
+	return false
+}
+
+// allPIDs lists every pid in /proc.
+func allPIDs() []int {
+	ents, _ := os.ReadDir("/proc")
+	out := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// childrenOf lists the children of pid across all its threads (a reparented
+// orphan may be attached to any thread of a subreaper).
+func childrenOf(pid int) []int {
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// descendsFrom reports whether p's parent chain reaches ancestor.
+func descendsFrom(pid, ancestor int) bool {
+	for i := 0; i < 256 && pid > 1; i++ {
+		st, err := readStat(pid)
+		if err != nil {
+			return false
+		}
+		if st.ppid == ancestor {
+			return true
+		}
+		pid = st.ppid
+	}
+	return false
+}

@@ -1,0 +1,254 @@
+package injector
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vmchaos/vmchaos/durable"
+)
+
+// EnvRegistry overrides where runs record what they started.
+const EnvRegistry = "VMCHAOS_INJECTOR_REGISTRY"
+
+// Environment tags every unit process inherits: they let a later run (or
+// `vmchaos doctor`) find processes of a run whose runner was SIGKILLed, even
+// after they were reparented and changed session.
+const (
+	EnvRunTag  = "VMCHAOS_INJECTOR_RUN"
+	EnvUnitTag = "VMCHAOS_INJECTOR_UNIT"
+)
+
+// Registry is the directory of run records: $VMCHAOS_INJECTOR_REGISTRY or
+// /var/tmp/vmchaos-injector (outside /run and /tmp cleaners, shared with a sandbox).
+func Registry() string {
+	if d := os.Getenv(EnvRegistry); d != "" {
+		return d
+	}
+	return "/var/tmp/vmchaos-injector"
+}
+
+// Record is what a supervisor writes before it starts anything, so that the
+// next run can clean up after a runner that was SIGKILLed.
+type Record struct {
+	RunID    string    `json:"run_id"`
+	Kind     string    `json:"kind"`
+	StateDir string    `json:"state_dir"`
+	Runner   Proc      `json:"runner"`
+	Created  time.Time `json:"created"`
+	// sandbox
+	Init   *Proc    `json:"init,omitempty"`   // the namespaced systemd (host pid)
+	PidNS  string   `json:"pid_ns,omitempty"` // its pid namespace
+	Cgroup string   `json:"cgroup,omitempty"` // host path of its cgroup2 subtree
+	Units  []string `json:"units,omitempty"`  // systemd kind: transient units on the host
+}
+
+// Tag is the KEY=VALUE every process of this run carries.
+func (r *Record) Tag() string { return EnvRunTag + "=" + r.RunID }
+
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+func newRecord(kind, stateDir string) (*Record, error) {
+	self, err := Identify(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	return &Record{RunID: newRunID(), Kind: kind, StateDir: stateDir, Runner: self, Created: time.Now().UTC()}, nil
+}
+
+func (r *Record) path() string { return filepath.Join(Registry(), r.RunID+".json") }
+
+// save writes the record durably; it is written before the thing it describes
+// is started, so a crash never leaves an unrecorded process.
+func (r *Record) save() error {
+	if err := os.MkdirAll(Registry(), 0o1777); err != nil {
+		return fmt.Errorf("run record: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("run record: %w", err)
+	}
+	if err := durable.WriteFile(r.path(), b, 0o644); err != nil {
+		return fmt.Errorf("run record: %w", err)
+	}
+	return nil
+}
+
+func (r *Record) remove() {
+	_ = os.Remove(r.path())
+	_ = durable.SyncDir(Registry())
+}
+
+// Leftover is a run whose runner is gone, with what it left behind.
+type Leftover struct {
+	Record Record `json:"record"`
+	File   string `json:"file"`
+	Procs  []Proc `json:"procs"`            // live processes of that run
+	Cgroup string `json:"cgroup,omitempty"` // a cgroup dir that still exists
+}
+
+// String is one human line.
+func (l Leftover) String() string {
+	var pids []string
+	for _, p := range l.Procs {
+		pids = append(pids, fmt.Sprint(p.PID))
+	}
+	s := fmt.Sprintf("run %s (%s, runner pid %d gone): %d process(es) [%s]", l.Record.RunID, l.Record.Kind,
+		l.Record.Runner.PID, len(l.Procs), strings.Join(pids, " "))
+	if l.Cgroup != "" {
+		s += ", cgroup " + l.Cgroup
+	}
+	if len(l.Record.Units) > 0 {
+		s += ", host units " + strings.Join(l.Record.Units, " ")
+	}
+	return s
+}
+
+// FindLeftovers reads every record in dir whose runner no longer exists and
+// lists the processes and cgroups of that run still present.
+func FindLeftovers(dir string) ([]Leftover, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("leftovers: %w", err)
+	}
+	sort.Strings(files)
+	var out []Leftover
+	var all []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var r Record
+		if err := json.Unmarshal(b, &r); err != nil || r.RunID == "" {
+			continue
+		}
+		if r.Runner.Exists() {
+			continue // a live run owns it
+		}
+		if all == nil {
+			all = allPIDs()
+		}
+		l := Leftover{Record: r, File: f}
+		l.Procs = runProcs(&r, all)
+		if r.Cgroup != "" {
+			if _, err := os.Stat(r.Cgroup); err == nil {
+				l.Cgroup = r.Cgroup
+			}
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// runProcs finds the live processes of a recorded run: its namespaced init
+// (sandbox) and everything carrying its tag that started after its runner.
+func runProcs(r *Record, all []int) []Proc {
+	var out []Proc
+	seen := map[int]bool{}
+	if r.Init != nil && r.Init.Exists() {
+		out = append(out, *r.Init)
+		seen[r.Init.PID] = true
+	}
+	tag := r.Tag()
+	for _, pid := range all {
+		if seen[pid] || pid == os.Getpid() {
+			continue
+		}
+		st, err := readStat(pid)
+		if err != nil || st.start < r.Runner.Start {
+			continue
+		}
+		inNS := r.PidNS != "" && pidNS(pid) == r.PidNS
+		if inNS || environHas(pid, tag) {
+			out = append(out, Proc{PID: pid, Start: st.start})
+			seen[pid] = true
+		}
+	}
+	return out
+}
+
+// CleanLeftovers kills what FindLeftovers finds (SIGKILL through verified
+// pidfds), removes the run's cgroups and record, and returns what it cleaned.
+func CleanLeftovers(ctx context.Context, dir string) ([]Leftover, error) {
+	ls, err := FindLeftovers(dir)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, l := range ls {
+		if err := cleanLeftover(ctx, l); err != nil {
+			errs = append(errs, fmt.Errorf("run %s: %w", l.Record.RunID, err))
+		}
+	}
+	return ls, errors.Join(errs...)
+}
+
+func cleanLeftover(ctx context.Context, l Leftover) error {
+	// The namespaced init first: the kernel then kills its whole pid namespace.
+	for _, p := range l.Procs {
+		_ = signalProc(p, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range l.Procs {
+		for p.Alive() && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if len(l.Record.Units) > 0 {
+		cleanHostUnits(ctx, l.Record.Units)
+	}
+	if l.Cgroup != "" {
+		if err := removeCgroupTree(ctx, l.Cgroup); err != nil {
+			return err
+		}
+	}
+	if l.Record.Kind == KindSandbox && l.Record.StateDir != "" {
+		removeSandboxScratch(l.Record.StateDir)
+	}
+	if err := os.Remove(l.File); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// removeCgroupTree removes a cgroup2 directory tree bottom-up, waiting for
+// dying processes to leave it.
+func removeCgroupTree(ctx context.Context, root string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		var last error
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := syscall.Rmdir(dirs[i]); err != nil && !errors.Is(err, syscall.ENOENT) {
+				last = err
+			}
+		}
+		if _, err := os.Stat(root); os.IsNotExist(err) {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("remove cgroup %s: %v", root, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,222 @@
+package injector
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Trigger kinds.
+const (
+	TriggerAt        = "at"         // OFFSET after the N-th hit of POINT
+	TriggerPark      = "park"       // while POINT is parked by the failpoint pause protocol
+	TriggerAfterExit = "after-exit" // OFFSET after the N-th exit of an agent child of kind CHILD
+)
+
+// Trigger says when a fault fires (ARCHITECTURE §7). Its text form is
+//
+//	at POINT[#N][@vm=X] [+ OFFSET]     e.g. "at vm.clone.reserved#1@vm=x + 59ms"
+//	park POINT[@vm=X]                  e.g. "park snapshot.save.paused"
+//	after-exit CHILD[#N][@vm=X] [+ OFFSET]   e.g. "after-exit snapshot-save + 28ms"
+//
+// OFFSET is a Go duration ("59ms", "1.5s", "250us") or a bare number of ms.
+type Trigger struct {
+	Kind   string        `json:"kind"`
+	Point  string        `json:"point,omitempty"`
+	N      int           `json:"n"`
+	VM     string        `json:"vm,omitempty"`
+	Offset time.Duration `json:"offset"`
+	Child  string        `json:"child,omitempty"` // after-exit: "snapshot-save" = vmctl argv words joined by "-"
+}
+
+// maxOffset bounds offsets and sweeps: a day is far beyond any scenario.
+const maxOffset = 24 * time.Hour
+
+// ParseTrigger parses the text form of a Trigger.
+func ParseTrigger(s string) (Trigger, error) {
+	var t Trigger
+	s = strings.TrimSpace(s)
+	kind, rest, _ := strings.Cut(s, " ")
+	t.Kind = kind
+	rest = strings.TrimSpace(rest)
+	switch kind {
+	case TriggerAt, TriggerPark, TriggerAfterExit:
+	default:
+		return t, fmt.Errorf("trigger %q: kind must be at, park or after-exit", s)
+	}
+	spec, off, hasOff := strings.Cut(rest, "+")
+	spec = strings.TrimSpace(spec)
+	if hasOff {
+		if kind == TriggerPark {
+			return t, fmt.Errorf("trigger %q: park takes no offset (it fires while the point is parked)", s)
+		}
+		d, err := ParseOffset(off)
+		if err != nil {
+			return t, fmt.Errorf("trigger %q: %w", s, err)
+		}
+		t.Offset = d
+	}
+	if i := strings.LastIndex(spec, "@vm="); i >= 0 {
+		t.VM = spec[i+4:]
+		spec = spec[:i]
+		if t.VM == "" || strings.ContainsAny(t.VM, " \t#@+") {
+			return t, fmt.Errorf("trigger %q: bad @vm=", s)
+		}
+	}
+	t.N = 1
+	if name, n, ok := strings.Cut(spec, "#"); ok {
+		v, err := strconv.Atoi(n)
+		if err != nil || v < 1 || strconv.Itoa(v) != n {
+			return t, fmt.Errorf("trigger %q: #N must be a positive integer", s)
+		}
+		t.N, spec = v, name
+	}
+	if !validName(spec) {
+		return t, fmt.Errorf("trigger %q: want a point or child name ([A-Za-z0-9._-]+)", s)
+	}
+	if kind == TriggerAfterExit {
+		t.Child = spec
+	} else {
+		t.Point = spec
+	}
+	if kind == TriggerPark && t.N != 1 {
+		// The pause protocol has one release file per point: only the first
+		// parked hit can be held and released deterministically.
+		return t, fmt.Errorf("trigger %q: park supports only the first hit (use N* in VMCHAOS_FAILPOINTS and @vm= to choose)", s)
+	}
+	return t, nil
+}
+
+// MustParseTrigger is ParseTrigger for tables of constants; it panics on error.
+func MustParseTrigger(s string) Trigger {
+	t, err := ParseTrigger(s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 200 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// String is the canonical text form; ParseTrigger(t.String()) == t.
+func (t Trigger) String() string {
+	var b strings.Builder
+	b.WriteString(t.Kind)
+	b.WriteByte(' ')
+	if t.Kind == TriggerAfterExit {
+		b.WriteString(t.Child)
+	} else {
+		b.WriteString(t.Point)
+	}
+	if t.N > 1 {
+		fmt.Fprintf(&b, "#%d", t.N)
+	}
+	if t.VM != "" {
+		b.WriteString("@vm=" + t.VM)
+	}
+	if t.Kind != TriggerPark {
+		b.WriteString(" + " + FormatOffset(t.Offset))
+	}
+	return b.String()
+}
+
+// ParseOffset parses a non-negative offset: a Go duration or a bare number of ms.
+func ParseOffset(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("offset: empty")
+	}
+	var d time.Duration
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > float64(maxOffset/time.Millisecond) {
+			return 0, fmt.Errorf("offset %q: out of range", s)
+		}
+		d = time.Duration(f * float64(time.Millisecond))
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("offset %q: want a duration like 59ms or a number of ms", s)
+		}
+	}
+	if d < 0 || d > maxOffset {
+		return 0, fmt.Errorf("offset %q: out of range [0, 24h]", s)
+	}
+	return d, nil
+}
+
+// FormatOffset prints an offset in the largest exact unit among ms, us, ns.
+func FormatOffset(d time.Duration) string {
+	switch {
+	case d%time.Millisecond == 0:
+		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
+	case d%time.Microsecond == 0:
+		return strconv.FormatInt(int64(d/time.Microsecond), 10) + "us"
+	default:
+		return strconv.FormatInt(int64(d), 10) + "ns"
+	}
+}
+
+// maxSweep bounds the number of offsets a sweep may expand to.
+const maxSweep = 100000
+
+// ParseSweep expands an offset sweep: "FROM..TO/STEP" (inclusive of both ends
+// when STEP divides the range), a comma list "0,59ms,1s", or one offset.
+func ParseSweep(s string) ([]time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if from, rest, ok := strings.Cut(s, ".."); ok {
+		to, step, ok := strings.Cut(rest, "/")
+		if !ok {
+			return nil, fmt.Errorf("sweep %q: want FROM..TO/STEP", s)
+		}
+		a, err := ParseOffset(from)
+		if err != nil {
+			return nil, fmt.Errorf("sweep %q: from: %w", s, err)
+		}
+		b, err := ParseOffset(to)
+		if err != nil {
+			return nil, fmt.Errorf("sweep %q: to: %w", s, err)
+		}
+		st, err := ParseOffset(step)
+		if err != nil {
+			return nil, fmt.Errorf("sweep %q: step: %w", s, err)
+		}
+		if st <= 0 {
+			return nil, fmt.Errorf("sweep %q: step must be > 0", s)
+		}
+		if b < a {
+			return nil, fmt.Errorf("sweep %q: TO < FROM", s)
+		}
+		if int64((b-a)/st) >= maxSweep {
+			return nil, fmt.Errorf("sweep %q: more than %d offsets", s, maxSweep)
+		}
+		var out []time.Duration
+		for d := a; d <= b; d += st {
+			out = append(out, d)
+		}
+		return out, nil
+	}
+	var out []time.Duration
+	for _, p := range strings.Split(s, ",") {
+		d, err := ParseOffset(p)
+		if err != nil {
+			return nil, fmt.Errorf("sweep %q: %w", s, err)
+		}
+		out = append(out, d)
+		if len(out) > maxSweep {
+			return nil, fmt.Errorf("sweep %q: more than %d offsets", s, maxSweep)
+		}
+	}
+	return out, nil
+}

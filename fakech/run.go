@@ -113,43 +113,19 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 	}
 	vmm := NewVMM(compat, clk, vmID, log, opts.NoShutdown)
 	srv := &server{vmm: vmm}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// The CLI's create+boot (or restore) is the VMM thread's first job:
+	// requests accepted meanwhile queue behind it, so a ping that answers
+	// means the CLI's VM exists.
+	vmm.mu.Lock()
 	if sock != nil {
 		go srv.serve(sock.ln)
 	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-
-	if opts.Boots() {
-		cfg, err := BuildConfig(opts)
-		if err != nil {
-			return chainExit("Error parsing config", err.Error())
-		}
-		vmm.mu.Lock()
-		_, _ = vmm.create(cfg)
-		err = vmm.boot()
-		vmm.mu.Unlock()
-		if err != nil {
-			var ae *apiError
-			if errors.As(err, &ae) {
-				return chainExit(append([]string{"Failed to boot VM"}, ae.chain[1:]...)...)
-			}
-			return chainExit("Failed to boot VM", err.Error())
-		}
-	} else if opts.Restore != "" {
-		rc, err := ParseRestore(opts.Restore)
-		if err != nil {
-			return chainExit("Error parsing --restore", err.Error())
-		}
-		vmm.mu.Lock()
-		err = vmm.Restore(rc)
-		vmm.mu.Unlock()
-		if err != nil {
-			var ae *apiError
-			if errors.As(err, &ae) {
-				return chainExit(append([]string{"Failed to restore VM"}, ae.chain[1:]...)...)
-			}
-			return chainExit("Failed to restore VM", err.Error())
-		}
+	err = startFromCLI(vmm, opts)
+	vmm.mu.Unlock()
+	if err != nil {
+		return err
 	}
 
 	code := 0
@@ -174,6 +150,36 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 		return chainExit(fmt.Sprintf("VMM exited with code %d", code))
 	}
 	return nil
+}
+
+// startFromCLI creates and boots the CLI's VM, or restores --restore; called
+// with vmm.mu held.
+func startFromCLI(vmm *VMM, opts *Options) error {
+	step, err := "", error(nil)
+	switch {
+	case opts.Boots():
+		cfg, perr := BuildConfig(opts)
+		if perr != nil {
+			return chainExit("Error parsing config", perr.Error())
+		}
+		_, _ = vmm.create(cfg)
+		step, err = "Failed to boot VM", vmm.boot()
+	case opts.Restore != "":
+		rc, perr := ParseRestore(opts.Restore)
+		if perr != nil {
+			return chainExit("Error parsing --restore", perr.Error())
+		}
+		step, err = "Failed to restore VM", vmm.Restore(rc)
+	}
+	if err == nil {
+		return nil
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		// Drop the API's outer "Error from API": this came from the CLI.
+		return chainExit(append([]string{step}, ae.chain[1:]...)...)
+	}
+	return chainExit(step, err.Error())
 }
 
 // apiSocket is the bound API listener.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/durable"
+	"golang.org/x/sys/unix"
 )
 
 // Journal entry kinds.
@@ -153,33 +154,38 @@ func parseJournal(b []byte) (entries []Entry, torn bool, good int, err error) {
 // the fragment as a torn-tail entry, so the next append starts on a fresh line
 // (appending behind a fragment would glue two lines into one corrupt line in
 // the middle of the file). It returns the fragment, empty when nothing was torn.
-func recoverTornTail(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("ledger journal %s: %w", path, err)
-	}
-	_, torn, good, err := parseJournal(b)
-	if err != nil {
-		return "", fmt.Errorf("ledger journal %s: %w", path, err)
-	}
-	if !torn {
-		return "", nil
-	}
-	frag := strings.TrimRight(string(b[good:]), "\n")
-	if err := os.Truncate(path, int64(good)); err != nil {
-		return "", fmt.Errorf("ledger journal %s: cut torn tail: %w", path, err)
-	}
-	e := Entry{Time: time.Now().UTC(), Kind: KindTornTail, Note: frag}
-	if err := appendEntry(path, e); err != nil {
-		return "", err
-	}
-	return frag, nil
+// It holds the journal's lock exclusively: a line another process is
+// appending right now looks torn until its write completes.
+func recoverTornTail(path string) (frag string, err error) {
+	err = withJournalLock(path, unix.LOCK_EX, func() error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("ledger journal %s: %w", path, err)
+		}
+		_, torn, good, err := parseJournal(b)
+		if err != nil {
+			return fmt.Errorf("ledger journal %s: %w", path, err)
+		}
+		if !torn {
+			return nil
+		}
+		frag = strings.TrimRight(string(b[good:]), "\n")
+		if err := os.Truncate(path, int64(good)); err != nil {
+			return fmt.Errorf("ledger journal %s: cut torn tail: %w", path, err)
+		}
+		return appendLocked(path, Entry{Time: time.Now().UTC(), Kind: KindTornTail, Note: frag})
+	})
+	return frag, err
 }
 
+// appendEntry appends one entry under the journal's shared lock, so any
+// number of writers append side by side (O_APPEND keeps their lines whole)
+// while a recovering Open waits for them.
 func appendEntry(path string, e Entry) error {
+	return withJournalLock(path, unix.LOCK_SH, func() error { return appendLocked(path, e) })
+}
+
+func appendLocked(path string, e Entry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("ledger journal: encode %s entry: %w", e.Kind, err)
@@ -188,4 +194,19 @@ func appendEntry(path string, e Entry) error {
 		return fmt.Errorf("ledger journal: %w", err)
 	}
 	return nil
+}
+
+// withJournalLock runs fn holding a flock on the journal (created if
+// missing). The journal is only ever appended to or truncated in place,
+// never replaced, so the lock is always on the live inode.
+func withJournalLock(path string, how int, fn func() error) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("ledger journal: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		return fmt.Errorf("ledger journal %s: lock: %w", path, err)
+	}
+	return fn()
 }

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -192,4 +195,51 @@ func FuzzReadJournal(f *testing.F) {
 			t.Fatalf("prefix reparse: %d vs %d entries, torn=%v err=%v", len(again), len(entries), torn2, err)
 		}
 	})
+}
+
+// TestOpenWaitsForAnAppendInProgress: a line another process is appending
+// looks torn until its write completes; Open's recovery must wait for the
+// writer instead of cutting a live line.
+func TestOpenWaitsForAnAppendInProgress(t *testing.T) {
+	p := writeJournal(t, goodIntent+"\n")
+	k, err := NewKey(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	half, finish, wrote := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		wrote <- withJournalLock(p, unix.LOCK_SH, func() error {
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				close(half)
+				return err
+			}
+			defer f.Close()
+			_, _ = f.WriteString(goodAcked[:20])
+			close(half)
+			<-finish
+			_, err = f.WriteString(goodAcked[20:] + "\n")
+			return err
+		})
+	}()
+	<-half
+	opened := make(chan error, 1)
+	go func() {
+		_, err := Open(p, k, filepath.Join(t.TempDir(), "pins"))
+		opened <- err
+	}()
+	// Give a lock-less Open every chance to cut the half line; with the
+	// lock it is parked until the writer finishes.
+	time.Sleep(100 * time.Millisecond)
+	close(finish)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-opened; err != nil {
+		t.Fatal(err)
+	}
+	entries, torn, err := ReadJournal(p)
+	if err != nil || torn || len(entries) != 2 || entries[1].Kind != KindAcked {
+		t.Fatalf("entries %+v torn=%v err=%v", entries, torn, err)
+	}
 }

@@ -189,7 +189,8 @@ func Preflight(o Options) (*Env, PreflightResult, error) {
 		if errors.Is(err, ErrVersion) {
 			reason = ReasonVersion
 		}
-		return nil, PreflightResult{Reason: reason, Detail: err.Error()}, err
+		detail := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "realch: "), "missing: ")
+		return nil, PreflightResult{Reason: reason, Detail: detail}, err
 	}
 	r := PreflightKVM(DevKVM)
 	return env, r, nil
@@ -201,7 +202,7 @@ func Verdict(o Options) string {
 	if err != nil {
 		// Discovery failed; still say what KVM would do so an operator sees
 		// both gaps at once.
-		return fmt.Sprintf("real backend: unavailable (%s): %v; kvm: %s", r.Reason, err, PreflightKVM(DevKVM))
+		return fmt.Sprintf("real backend: unavailable (%s): %s; kvm: %s", r.Reason, r.Detail, PreflightKVM(DevKVM))
 	}
 	if !r.OK {
 		return fmt.Sprintf("real backend: unavailable (%s): %s", r.Reason, r.Detail)

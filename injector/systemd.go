@@ -138,6 +138,9 @@ func (s *dbusSup) props(spec UnitSpec) []sd.Property {
 	p := []sd.Property{
 		sd.PropDescription("vmchaos " + spec.Name),
 		sd.PropExecStart(spec.Argv, false),
+		// exec: the start job completes once execve succeeded, so MainPID
+		// is the service binary, not systemd's forked child before exec.
+		{Name: "Type", Value: dbus.MakeVariant("exec")},
 		{Name: "KillMode", Value: dbus.MakeVariant("process")},
 		{Name: "Restart", Value: dbus.MakeVariant("always")},
 		{Name: "RestartUSec", Value: dbus.MakeVariant(usec(spec.RestartSec))},

@@ -27,6 +27,16 @@ type Results struct {
 	Filter     string    `json:"label_filter,omitempty"`
 	Regress    []string  `json:"regress,omitempty"` // bug switches on during this run (selftest)
 	Cases      []Case    `json:"cases"`
+
+	// Shards lists the "I/N" shards a merged result was joined from, and
+	// MissingShards those of the same N that were not (the gate treats a
+	// merge with holes as inconclusive: part of the catalogue never ran).
+	Shards        []string `json:"shards,omitempty"`
+	MissingShards []string `json:"missing_shards,omitempty"`
+
+	// Dir is the run dir this was loaded from or written to (not stored);
+	// report paths printed by Summary are relative to it.
+	Dir string `json:"-"`
 }
 
 // Case is one executed scenario case (a scenario at one offset).

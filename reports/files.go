@@ -1,0 +1,163 @@
+package reports
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/vmchaos/vmchaos/durable"
+)
+
+// File names inside a run dir.
+const (
+	ResultsFile  = "results.json"
+	JUnitFile    = "junit.xml"
+	MarkdownFile = "report.md"
+	HTMLFile     = "report.html"
+)
+
+// WriteAll writes results.json and renders junit.xml, report.md and
+// report.html into dir (created if missing). results.json is written first: it
+// is the source of truth, so if rendering fails or the writer dies the reports
+// can be rebuilt with `vmchaos report render`. Every file goes through
+// durable.WriteFile, so a reader never sees a torn report. r.Dir is set to dir.
+func WriteAll(dir string, r *Results) error {
+	if r == nil {
+		return errors.New("write results: nil results")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	data, err := Marshal(r)
+	if err != nil {
+		return fmt.Errorf("write results %s: %w", dir, err)
+	}
+	if err := durable.WriteFile(filepath.Join(dir, ResultsFile), data, 0o644); err != nil {
+		return err
+	}
+	r.Dir = dir
+	return Render(dir, r)
+}
+
+// Render (re)writes junit.xml, report.md and report.html from r into dir,
+// leaving results.json alone. Every renderer runs even if another fails.
+func Render(dir string, r *Results) error {
+	if r == nil {
+		return errors.New("render reports: nil results")
+	}
+	var errs []error
+	for _, out := range []struct {
+		name   string
+		render func(*Results) ([]byte, error)
+	}{
+		{JUnitFile, JUnit},
+		{MarkdownFile, Markdown},
+		{HTMLFile, HTML},
+	} {
+		data, err := out.render(r)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("render %s: %w", out.name, err))
+			continue
+		}
+		if err := durable.WriteFile(filepath.Join(dir, out.name), data, 0o644); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Marshal encodes results.json (indented, trailing newline). Non-finite
+// numbers, which JSON cannot carry, are refused with the case that holds them.
+func Marshal(r *Results) ([]byte, error) {
+	if err := checkFinite(r); err != nil {
+		return nil, err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode results: %w", err)
+	}
+	return append(data, '\n'), nil
+}
+
+// Load reads a results.json, given either its path or the run dir holding it.
+// The returned Results has Dir set to the run dir.
+func Load(path string) (*Results, error) {
+	file := path
+	if fi, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("load results: %w", err)
+	} else if fi.IsDir() {
+		file = filepath.Join(path, ResultsFile)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("load results: %w", err)
+	}
+	r, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("load results %s: %w", file, err)
+	}
+	r.Dir = filepath.Dir(file)
+	return r, nil
+}
+
+// Parse decodes and validates results.json bytes. Unknown fields are allowed
+// (a newer vmchaos may add some); what the gate and the renderers rely on is
+// checked: one JSON document, unique non-empty case ids, known verdicts.
+func Parse(data []byte) (*Results, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var r Results
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("decode: trailing data after the results document")
+	}
+	if err := Validate(&r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Validate checks the properties every consumer of results relies on.
+func Validate(r *Results) error {
+	seen := make(map[string]bool, len(r.Cases))
+	for i, c := range r.Cases {
+		if c.ID == "" {
+			return fmt.Errorf("case #%d: empty id", i)
+		}
+		if seen[c.ID] {
+			return fmt.Errorf("case %q: duplicate id", c.ID)
+		}
+		seen[c.ID] = true
+		switch c.Verdict {
+		case Pass, Fail, Inconclusive, Error:
+		default:
+			return fmt.Errorf("case %q: unknown verdict %q (want pass, fail, inconclusive or error)", c.ID, c.Verdict)
+		}
+	}
+	return nil
+}
+
+func checkFinite(r *Results) error {
+	bad := func(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }
+	if bad(r.TimeScale) {
+		return fmt.Errorf("time_scale is %v", r.TimeScale)
+	}
+	for _, c := range r.Cases {
+		for name, f := range map[string]float64{"time_scale": c.TimeScale, "offset_ms": c.OffsetMs, "duration_ms": c.DurationMs, "converge_ms": c.ConvergeMs} {
+			if bad(f) {
+				return fmt.Errorf("case %q: %s is %v", c.ID, name, f)
+			}
+		}
+		for k, f := range c.Metrics {
+			if bad(f) {
+				return fmt.Errorf("case %q: metric delta %s is %v", c.ID, k, f)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+package reports
+
+import (
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// FuzzParse feeds arbitrary bytes to the results.json parser (results come
+// from other machines: shards, baselines). Whatever parses must survive a
+// round trip and render into well-formed JUnit, Markdown and HTML without
+// panicking; whatever does not parse must be an error, never a panic.
+func FuzzParse(f *testing.F) {
+	sample, err := Marshal(sampleResults())
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{
+		string(sample), `{}`, `{"cases":[]}`, `{"cases":[{"id":"a","verdict":"pass"}]}`,
+		`{"cases":[{"id":"a","verdict":"fail","converge_ms":-1,"timeline":[{"ts_ns":-9223372036854775808,"kind":"fault"},{"ts_ns":9223372036854775807,"kind":"converged"}]}]}`,
+		`{"cases":[{"id":"<x>","verdict":"inconclusive","offset_ms":1e308,"trigger":"park ]]>","attempts":-3}]}`,
+		`{"shards":["1/2"],"missing_shards":["2/2"],"cases":null}`,
+		`[1,2]`, `null`, "\xff\xfe", `{"cases":[{"id":"a","verdict":"pass"}]} x`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := Parse(data)
+		if err != nil {
+			return
+		}
+		out, err := Marshal(r)
+		if err != nil {
+			t.Fatalf("parsed results do not marshal: %v", err)
+		}
+		r2, err := Parse(out)
+		if err != nil {
+			t.Fatalf("re-parse of marshalled results: %v", err)
+		}
+		// Compare encodings: an empty list and a missing one are the same
+		// results (omitempty), though not DeepEqual.
+		if out2, err := Marshal(r2); err != nil || string(out2) != string(out) {
+			t.Fatalf("round trip changed the results: %v", err)
+		}
+		j, err := JUnit(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := xml.Unmarshal(j, &v); err != nil {
+			t.Fatalf("junit.xml not well-formed: %v", err)
+		}
+		if _, err := Markdown(r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := HTML(r); err != nil {
+			t.Fatal(err)
+		}
+		_ = Gate(r, r, DefaultGateOptions())
+		if _, err := Merge(r, r); err == nil && len(r.Cases) > 0 {
+			t.Fatal("merging a run with itself must refuse the overlap")
+		}
+	})
+}
+
+// TestLoadOfFuzzCrasher checks Load on a file, since FuzzParse goes through
+// Parse directly.
+func TestLoadOfArbitraryBytesNeverPanics(t *testing.T) {
+	p := filepath.Join(t.TempDir(), ResultsFile)
+	for _, b := range [][]byte{nil, []byte("{"), []byte(`{"cases":[{"id":"a","verdict":"pass","timeline":[{"ts_ns":1}]}]}`)} {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = Load(p)
+	}
+}

@@ -1,0 +1,268 @@
+package reports
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// Gate exit codes (ARCHITECTURE §12).
+const (
+	GatePass         = 0
+	GateFail         = 1 // an invariant was violated, or a regression against the baseline
+	GateInconclusive = 2 // some fault did not land as intended; nothing proven either way
+	GateInfra        = 3 // the harness failed; the run cannot be trusted
+)
+
+// GateOptions tunes the release gate.
+type GateOptions struct {
+	// P95Tolerance is the allowed relative growth of convergence p95 against
+	// the baseline (0.2 = 20 %). Negative disables the check.
+	P95Tolerance float64
+	// P95SlackMs is an absolute growth always allowed on top of the relative
+	// tolerance, so that a 40 ms → 60 ms wobble of a tiny p95 is not a
+	// regression. 0 means none.
+	P95SlackMs float64
+	// FlakyFails makes a case that needed retries count as failed.
+	FlakyFails bool
+}
+
+// DefaultGateOptions is what `vmchaos report gate` uses without flags.
+func DefaultGateOptions() GateOptions { return GateOptions{P95Tolerance: 0.20} }
+
+// GateResult is the gate's decision. Lines explain every reason that
+// contributed to Code, most severe first, and end with a one-line tally.
+type GateResult struct {
+	Code  int
+	Lines []string
+}
+
+// Err returns nil for a pass, else an error whose ExitCode is the gate code
+// (cmd/vmchaos turns it into the process exit status).
+func (g GateResult) Err() error {
+	if g.Code == GatePass {
+		return nil
+	}
+	return &GateError{Code: g.Code}
+}
+
+// String joins the lines.
+func (g GateResult) String() string { return strings.Join(g.Lines, "\n") }
+
+// GateError carries a gate exit code.
+type GateError struct{ Code int }
+
+func (e *GateError) Error() string {
+	return fmt.Sprintf("gate: %s (exit %d)", GateCodeName(e.Code), e.Code)
+}
+
+// ExitCode is the process exit status.
+func (e *GateError) ExitCode() int { return e.Code }
+
+// GateCodeName names a gate code.
+func GateCodeName(code int) string {
+	switch code {
+	case GatePass:
+		return "pass"
+	case GateFail:
+		return "invariant violated"
+	case GateInconclusive:
+		return "inconclusive"
+	case GateInfra:
+		return "infrastructure error"
+	}
+	return fmt.Sprintf("code %d", code)
+}
+
+// severity orders gate codes: a violated invariant is proof of a product bug
+// whatever else happened, so it wins; an infrastructure error means part of
+// the run is untrustworthy, which is worse than a fault that missed its phase.
+func severity(code int) int {
+	switch code {
+	case GateFail:
+		return 3
+	case GateInfra:
+		return 2
+	case GateInconclusive:
+		return 1
+	}
+	return 0
+}
+
+// Gate judges a run, optionally against a baseline run. Code is the most
+// severe of: 1 when a case failed, a case that passed in the baseline (same
+// id) no longer passes with a fail verdict, or convergence p95 over the cases
+// converged in both runs grew beyond the tolerance; 3 when a case is an
+// error or the results are unusable; 2 when a case is inconclusive, the run
+// has no cases, or shards are missing from a merge; else 0.
+func Gate(cur *Results, baseline *Results, opt GateOptions) GateResult {
+	type reason struct {
+		code int
+		line string
+	}
+	var reasons []reason
+	add := func(code int, format string, args ...any) {
+		reasons = append(reasons, reason{code, fmt.Sprintf(format, args...)})
+	}
+	if cur == nil {
+		return GateResult{Code: GateInfra, Lines: []string{"ERROR no results to judge"}}
+	}
+	if err := Validate(cur); err != nil {
+		add(GateInfra, "ERROR results are invalid: %v", err)
+	}
+	if len(cur.Cases) == 0 {
+		add(GateInconclusive, "INCONCLUSIVE the run has no cases (label filter %q, shard %q): nothing was tested", cur.Filter, cur.Shard)
+	}
+	if len(cur.MissingShards) > 0 {
+		add(GateInconclusive, "INCONCLUSIVE merged results lack shard(s) %s: part of the catalogue never ran", strings.Join(cur.MissingShards, ", "))
+	}
+	for _, c := range cur.Cases {
+		switch c.Verdict {
+		case Pass:
+			if c.Attempts > 1 && opt.FlakyFails {
+				add(GateFail, "FLAKY %s passed only after %d attempts (--flaky-fails); repro: %s", c.ID, c.Attempts, reproOrNone(c))
+			}
+		case Fail:
+			add(GateFail, "FAIL %s: %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
+		case Inconclusive:
+			add(GateInconclusive, "INCONCLUSIVE %s: %s; repro: %s", c.ID, orDefault(c.Reason, "fault did not land as intended"), reproOrNone(c))
+		case Error:
+			add(GateInfra, "ERROR %s: %s", c.ID, orDefault(c.Reason, "harness error"))
+		}
+	}
+	if baseline != nil {
+		for _, l := range compareBaseline(cur, baseline, opt) {
+			add(l.code, "%s", l.line)
+		}
+	}
+
+	sort.SliceStable(reasons, func(i, j int) bool { return severity(reasons[i].code) > severity(reasons[j].code) })
+	g := GateResult{}
+	for _, r := range reasons {
+		if severity(r.code) > severity(g.Code) {
+			g.Code = r.code
+		}
+		g.Lines = append(g.Lines, r.line)
+	}
+	tally := fmt.Sprintf("gate: %s (exit %d): %s", GateCodeName(g.Code), g.Code, CountVerdicts(cur.Cases))
+	if baseline != nil {
+		tally += fmt.Sprintf("; baseline %s", orDefault(baseline.RunID, "(unnamed)"))
+	}
+	g.Lines = append(g.Lines, tally)
+	return g
+}
+
+type gateLine struct {
+	code int
+	line string
+}
+
+func compareBaseline(cur, base *Results, opt GateOptions) []gateLine {
+	var out []gateLine
+	note := func(format string, args ...any) { out = append(out, gateLine{GatePass, fmt.Sprintf(format, args...)}) }
+	if base.Backend != cur.Backend || base.TimeScale != cur.TimeScale {
+		note("NOTE baseline ran backend %q at time scale %g, this run backend %q at %g: convergence figures are not comparable",
+			base.Backend, base.TimeScale, cur.Backend, cur.TimeScale)
+	}
+	baseByID := make(map[string]*Case, len(base.Cases))
+	for i := range base.Cases {
+		baseByID[base.Cases[i].ID] = &base.Cases[i]
+	}
+	var curMs, baseMs []float64
+	seen := map[string]bool{}
+	for _, c := range cur.Cases {
+		seen[c.ID] = true
+		b, ok := baseByID[c.ID]
+		if !ok {
+			continue
+		}
+		if b.Verdict == Pass && c.Verdict == Fail {
+			out = append(out, gateLine{GateFail, fmt.Sprintf("REGRESSION %s passed in baseline %s and fails now: %s; repro: %s",
+				c.ID, orDefault(base.RunID, "(unnamed)"), failureSummary(c), reproOrNone(c))})
+		}
+		if b.Verdict == Fail && c.Verdict == Pass {
+			note("FIXED %s failed in the baseline and passes now", c.ID)
+		}
+		if (b.Verdict == Pass || b.Verdict == Fail) && (c.Verdict == Pass || c.Verdict == Fail) &&
+			b.ConvergeMs >= 0 && c.ConvergeMs >= 0 {
+			curMs = append(curMs, c.ConvergeMs)
+			baseMs = append(baseMs, b.ConvergeMs)
+		}
+	}
+	missing := 0
+	for id := range baseByID {
+		if !seen[id] {
+			missing++
+		}
+	}
+	if missing > 0 {
+		note("NOTE %d baseline case(s) are not in this run (filter, shard or catalogue change)", missing)
+	}
+	comparable := base.Backend == cur.Backend && base.TimeScale == cur.TimeScale
+	if opt.P95Tolerance >= 0 && comparable && len(curMs) > 0 {
+		sort.Float64s(curMs)
+		sort.Float64s(baseMs)
+		cp, bp := Percentile(curMs, 0.95), Percentile(baseMs, 0.95)
+		limit := bp*(1+opt.P95Tolerance) + opt.P95SlackMs
+		if cp > limit && !math.IsNaN(cp) {
+			out = append(out, gateLine{GateFail, fmt.Sprintf("REGRESSION convergence p95 %s > baseline %s + %.0f%% (limit %s) over the %d cases converged in both runs",
+				FormatMs(cp), FormatMs(bp), opt.P95Tolerance*100, FormatMs(limit), len(curMs))})
+		} else {
+			note("convergence p95 %s vs baseline %s (limit %s) over %d cases: ok", FormatMs(cp), FormatMs(bp), FormatMs(limit), len(curMs))
+		}
+	}
+	return out
+}
+
+// failureSummary names the violated invariants with the first line of the
+// first one's evidence, so a gate line alone says what broke.
+func failureSummary(c Case) string {
+	var names []string
+	first := ""
+	for _, inv := range c.Invariants {
+		if !inv.OK {
+			names = append(names, inv.Name)
+			if first == "" {
+				first = firstLine(inv.Evidence)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "failed: " + orDefault(c.Reason, "no invariant named")
+	}
+	s := "invariant(s) " + strings.Join(names, ", ")
+	if first != "" {
+		s += " (" + first + ")"
+	}
+	return s
+}
+
+func reproOrNone(c Case) string { return orDefault(c.Repro, "(no repro recorded)") }
+
+func orDefault(s, def string) string {
+	if strings.TrimSpace(s) == "" {
+		return def
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = strings.TrimSpace(s[:i]) + " …"
+	}
+	return truncate(s, 160)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,186 @@
+package reports
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"math"
+	"sort"
+	"strings"
+)
+
+//go:embed report.html.tmpl
+var htmlTemplateText string
+
+var htmlTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
+	"ms":     FormatMs,
+	"upper":  strings.ToUpper,
+	"vclass": verdictClass,
+	"f":      func(v float64) string { return fmt.Sprintf("%.1f", v) },
+}).Parse(htmlTemplateText))
+
+type htmlCase struct {
+	Case
+	Anchor     string
+	Failed     []string
+	Open       bool
+	Timeline   *svgTimeline
+	Events     []timelineRow
+	Injections []string
+	LogNames   []string
+}
+
+type matrixCell struct {
+	Anchor, Class, Title string
+}
+
+type matrixRow struct {
+	Scenario string
+	Cells    [][]matrixCell // one slot per column
+}
+
+type htmlData struct {
+	R         *Results
+	Title     string
+	Gate      GateResult
+	GateName  string
+	Counts    VerdictCounts
+	Conv      ConvergeStats
+	Meta      [][2]string
+	Broke     []htmlGroup
+	Cases     []htmlCase
+	Problems  []htmlCase
+	Columns   []string
+	Matrix    []matrixRow
+	Histogram *svgHistogram
+}
+
+type htmlGroup struct {
+	Name  string
+	Cases []htmlCase
+}
+
+// HTML renders report.html: one self-contained page (inline CSS, inline SVG,
+// a few lines of inline script for copy buttons; no external asset) with the
+// verdict, what broke, an offset × scenario matrix coloured by verdict, the
+// convergence-time histogram, the table of cases, and per case its details
+// with an SVG timeline of phases, the fault and the convergence point.
+// html/template escapes every value.
+func HTML(r *Results) ([]byte, error) {
+	d := htmlData{
+		R:      r,
+		Title:  "vmchaos report — " + orDefault(r.RunID, "(unnamed run)"),
+		Gate:   Gate(r, nil, DefaultGateOptions()),
+		Counts: CountVerdicts(r.Cases),
+		Conv:   Convergence(r.Cases),
+	}
+	d.GateName = GateCodeName(d.Gate.Code)
+	d.Meta = [][2]string{{"backend", r.Backend}, {"supervisor", r.Supervisor}, {"time scale", fmt.Sprint(r.TimeScale)},
+		{"seed", fmt.Sprint(r.Seed)}, {"host", r.Host}, {"started", formatTime(r.StartedAt)}, {"wall time", wallTime(r)}}
+	for _, e := range [][2]string{{"shard", r.Shard}, {"shards merged", strings.Join(r.Shards, ", ")},
+		{"MISSING shards", strings.Join(r.MissingShards, ", ")}, {"label filter", r.Filter}, {"regress switches", strings.Join(r.Regress, ", ")}} {
+		if e[1] != "" {
+			d.Meta = append(d.Meta, e)
+		}
+	}
+	anchorOf := map[string]string{}
+	for i, c := range r.Cases {
+		hc := htmlCase{Case: c, Anchor: fmt.Sprintf("case-%d", i), Failed: c.FailedInvariants(), Open: c.Problem()}
+		hc.Timeline, hc.Events = buildTimeline(c)
+		for _, inj := range c.Injections {
+			hc.Injections = append(hc.Injections, fmt.Sprintf("%s (%s): %s", inj.Fault, inj.Trigger, injectionText(inj)))
+		}
+		hc.LogNames = sortedKeys(c.Logs)
+		anchorOf[c.ID] = hc.Anchor
+		d.Cases = append(d.Cases, hc)
+		if c.Problem() || c.Attempts > 1 {
+			d.Problems = append(d.Problems, hc)
+		}
+	}
+	for _, g := range byInvariant(r.Cases) {
+		hg := htmlGroup{Name: g.name}
+		for _, c := range g.cases {
+			hg.Cases = append(hg.Cases, htmlCase{Case: c, Anchor: anchorOf[c.ID]})
+		}
+		d.Broke = append(d.Broke, hg)
+	}
+	d.Columns, d.Matrix = buildMatrix(r.Cases, anchorOf)
+	d.Histogram = buildHistogram(r.Cases)
+
+	var buf bytes.Buffer
+	if err := htmlTemplate.Execute(&buf, d); err != nil {
+		return nil, fmt.Errorf("render html: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// buildMatrix lays cases out by scenario (rows, in run order) and offset
+// (columns: "park" first, then offsets ascending). A cell may hold several
+// cases (e.g. park cases at different points of one scenario).
+func buildMatrix(cases []Case, anchorOf map[string]string) ([]string, []matrixRow) {
+	type col struct {
+		label string
+		park  bool
+		ms    float64
+	}
+	colIdx := map[string]int{}
+	var cols []col
+	rowIdx := map[string]int{}
+	var rows []matrixRow
+	for _, c := range cases {
+		l := c.OffsetLabel()
+		if _, ok := colIdx[l]; !ok {
+			colIdx[l] = len(cols)
+			cols = append(cols, col{l, l == "park", c.OffsetMs})
+		}
+		if _, ok := rowIdx[c.Scenario]; !ok {
+			rowIdx[c.Scenario] = len(rows)
+			rows = append(rows, matrixRow{Scenario: c.Scenario})
+		}
+	}
+	sort.SliceStable(cols, func(a, b int) bool {
+		if cols[a].park != cols[b].park {
+			return cols[a].park
+		}
+		if math.IsNaN(cols[a].ms) || math.IsNaN(cols[b].ms) {
+			return cols[a].label < cols[b].label
+		}
+		return cols[a].ms < cols[b].ms
+	})
+	labels := make([]string, len(cols))
+	for i, c := range cols {
+		colIdx[c.label] = i
+		labels[i] = c.label
+	}
+	for i := range rows {
+		rows[i].Cells = make([][]matrixCell, len(cols))
+	}
+	for _, c := range cases {
+		row := &rows[rowIdx[c.Scenario]]
+		j := colIdx[c.OffsetLabel()]
+		title := fmt.Sprintf("%s: %s, converge %s", c.ID, c.Verdict, FormatMs(c.ConvergeMs))
+		if f := c.FailedInvariants(); len(f) > 0 {
+			title += ", violated " + strings.Join(f, ", ")
+		}
+		if c.Verdict == Inconclusive && c.Reason != "" {
+			title += ": " + oneLine(c.Reason)
+		}
+		cls := "cell v-" + verdictClass(c.Verdict)
+		if c.Attempts > 1 {
+			cls += " flaky"
+		}
+		row.Cells[j] = append(row.Cells[j], matrixCell{Anchor: anchorOf[c.ID], Class: cls, Title: title})
+	}
+	return labels, rows
+}
+
+// verdictClass maps a verdict to a CSS class suffix; anything unknown is an
+// error, so a hostile verdict string never reaches the class attribute.
+func verdictClass(v string) string {
+	switch v {
+	case Pass, Fail, Inconclusive:
+		return v
+	}
+	return "error"
+}

@@ -1,0 +1,281 @@
+package reports
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Markdown renders report.md for a release manager: the verdict first, what
+// broke grouped by invariant, the one table of every case, then for each case
+// that did not pass the evidence and the command that reproduces it.
+func Markdown(r *Results) ([]byte, error) {
+	var b strings.Builder
+	counts := CountVerdicts(r.Cases)
+	g := Gate(r, nil, DefaultGateOptions())
+	conv := Convergence(r.Cases)
+
+	fmt.Fprintf(&b, "# vmchaos report — %s\n\n", mdEscape(orDefault(r.RunID, "(unnamed run)")))
+	fmt.Fprintf(&b, "**Verdict: %s** (gate exit %d) — %s.\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code, mdEscape(counts.String()))
+
+	b.WriteString("| backend | supervisor | time scale | seed | host | started | wall time |")
+	row := []string{orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), fmt.Sprint(r.TimeScale), fmt.Sprint(r.Seed),
+		orDefault(r.Host, "?"), formatTime(r.StartedAt), wallTime(r)}
+	extra := [][2]string{{"shard", r.Shard}, {"shards merged", strings.Join(r.Shards, ", ")}, {"MISSING shards", strings.Join(r.MissingShards, ", ")},
+		{"label filter", r.Filter}, {"regress switches", strings.Join(r.Regress, ", ")}}
+	for _, e := range extra {
+		if e[1] != "" {
+			fmt.Fprintf(&b, " %s |", e[0])
+			row = append(row, e[1])
+		}
+	}
+	b.WriteString("\n|" + strings.Repeat("---|", len(row)) + "\n|")
+	for _, v := range row {
+		fmt.Fprintf(&b, " %s |", mdEscape(v))
+	}
+	b.WriteString("\n\n")
+	fmt.Fprintf(&b, "Time to converge (fault → stable), over the %d cases whose fault landed and converged: **p50 %s, p95 %s, max %s**", conv.N, FormatMs(conv.P50), FormatMs(conv.P95), FormatMs(conv.Max))
+	if conv.Never > 0 {
+		fmt.Fprintf(&b, "; **%d never converged**", conv.Never)
+	}
+	b.WriteString(".\n\n")
+
+	if groups := byInvariant(r.Cases); len(groups) > 0 {
+		b.WriteString("## What broke\n\n")
+		for _, gr := range groups {
+			fmt.Fprintf(&b, "- `%s` violated in %d case(s): %s\n", mdCode(gr.name), len(gr.cases), mdCaseLinks(gr.cases))
+		}
+		b.WriteString("\n")
+	}
+	if len(g.Lines) > 1 {
+		b.WriteString("## Gate\n\n")
+		for _, l := range g.Lines {
+			fmt.Fprintf(&b, "- %s\n", mdEscape(l))
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("## Cases\n\n")
+	b.WriteString("| case | fault | landed phase | verdict | time to converge | failed invariants |\n|---|---|---|---|---|---|\n")
+	for _, c := range r.Cases {
+		verdict := c.Verdict
+		if c.Verdict != Pass {
+			verdict = "**" + strings.ToUpper(c.Verdict) + "**"
+		}
+		if c.Attempts > 1 {
+			verdict += fmt.Sprintf(" (flaky: %d attempts)", c.Attempts)
+		}
+		fault := c.Fault
+		if c.Trigger != "" {
+			fault += " @ " + c.Trigger
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", mdCaseLink(c), mdEscape(fault), mdEscape(orDefault(c.LandedPhase, "-")),
+			verdict, FormatMs(c.ConvergeMs), mdEscape(strings.Join(c.FailedInvariants(), ", ")))
+	}
+	b.WriteString("\n")
+
+	var problems []Case
+	for _, c := range r.Cases {
+		if c.Problem() || c.Attempts > 1 {
+			problems = append(problems, c)
+		}
+	}
+	if len(problems) > 0 {
+		b.WriteString("## Details\n\n")
+	}
+	for _, c := range problems {
+		mdCaseDetail(&b, c)
+	}
+	return []byte(b.String()), nil
+}
+
+func mdCaseDetail(b *strings.Builder, c Case) {
+	fmt.Fprintf(b, "### %s — %s\n\n", mdEscape(c.ID), strings.ToUpper(c.Verdict))
+	if c.Title != "" {
+		fmt.Fprintf(b, "%s", mdEscape(c.Title))
+		if c.SeedRef != "" {
+			fmt.Fprintf(b, " (seed %s)", mdEscape(c.SeedRef))
+		}
+		b.WriteString("\n\n")
+	}
+	fmt.Fprintf(b, "- scenario `%s`, operation %s, fault %s, trigger `%s`, offset %s\n", mdCode(c.Scenario), mdEscape(orDefault(c.Operation, "-")),
+		mdEscape(orDefault(c.Fault, "-")), mdCode(c.Trigger), c.OffsetLabel())
+	fmt.Fprintf(b, "- landed phase %s; time to converge %s; case duration %s", mdEscape(orDefault(c.LandedPhase, "-")), FormatMs(c.ConvergeMs), FormatMs(c.DurationMs))
+	if c.Attempts > 1 {
+		fmt.Fprintf(b, "; **flaky: %d attempts**", c.Attempts)
+	}
+	b.WriteString("\n")
+	if c.Reason != "" {
+		fmt.Fprintf(b, "- reason: %s\n", mdEscape(c.Reason))
+	}
+	for _, inj := range c.Injections {
+		fmt.Fprintf(b, "- injection %s (`%s`): %s\n", mdEscape(inj.Fault), mdCode(inj.Trigger), mdEscape(injectionText(inj)))
+	}
+	for _, l := range c.Ledger {
+		status := "ok"
+		if !l.OK {
+			status = "**NOT OK**"
+		}
+		fmt.Fprintf(b, "- ledger %s: %s — stable %d, lost %d, phantom %d, in flight %d", mdEscape(l.Guest), status, l.Stable, l.Lost, l.Phantom, l.InFlight)
+		if len(l.LostNames) > 0 {
+			fmt.Fprintf(b, "; lost: %s", mdEscape(strings.Join(l.LostNames, ", ")))
+		}
+		if len(l.PhantomNames) > 0 {
+			fmt.Fprintf(b, "; phantom: %s", mdEscape(strings.Join(l.PhantomNames, ", ")))
+		}
+		if l.Message != "" {
+			fmt.Fprintf(b, "; %s", mdEscape(l.Message))
+		}
+		b.WriteString("\n")
+	}
+	if failed := c.FailedInvariants(); len(failed) > 0 {
+		b.WriteString("\nViolated invariants:\n\n")
+		for _, inv := range c.Invariants {
+			if inv.OK {
+				continue
+			}
+			fmt.Fprintf(b, "- **%s**\n", mdEscape(inv.Name))
+			if ev := strings.TrimSpace(inv.Evidence); ev != "" {
+				b.WriteString("\n" + indent(strings.TrimRight(codeBlock("", ev), "\n"), "  ") + "\n\n")
+			}
+		}
+	}
+	if len(c.Metrics) > 0 {
+		var parts []string
+		for _, k := range sortedKeys(c.Metrics) {
+			parts = append(parts, fmt.Sprintf("`%s` %+g", mdCode(k), c.Metrics[k]))
+		}
+		fmt.Fprintf(b, "\nMetric deltas: %s\n", strings.Join(parts, ", "))
+	}
+	if len(c.Logs) > 0 {
+		var parts []string
+		for _, k := range sortedKeys(c.Logs) {
+			parts = append(parts, fmt.Sprintf("[%s](%s)", mdEscape(k), mdLinkTarget(c.Logs[k])))
+		}
+		fmt.Fprintf(b, "\nLogs: %s\n", strings.Join(parts, ", "))
+	}
+	b.WriteString("\nReproduce:\n\n")
+	if c.Repro != "" {
+		b.WriteString(codeBlock("sh", c.Repro))
+	} else {
+		b.WriteString("(no repro command recorded)\n")
+	}
+	b.WriteString("\n")
+}
+
+type invariantGroup struct {
+	name  string
+	cases []Case
+}
+
+// byInvariant groups failing cases by violated invariant, most cases first.
+func byInvariant(cases []Case) []invariantGroup {
+	idx := map[string]int{}
+	var groups []invariantGroup
+	for _, c := range cases {
+		if c.Verdict != Fail {
+			continue
+		}
+		names := c.FailedInvariants()
+		if len(names) == 0 {
+			names = []string{"(none named)"}
+		}
+		for _, n := range names {
+			i, ok := idx[n]
+			if !ok {
+				i = len(groups)
+				idx[n] = i
+				groups = append(groups, invariantGroup{name: n})
+			}
+			groups[i].cases = append(groups[i].cases, c)
+		}
+	}
+	sort.SliceStable(groups, func(a, b int) bool { return len(groups[a].cases) > len(groups[b].cases) })
+	return groups
+}
+
+// mdCaseLink links a case id to its detail heading when it has one.
+func mdCaseLink(c Case) string {
+	if !c.Problem() && c.Attempts <= 1 {
+		return "`" + mdCode(c.ID) + "`"
+	}
+	return fmt.Sprintf("[`%s`](#%s)", mdCode(c.ID), mdAnchor(c.ID+" — "+strings.ToUpper(c.Verdict)))
+}
+
+func mdCaseLinks(cases []Case) string {
+	var parts []string
+	for _, c := range cases {
+		parts = append(parts, mdCaseLink(c))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// mdAnchor approximates GitHub's heading slug: lower case, spaces to '-',
+// punctuation other than '-' and '_' dropped.
+func mdAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r > 127 && r != '—':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// mdEscape makes text safe inside a table cell or a paragraph: no line
+// breaks, and the characters Markdown would interpret are backslashed.
+func mdEscape(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune("\\`*_{}[]<>()#+!|~", r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// mdCode makes text safe inside a single-backtick code span in a table.
+func mdCode(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	s = strings.ReplaceAll(s, "`", "'")
+	return strings.ReplaceAll(s, "|", "\\|")
+}
+
+func mdLinkTarget(p string) string {
+	return strings.NewReplacer(" ", "%20", "(", "%28", ")", "%29", "<", "%3C", ">", "%3E").Replace(p)
+}
+
+// codeBlock fences text with a fence longer than any backtick run inside it.
+func codeBlock(lang, text string) string {
+	longest, run := 0, 0
+	for _, r := range text {
+		if r == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	fence := strings.Repeat("`", max(3, longest+1))
+	return fence + lang + "\n" + strings.TrimRight(text, "\n") + "\n" + fence + "\n"
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func wallTime(r *Results) string {
+	if r.StartedAt.IsZero() || !r.FinishedAt.After(r.StartedAt) {
+		return "-"
+	}
+	return r.FinishedAt.Sub(r.StartedAt).Round(time.Second).String()
+}

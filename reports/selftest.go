@@ -1,0 +1,194 @@
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/vmchaos/vmchaos/durable"
+	"github.com/vmchaos/vmchaos/regress"
+)
+
+// SelftestRow is one (bug, scenario) check of `vmchaos selftest`: the
+// scenario run with the bug switched on must fail naming the bug's invariant,
+// and run without it must pass. OK is the caller's judgement of both.
+type SelftestRow struct {
+	Bug               string `json:"bug"`
+	Seed              string `json:"seed"`
+	Scenario          string `json:"scenario"`
+	WithBugVerdict    string `json:"with_bug_verdict"`
+	WithBugInvariant  string `json:"with_bug_invariant"` // violated invariant(s) reported with the bug on
+	WithoutBugVerdict string `json:"without_bug_verdict"`
+	OK                bool   `json:"ok"`
+	Repro             string `json:"repro,omitempty"` // command reproducing the with-bug run
+	Note              string `json:"note,omitempty"`  // why a row is not OK, or anything else worth saying
+}
+
+// Selftest files inside the selftest report dir.
+const (
+	SelftestMarkdownFile = "selftest.md"
+	SelftestJSONFile     = "selftest.json"
+)
+
+// SelftestTally counts rows and bugs: a bug is caught when it has rows and
+// all of them are OK.
+type SelftestTally struct {
+	Rows, RowsOK, Bugs, BugsCaught int
+	Missed                         []string // bugs with a row that is not OK
+	Untested                       []string // bugs of regress.Bugs without any row
+}
+
+// TallySelftest computes the tally over rows, listing every known bug that
+// has no row as untested.
+func TallySelftest(rows []SelftestRow) SelftestTally {
+	var t SelftestTally
+	byBug := map[string][]SelftestRow{}
+	var order []string
+	for _, r := range rows {
+		t.Rows++
+		if r.OK {
+			t.RowsOK++
+		}
+		if _, ok := byBug[r.Bug]; !ok {
+			order = append(order, r.Bug)
+		}
+		byBug[r.Bug] = append(byBug[r.Bug], r)
+	}
+	for _, b := range order {
+		t.Bugs++
+		all := true
+		for _, r := range byBug[b] {
+			all = all && r.OK
+		}
+		if all {
+			t.BugsCaught++
+		} else {
+			t.Missed = append(t.Missed, b)
+		}
+	}
+	for _, b := range regress.Bugs {
+		if _, ok := byBug[b.Name]; !ok {
+			t.Untested = append(t.Untested, b.Name)
+		}
+	}
+	return t
+}
+
+// OK says whether the self-test passed: every row OK and at least one row.
+func (t SelftestTally) OK() bool { return t.Rows > 0 && t.RowsOK == t.Rows }
+
+func (t SelftestTally) String() string {
+	s := fmt.Sprintf("selftest: %d/%d bugs caught, %d/%d checks ok", t.BugsCaught, t.Bugs, t.RowsOK, t.Rows)
+	if len(t.Missed) > 0 {
+		s += "; MISSED: " + strings.Join(t.Missed, ", ")
+	}
+	if len(t.Untested) > 0 {
+		s += "; not run: " + strings.Join(t.Untested, ", ")
+	}
+	return s
+}
+
+// expectedInvariant is the invariant regress.Bugs says the bug breaks.
+func expectedInvariant(bug string) string {
+	if b := regress.Lookup(bug); b != nil {
+		return b.Invariant
+	}
+	return "?"
+}
+
+// FormatSelftest writes the terminal table of a self-test and its tally.
+func FormatSelftest(w io.Writer, rows []SelftestRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BUG\tSEED\tSCENARIO\tWITH BUG\tVIOLATED (EXPECTED)\tWITHOUT BUG\tOK")
+	for _, r := range rows {
+		ok := "ok"
+		if !r.OK {
+			ok = "MISSED"
+			if r.Note != "" {
+				ok += ": " + oneLine(r.Note)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s (%s)\t%s\t%s\n", r.Bug, r.Seed, r.Scenario, orDefault(r.WithBugVerdict, "-"),
+			orDefault(r.WithBugInvariant, "-"), expectedInvariant(r.Bug), orDefault(r.WithoutBugVerdict, "-"), ok)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, TallySelftest(rows))
+	return err
+}
+
+// WriteSelftest writes selftest.md (the track-record table) and selftest.json
+// into dir.
+func WriteSelftest(dir string, rows []SelftestRow) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write selftest: %w", err)
+	}
+	t := TallySelftest(rows)
+	doc := struct {
+		OK       bool          `json:"ok"`
+		Summary  string        `json:"summary"`
+		Untested []string      `json:"untested,omitempty"`
+		Rows     []SelftestRow `json:"rows"`
+	}{t.OK(), t.String(), t.Untested, rows}
+	if doc.Rows == nil {
+		doc.Rows = []SelftestRow{}
+	}
+	data, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write selftest: %w", err)
+	}
+	if err := durable.WriteFile(filepath.Join(dir, SelftestJSONFile), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	return durable.WriteFile(filepath.Join(dir, SelftestMarkdownFile), []byte(SelftestMarkdown(rows)), 0o644)
+}
+
+// SelftestMarkdown renders the self-test as a Markdown page.
+func SelftestMarkdown(rows []SelftestRow) string {
+	var b strings.Builder
+	t := TallySelftest(rows)
+	status := "PASS"
+	if !t.OK() {
+		status = "FAIL"
+	}
+	fmt.Fprintf(&b, "# vmchaos selftest — %s\n\n%s.\n\n", status, mdEscape(t.String()))
+	b.WriteString("Each historical bug is switched back on (`VMCHAOS_REGRESS=<bug>`); its scenarios must fail naming the invariant the bug breaks, and pass with the switch off.\n\n")
+	b.WriteString("| bug | seed | scenario | with bug | violated invariant | expected | without bug | ok |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		ok := "ok"
+		if !r.OK {
+			ok = "**MISSED**"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s | %s | %s | %s | %s |\n", mdCode(r.Bug), mdEscape(r.Seed), mdCode(r.Scenario),
+			mdEscape(orDefault(r.WithBugVerdict, "-")), mdEscape(orDefault(r.WithBugInvariant, "-")), mdEscape(expectedInvariant(r.Bug)),
+			mdEscape(orDefault(r.WithoutBugVerdict, "-")), ok)
+	}
+	var notes []SelftestRow
+	for _, r := range rows {
+		if r.Repro != "" || r.Note != "" {
+			notes = append(notes, r)
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n## Reproduce\n\n")
+		for _, r := range notes {
+			fmt.Fprintf(&b, "### %s / %s\n\n", mdEscape(r.Bug), mdEscape(r.Scenario))
+			if bug := regress.Lookup(r.Bug); bug != nil {
+				fmt.Fprintf(&b, "%s\n\n", mdEscape(bug.What))
+			}
+			if r.Note != "" {
+				fmt.Fprintf(&b, "Note: %s\n\n", mdEscape(r.Note))
+			}
+			if r.Repro != "" {
+				b.WriteString(codeBlock("sh", r.Repro))
+			}
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,57 @@
+package reports
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"unicode"
+)
+
+// Summary writes what `vmchaos run` prints at the end: the tally per verdict,
+// convergence figures, every case that is not a pass with why and its repro
+// command, and where the reports are (when r.Dir is known).
+func Summary(w io.Writer, r *Results) {
+	if r == nil {
+		fmt.Fprintln(w, "vmchaos: no results")
+		return
+	}
+	counts := CountVerdicts(r.Cases)
+	g := Gate(r, nil, DefaultGateOptions())
+	fmt.Fprintf(w, "vmchaos run %s: %s — %s\n", orDefault(r.RunID, "(unnamed)"), strings.ToUpper(GateCodeName(g.Code)), counts)
+	fmt.Fprintf(w, "  backend %s, supervisor %s, time scale %g, seed %d\n", orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), r.TimeScale, r.Seed)
+	fmt.Fprintf(w, "  %s\n", Convergence(r.Cases))
+	for _, c := range r.Cases {
+		if c.Verdict == Pass && c.Attempts <= 1 {
+			continue
+		}
+		what := ""
+		switch c.Verdict {
+		case Fail:
+			what = oneLine(failureSummary(c))
+		case Pass:
+			what = fmt.Sprintf("passed after %d attempts (flaky)", c.Attempts)
+		default:
+			what = oneLine(orDefault(c.Reason, "no reason recorded"))
+		}
+		fmt.Fprintf(w, "  %-12s %s: %s\n", strings.ToUpper(c.Verdict), c.ID, what)
+		if c.Repro != "" {
+			fmt.Fprintf(w, "  %-12s repro: %s\n", "", c.Repro)
+		}
+	}
+	if r.Dir != "" {
+		fmt.Fprintf(w, "  report: %s (also %s, %s, %s)\n", filepath.Join(r.Dir, HTMLFile), MarkdownFile, JUnitFile, ResultsFile)
+	}
+}
+
+// oneLine flattens text for a terminal line: whitespace runs become one
+// space and control characters (escape sequences from a log) become '?'.
+func oneLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && !unicode.IsSpace(r) {
+			return '?'
+		}
+		return r
+	}, s)
+	return truncate(strings.Join(strings.Fields(s), " "), 200)
+}

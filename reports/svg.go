@@ -1,0 +1,303 @@
+package reports
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Geometry for the inline SVG figures of report.html. Everything here is
+// plain numbers and strings; html/template escapes them when rendering.
+
+type svgLane struct {
+	Y     float64
+	Label string
+}
+
+type svgRect struct {
+	X, Y, W, H float64
+	Class      string
+	Title      string
+}
+
+type svgMark struct {
+	X, Y  float64
+	Class string
+	Title string
+}
+
+type svgVLine struct {
+	X, Y1, Y2 float64
+	Class     string
+	Label     string
+	LabelX    float64
+	LabelY    float64
+	Anchor    string // text-anchor of the label
+	Title     string
+}
+
+type svgTick struct {
+	X     float64
+	Label string
+}
+
+type svgTimeline struct {
+	W, H   float64
+	AxisY  float64
+	Lanes  []svgLane
+	Bands  []svgRect
+	Marks  []svgMark
+	VLines []svgVLine
+	Ticks  []svgTick
+	Window *svgRect
+}
+
+type timelineRow struct {
+	Rel   string // time relative to the fault (or the first event)
+	Kind  string
+	Proc  string
+	Point string
+	VM    string
+	Note  string
+}
+
+const (
+	tlWidth  = 960.0
+	tlLeft   = 96.0
+	tlRight  = 24.0
+	tlTop    = 26.0
+	tlLaneH  = 26.0
+	tlBottom = 30.0
+)
+
+// buildTimeline lays out a case's timeline: one lane per process with its
+// phases as dots and bands (a phase lasts until the next phase of that
+// process), the fault and restarts as vertical lines, and the convergence
+// point with the fault → converged window shaded. It also returns the
+// events as table rows with times relative to the fault.
+func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
+	evs := append([]TimelineEvent(nil), c.Timeline...)
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].TsNs < evs[j].TsNs })
+	var faultNs, convNs int64
+	haveFault, haveConv := false, false
+	for _, e := range evs {
+		if e.Kind == "fault" && !haveFault {
+			faultNs, haveFault = e.TsNs, true
+		}
+		if e.Kind == "converged" && !haveConv {
+			convNs, haveConv = e.TsNs, true
+		}
+	}
+	if !haveFault {
+		for _, inj := range c.Injections {
+			if inj.ActualNs != 0 {
+				faultNs, haveFault = inj.ActualNs, true
+				break
+			}
+		}
+	}
+	if !haveConv && haveFault && c.ConvergeMs >= 0 && !math.IsNaN(c.ConvergeMs) && c.ConvergeMs < 1e12 {
+		convNs, haveConv = faultNs+int64(c.ConvergeMs*1e6), true
+	}
+	t0, t1 := evs[0].TsNs, evs[len(evs)-1].TsNs
+	for _, ts := range []struct {
+		ok bool
+		ns int64
+	}{{haveFault, faultNs}, {haveConv, convNs}} {
+		if ts.ok {
+			t0, t1 = min(t0, ts.ns), max(t1, ts.ns)
+		}
+	}
+	span := float64(t1) - float64(t0)
+	if span < 1e6 {
+		span = 1e6 // at least 1 ms, so a single event does not divide by zero
+	}
+	plotW := tlWidth - tlLeft - tlRight
+	x := func(ns int64) float64 { return tlLeft + (float64(ns)-float64(t0))/span*plotW }
+	ref := t0
+	if haveFault {
+		ref = faultNs
+	}
+	rel := func(ns int64) string {
+		d := (float64(ns) - float64(ref)) / 1e6
+		if d < 0 {
+			return "−" + FormatMs(-d)
+		}
+		return "+" + FormatMs(d)
+	}
+
+	// Lanes in order of first appearance of a phase of that process.
+	laneOf := map[string]int{}
+	var laneNames []string
+	for _, e := range evs {
+		if e.Kind == "phase" || e.Kind == "restart" {
+			p := orDefault(e.Proc, "?")
+			if _, ok := laneOf[p]; !ok {
+				laneOf[p] = len(laneNames)
+				laneNames = append(laneNames, p)
+			}
+		}
+	}
+	if len(laneNames) == 0 {
+		laneNames = []string{"events"}
+		laneOf["events"] = 0
+	}
+	tl := &svgTimeline{W: tlWidth}
+	tl.H = tlTop + float64(len(laneNames))*tlLaneH + tlBottom
+	tl.AxisY = tlTop + float64(len(laneNames))*tlLaneH
+	laneY := func(i int) float64 { return tlTop + float64(i)*tlLaneH + tlLaneH/2 }
+	for i, n := range laneNames {
+		tl.Lanes = append(tl.Lanes, svgLane{Y: laneY(i), Label: n})
+	}
+
+	lastPhase := map[string]TimelineEvent{}
+	bandIdx := map[string]int{}
+	closeBand := func(p string, end int64) {
+		prev, ok := lastPhase[p]
+		if !ok {
+			return
+		}
+		i := laneOf[p]
+		w := math.Max(x(end)-x(prev.TsNs), 0.5)
+		cls := fmt.Sprintf("band band%d", bandIdx[p]%2)
+		bandIdx[p]++
+		tl.Bands = append(tl.Bands, svgRect{X: x(prev.TsNs), Y: laneY(i) - 7, W: w, H: 14, Class: cls,
+			Title: fmt.Sprintf("%s %s: %s → next phase after %s", p, prev.Point, rel(prev.TsNs), FormatMs(float64(end-prev.TsNs)/1e6))})
+	}
+	var rows []timelineRow
+	for _, e := range evs {
+		rows = append(rows, timelineRow{Rel: rel(e.TsNs), Kind: e.Kind, Proc: e.Proc, Point: e.Point, VM: e.VM, Note: e.Note})
+		p := orDefault(e.Proc, "?")
+		title := fmt.Sprintf("%s %s %s %s", rel(e.TsNs), p, e.Point, e.Note)
+		switch e.Kind {
+		case "phase":
+			closeBand(p, e.TsNs)
+			lastPhase[p] = e
+			tl.Marks = append(tl.Marks, svgMark{X: x(e.TsNs), Y: laneY(laneOf[p]), Class: "phase", Title: title})
+		case "restart":
+			closeBand(p, e.TsNs)
+			delete(lastPhase, p)
+			tl.Marks = append(tl.Marks, svgMark{X: x(e.TsNs), Y: laneY(laneOf[p]), Class: "restart", Title: "restart: " + title})
+			tl.VLines = append(tl.VLines, svgVLine{X: x(e.TsNs), Y1: tlTop, Y2: tl.AxisY, Class: "vrestart", Title: "restart: " + title})
+		}
+	}
+	// A process's last phase lasts until its last sign of life on the
+	// timeline; draw it as a short stub so it is visible.
+	for _, p := range laneNames {
+		if e, ok := lastPhase[p]; ok {
+			closeBand(p, e.TsNs+int64(span/100))
+		}
+	}
+	label := func(xv float64) (float64, string) {
+		if xv > tlWidth-tlRight-120 {
+			return xv - 4, "end"
+		}
+		return xv + 4, "start"
+	}
+	if haveFault {
+		lx, anchor := label(x(faultNs))
+		tl.VLines = append(tl.VLines, svgVLine{X: x(faultNs), Y1: 12, Y2: tl.AxisY, Class: "vfault", Label: "fault " + c.Fault,
+			LabelX: lx, LabelY: 10, Anchor: anchor, Title: fmt.Sprintf("fault %s (%s) landed in %s", c.Fault, c.Trigger, c.LandedPhase)})
+	}
+	if haveConv {
+		lx, anchor := label(x(convNs))
+		tl.VLines = append(tl.VLines, svgVLine{X: x(convNs), Y1: 12, Y2: tl.AxisY, Class: "vconv", Label: "converged " + rel(convNs),
+			LabelX: lx, LabelY: 21, Anchor: anchor, Title: "stable state reached " + rel(convNs) + " after the fault"})
+		if haveFault && convNs > faultNs {
+			tl.Window = &svgRect{X: x(faultNs), Y: tlTop, W: x(convNs) - x(faultNs), H: tl.AxisY - tlTop, Class: "window",
+				Title: "fault → converged: " + FormatMs(float64(convNs-faultNs)/1e6)}
+		}
+	}
+	for i := 0; i <= 4; i++ {
+		ns := t0 + int64(span*float64(i)/4)
+		tl.Ticks = append(tl.Ticks, svgTick{X: x(ns), Label: rel(ns)})
+	}
+	return tl, rows
+}
+
+type svgBar struct {
+	X, Y, W, H float64
+	Class      string
+	Title      string
+	Count      int
+}
+
+type svgHistogram struct {
+	W, H, AxisY, Left float64
+	Bars              []svgBar
+	Ticks             []svgTick
+	Marks             []svgVLine
+	MaxCount          int
+}
+
+// buildHistogram bins the convergence times of the pass and fail cases;
+// cases that never converged get their own red bar at the right.
+func buildHistogram(cases []Case) *svgHistogram {
+	var ms []float64
+	never := 0
+	for _, c := range cases {
+		if c.Verdict != Pass && c.Verdict != Fail {
+			continue
+		}
+		if c.ConvergeMs < 0 || math.IsNaN(c.ConvergeMs) || math.IsInf(c.ConvergeMs, 0) {
+			never++
+			continue
+		}
+		ms = append(ms, c.ConvergeMs)
+	}
+	if len(ms) == 0 && never == 0 {
+		return nil
+	}
+	sort.Float64s(ms)
+	nb := int(math.Ceil(math.Sqrt(float64(len(ms)))))
+	nb = min(max(nb, 5), 24)
+	hi := 1.0
+	if len(ms) > 0 {
+		hi = math.Max(ms[len(ms)-1], 1)
+	}
+	width := hi / float64(nb)
+	counts := make([]int, nb)
+	for _, v := range ms {
+		i := min(int(v/width), nb-1)
+		counts[i]++
+	}
+	h := &svgHistogram{W: 720, H: 220, AxisY: 180, Left: 40}
+	for _, c := range counts {
+		h.MaxCount = max(h.MaxCount, c)
+	}
+	h.MaxCount = max(h.MaxCount, never, 1)
+	slots := nb
+	if never > 0 {
+		slots += 2 // a gap, then the "never" bar
+	}
+	plotW := h.W - h.Left - 10
+	bw := plotW / float64(slots)
+	barH := func(n int) float64 { return float64(n) / float64(h.MaxCount) * (h.AxisY - 16) }
+	for i, n := range counts {
+		lo := width * float64(i)
+		h.Bars = append(h.Bars, svgBar{X: h.Left + float64(i)*bw + 1, Y: h.AxisY - barH(n), W: bw - 2, H: barH(n), Class: "bar", Count: n,
+			Title: fmt.Sprintf("%d case(s) converged in %s – %s", n, FormatMs(lo), FormatMs(lo+width))})
+	}
+	if never > 0 {
+		h.Bars = append(h.Bars, svgBar{X: h.Left + float64(nb+1)*bw + 1, Y: h.AxisY - barH(never), W: bw - 2, H: barH(never), Class: "bar never", Count: never,
+			Title: fmt.Sprintf("%d case(s) never converged", never)})
+		h.Ticks = append(h.Ticks, svgTick{X: h.Left + float64(nb+1)*bw + bw/2, Label: "never"})
+	}
+	for i := 0; i <= nb; i += max(1, nb/4) {
+		h.Ticks = append(h.Ticks, svgTick{X: h.Left + float64(i)*bw, Label: FormatMs(width * float64(i))})
+	}
+	xOf := func(v float64) float64 { return h.Left + v/width*bw }
+	if len(ms) > 0 {
+		st := Convergence(cases)
+		h.Marks = append(h.Marks,
+			svgVLine{X: xOf(st.P50), Y1: 8, Y2: h.AxisY, Class: "vp50", Label: "p50 " + FormatMs(st.P50), LabelX: xOf(st.P50) + 3, LabelY: 10, Anchor: "start"},
+			svgVLine{X: xOf(st.P95), Y1: 8, Y2: h.AxisY, Class: "vp95", Label: "p95 " + FormatMs(st.P95), LabelX: xOf(st.P95) + 3, LabelY: 10, Anchor: "start"})
+		if h.Marks[1].X-h.Marks[0].X < 70 {
+			h.Marks[1].LabelY = 22 // keep the two labels apart
+		}
+	}
+	return h
+}

@@ -334,6 +334,16 @@ func TestFreshBootOverHibernateSnapshotFails(t *testing.T) {
 		t.Fatalf("message %q", verdict.Message)
 	}
 	t.Log(verdict.Message)
+	// The same guest, when the scenario declares why a cold boot was
+	// legitimate (its VMM was killed before the save), passes with the
+	// boot id change reported.
+	declared, err := r.ledger.Verify(ctx, r.guest, VerifyOpts{ExpectRAM: true, ColdBootAllowed: "VMM killed before the save"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !declared.OK || !declared.BootIDChanged || !strings.Contains(declared.Message, "accepted: VMM killed before the save") {
+		t.Fatalf("declared cold boot: %+v", declared)
+	}
 }
 
 // TestChangedHostKeyRefused: the guest's host key is pinned at first

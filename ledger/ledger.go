@@ -191,6 +191,12 @@ type VerifyOpts struct {
 	// journaled baseline and every RAM marker acked under that boot id
 	// must still exist.
 	ExpectRAM bool
+	// ColdBootAllowed, when not empty, says why a fresh boot between the
+	// baseline and now is legitimate (e.g. "VMM SIGKILLed before the save;
+	// vm start booted it"): a changed boot id and the RAM markers it took
+	// are then reported, with this reason, but do not fail the verdict. RAM
+	// markers missing under an unchanged boot id still fail.
+	ColdBootAllowed string
 }
 
 // Verify lists g's ledger and classifies every journaled marker of g (see
@@ -214,6 +220,7 @@ func (l *Ledger) Verify(ctx context.Context, g Guest, opts VerifyOpts) (Verdict,
 		obs.RAM = listing(out[1])
 		obs.BootID = strings.TrimSpace(out[2])
 		obs.CheckRAM = true
+		obs.ColdBootAllowed = opts.ColdBootAllowed
 	}
 	return Classify(g.Name, entries, obs), nil
 }

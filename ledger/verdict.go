@@ -22,6 +22,7 @@ type Verdict struct {
 	BootIDBefore  string   `json:",omitempty"` // journaled baseline
 	BootIDAfter   string   `json:",omitempty"` // boot id the guest reported now
 	BootIDChanged bool
+	ColdBootNote  string `json:",omitempty"` // why a boot id change was accepted
 	OK            bool
 	Message       string
 }
@@ -32,6 +33,8 @@ type Observed struct {
 	RAM      []string // names in RAMDir (only when CheckRAM)
 	BootID   string   // current boot id (only when CheckRAM)
 	CheckRAM bool
+	// ColdBootAllowed: reason a boot id change is legitimate (VerifyOpts).
+	ColdBootAllowed string
 }
 
 // markerState folds a marker's journal entries.
@@ -125,7 +128,13 @@ func Classify(guest string, entries []Entry, obs Observed) Verdict {
 		v.BootIDAfter = obs.BootID
 		v.BootIDChanged = baseline != "" && obs.BootID != baseline
 	}
-	v.OK = v.Lost == 0 && v.Phantom == 0 && len(v.RAMMissing) == 0 && !v.BootIDChanged
+	ramOK := len(v.RAMMissing) == 0 && !v.BootIDChanged
+	if v.BootIDChanged && obs.ColdBootAllowed != "" {
+		// The markers a legitimate cold boot took are expected gone.
+		ramOK = true
+		v.ColdBootNote = obs.ColdBootAllowed
+	}
+	v.OK = v.Lost == 0 && v.Phantom == 0 && ramOK
 	v.Message = v.message()
 	return v
 }
@@ -139,6 +148,8 @@ func (v Verdict) message() string {
 		bad = append(bad, fmt.Sprintf("PHANTOM %d marker(s) in %s the journal never saw: %s", v.Phantom, DiskDir, strings.Join(v.PhantomNames, ", ")))
 	}
 	switch {
+	case v.ColdBootNote != "":
+		// accepted; reported in the success line below
 	case v.BootIDChanged && len(v.RAMMissing) > 0:
 		bad = append(bad, fmt.Sprintf("the wake booted fresh over a hibernate snapshot: boot id changed %s → %s and %d RAM marker(s) are gone from %s: %s",
 			v.BootIDBefore, v.BootIDAfter, len(v.RAMMissing), RAMDir, strings.Join(v.RAMMissing, ", ")))
@@ -155,7 +166,11 @@ func (v Verdict) message() string {
 	if v.Inherited > 0 {
 		s += fmt.Sprintf(", %d inherited", v.Inherited)
 	}
-	if v.RAMChecked {
+	switch {
+	case v.ColdBootNote != "":
+		s += fmt.Sprintf("; boot id changed %s → %s and %d RAM marker(s) went with it, accepted: %s",
+			v.BootIDBefore, v.BootIDAfter, len(v.RAMMissing), v.ColdBootNote)
+	case v.RAMChecked:
 		s += "; RAM markers and boot id survived the wake"
 	}
 	return s

@@ -1,0 +1,182 @@
+package injector
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/stackbin"
+)
+
+// hostSnapshot is what a sandbox must leave exactly as it found it.
+func hostSnapshot(t *testing.T, canary string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, k := range []string{"fs/file-max", "fs/nr_open", "net/unix/max_dgram_qlen", "kernel/core_pattern", "kernel/hostname", "kernel/pid_max"} {
+		v, _ := os.ReadFile("/proc/sys/" + k)
+		fmt.Fprintf(&b, "sysctl %s=%s", k, v)
+	}
+	ls := func(d string) {
+		ents, _ := os.ReadDir(d)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		sort.Strings(names)
+		fmt.Fprintf(&b, "ls %s: %s\n", d, strings.Join(names, " "))
+	}
+	ls("/dev")
+	ls("/run")
+	ls("/etc")
+	ls("/etc/systemd/system")
+	// the mount table minus mount ids, which other sessions' mounts never
+	// reuse but whose order is what we compare
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	fmt.Fprintf(&b, "mountinfo:\n%s", mi)
+	// a /tmp canary: tmpfiles-setup of a booted host unit would wipe it
+	c, err := os.ReadFile(canary)
+	fmt.Fprintf(&b, "canary %q %v\n", c, err)
+	// cgroups at the cgroup2 root (ours are named vmchaos-sb-*)
+	ents, _ := filepath.Glob(filepath.Join(cgroup2Mount(), "vmchaos-sb-*"))
+	fmt.Fprintf(&b, "sandbox cgroups: %v\n", ents)
+	return b.String()
+}
+
+// TestSandboxRunsNodeagentAndLeavesHostUnchanged boots a sandbox, runs the
+// real nodeagent as a unit in it, tears it down and compares the host.
+func TestSandboxRunsNodeagentAndLeavesHostUnchanged(t *testing.T) {
+	if why := SandboxPreflight(); why != "" {
+		t.Skip("sandbox unavailable: " + why)
+	}
+	bin, err := stackbin.Dir()
+	if err != nil {
+		t.Skipf("stack binaries: %v", err)
+	}
+	canaryDir, err := os.MkdirTemp("", "vmchaos-canary-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(canaryDir) })
+	canary := filepath.Join(canaryDir, "canary")
+	if err := os.WriteFile(canary, []byte("still here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := hostSnapshot(t, canary)
+	nsBefore := map[string]bool{}
+	for _, p := range allPIDs() {
+		nsBefore[pidNS(p)] = true
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Setenv(EnvRegistry, filepath.Join(t.TempDir(), "registry"))
+	sup, err := NewSupervisor(ctx, KindSandbox, filepath.Join(t.TempDir(), "sandbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			sup.Close()
+		}
+	})
+	t.Logf("sandbox up in %v", SandboxStarted)
+	initNS := ""
+	if s, ok := sup.(*dbusSup); ok {
+		initNS = s.rec.PidNS
+	}
+
+	dir := t.TempDir()
+	tr, err := ListenTrace(filepath.Join(dir, "trace.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	state, reg, root, run := filepath.Join(dir, "agent"), filepath.Join(dir, "registry"), filepath.Join(dir, "root"), filepath.Join(dir, "run")
+	for _, d := range []string{state, reg, root, run} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := UnitSpec{Name: "nodeagent", Argv: []string{filepath.Join(bin, "nodeagent"), "--state-dir", state, "--registry-dir", reg,
+		"--vmctl", filepath.Join(bin, "vmctl")},
+		Env: []string{"VMCTL_ROOT_DIR=" + root, "VMCTL_RUN_DIR=" + run, "VMCTL_CH_BINARY=" + filepath.Join(bin, "cloud-hypervisor"),
+			failpoint.EnvTrace + "=" + tr.Path()},
+		RestartSec: 100 * time.Millisecond, LogPath: filepath.Join(dir, "nodeagent.log")}
+	if err := sup.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.WaitPoint(ctx, 0, "agent.started", 1, ""); err != nil {
+		b, _ := os.ReadFile(spec.LogPath)
+		t.Fatalf("nodeagent did not start: %v\n%s", err, b)
+	}
+	main, err := sup.MainPID(ctx, "nodeagent")
+	if err != nil || main == 0 {
+		t.Fatalf("main pid %d %v", main, err)
+	}
+	if pidNS(main) != initNS {
+		t.Fatalf("nodeagent (host pid %d) is not in the sandbox pid namespace", main)
+	}
+	// its intent API answers the host over the shared /tmp
+	hc := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(state, "agent.sock"))
+	}}}
+	var resp *http.Response
+	waitFor(t, "the agent API", 30*time.Second, func() bool {
+		resp, err = hc.Get("http://agent/v1/vms")
+		return err == nil
+	})
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/vms: %d %s", resp.StatusCode, body)
+	}
+
+	if err := sup.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	for _, p := range allPIDs() {
+		if ns := pidNS(p); ns == initNS || (!nsBefore[ns] && ns != "" && environHas(p, EnvRunTag+"=")) {
+			t.Fatalf("pid %d left in the sandbox namespace", p)
+		}
+	}
+	after := hostSnapshot(t, canary)
+	if before != after {
+		t.Fatalf("host changed by the sandbox:\n--- before\n%s\n--- after\n%s", before, after)
+	}
+}
+
+// BenchmarkSandboxStart measures clone → a running manager answering on D-Bus,
+// and the teardown.
+func BenchmarkSandboxStart(b *testing.B) {
+	if why := SandboxPreflight(); why != "" {
+		b.Skip(why)
+	}
+	b.Setenv(EnvRegistry, filepath.Join(b.TempDir(), "registry"))
+	var up, down time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		s, err := NewSupervisor(context.Background(), KindSandbox, filepath.Join(b.TempDir(), fmt.Sprint(i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		up += time.Since(t0)
+		t1 := time.Now()
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		down += time.Since(t1)
+	}
+	b.ReportMetric(float64(up.Milliseconds())/float64(b.N), "ms-start")
+	b.ReportMetric(float64(down.Milliseconds())/float64(b.N), "ms-teardown")
+}

@@ -47,6 +47,11 @@ func decodeVMIndex(path string, b []byte) (*vmIndex, error) {
 	if ix.Version > indexVersion {
 		return nil, fmt.Errorf("vm index %s: version %d is newer than this vmctl (%d)", path, ix.Version, indexVersion)
 	}
+	if ix.Version < 1 {
+		// Every generation we write carries a version: "{}" or "null" is
+		// not an empty store, it is a file someone else wrote.
+		return nil, fmt.Errorf("vm index %s: no version field: %w; the previous generation is kept at %s.prev", path, ErrCorruptIndex, path)
+	}
 	if ix.VMs == nil {
 		ix.VMs = map[string]*VM{}
 	}
@@ -58,7 +63,7 @@ func decodeVMIndex(path string, b []byte) (*vmIndex, error) {
 	}
 	for id, v := range ix.VMs {
 		if v == nil || v.ID != id {
-			return nil, fmt.Errorf("vm index %s: record %q malformed: %w", path, id, ErrCorruptIndex)
+			return nil, fmt.Errorf("vm index %s: record %q malformed: %w; the previous generation is kept at %s.prev", path, id, ErrCorruptIndex, path)
 		}
 	}
 	return ix, nil
@@ -72,6 +77,9 @@ func decodeSnapIndex(path string, b []byte) (*snapIndex, error) {
 	if ix.Version > indexVersion {
 		return nil, fmt.Errorf("snapshot index %s: version %d is newer than this vmctl (%d)", path, ix.Version, indexVersion)
 	}
+	if ix.Version < 1 {
+		return nil, fmt.Errorf("snapshot index %s: no version field: %w; the previous generation is kept at %s.prev", path, ErrCorruptIndex, path)
+	}
 	if ix.Snapshots == nil {
 		ix.Snapshots = map[string]*Snapshot{}
 	}
@@ -83,7 +91,7 @@ func decodeSnapIndex(path string, b []byte) (*snapIndex, error) {
 	}
 	for id, s := range ix.Snapshots {
 		if s == nil || s.ID != id {
-			return nil, fmt.Errorf("snapshot index %s: record %q malformed: %w", path, id, ErrCorruptIndex)
+			return nil, fmt.Errorf("snapshot index %s: record %q malformed: %w; the previous generation is kept at %s.prev", path, id, ErrCorruptIndex, path)
 		}
 	}
 	return ix, nil

@@ -142,7 +142,6 @@ func TestPausedGuestBlocksCommandsAndBootCountdownFreezes(t *testing.T) {
 	}
 }
 
-
 func keys(m map[string][]byte) []string {
 	var out []string
 	for k := range m {

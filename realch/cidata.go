@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/vmchaos/vmchaos/durable"
 )
@@ -181,15 +182,23 @@ const fatDate = (2020-1980)<<9 | 1<<5 | 1
 // name with a generated 8.3 alias.
 func BuildFAT(label string, files map[string][]byte) ([]byte, error) {
 	label = strings.ToUpper(label)
-	if len(label) == 0 || len(label) > 11 {
-		return nil, fmt.Errorf("fat: label %q: want 1..11 characters", label)
+	if len(label) == 0 || len(label) > 11 || strings.IndexFunc(label, func(r rune) bool {
+		return r < 0x20 || r > 0x7E || strings.ContainsRune("\"*+,./:;<=>?[\\]|", r)
+	}) >= 0 {
+		return nil, fmt.Errorf("fat: label %q: want 1..11 printable ASCII characters, none of \"*+,./:;<=>?[\\]|", label)
 	}
 	names := sortedKeys(files)
 	dataClusters := 0
+	folded := map[string]string{}
 	for _, n := range names {
-		if n == "" || len(n) > 255 || strings.ContainsAny(n, "/\\:*?\"<>|\x00") || n == "." || n == ".." {
-			return nil, fmt.Errorf("fat: bad file name %q", n)
+		if err := checkLongName(n); err != nil {
+			return nil, err
 		}
+		// FAT looks names up without regard to case: "A" and "a" are one file.
+		if other, ok := folded[strings.ToLower(n)]; ok {
+			return nil, fmt.Errorf("fat: %q and %q are the same name on FAT", other, n)
+		}
+		folded[strings.ToLower(n)] = n
 		dataClusters += (len(files[n]) + fatCluster - 1) / fatCluster
 	}
 	if dataClusters > fatMaxClusters {
@@ -309,6 +318,27 @@ func BuildFAT(label string, files map[string][]byte) ([]byte, error) {
 		copy(img[(fatReserved+i*fatSectors)*fatSector:], fat)
 	}
 	return img, nil
+}
+
+// checkLongName accepts what a VFAT long name can hold and read back
+// unchanged: valid UTF-8, at most 255 UTF-16 units, no control characters, none of
+// the reserved characters, and no trailing space or dot (both are dropped).
+func checkLongName(n string) error {
+	switch {
+	case n == "" || n == "." || n == "..":
+		return fmt.Errorf("fat: bad file name %q", n)
+	case !utf8.ValidString(n):
+		return fmt.Errorf("fat: file name %q is not valid UTF-8", n)
+	case len(utf16.Encode([]rune(n))) > 255:
+		return fmt.Errorf("fat: file name %q is longer than 255 UTF-16 units", n)
+	case strings.ContainsAny(n, "/\\:*?\"<>|"):
+		return fmt.Errorf("fat: file name %q holds a reserved character", n)
+	case strings.IndexFunc(n, func(r rune) bool { return r < 0x20 || r == 0x7F }) >= 0:
+		return fmt.Errorf("fat: file name %q holds a control character", n)
+	case strings.HasSuffix(n, " ") || strings.HasSuffix(n, "."):
+		return fmt.Errorf("fat: file name %q ends in a space or dot", n)
+	}
+	return nil
 }
 
 // setFAT12 stores the 12-bit entry for cluster c.

@@ -303,6 +303,20 @@ func TestBuildFATRefusesWhatFAT12CannotHold(t *testing.T) {
 	if _, err := BuildFAT("X", map[string][]byte{"a/b": nil}); err == nil {
 		t.Error("slash in name: want an error")
 	}
+	for _, bad := range []map[string][]byte{
+		{"\xd3": nil},                        // not UTF-8: would read back as U+FFFD
+		{"trailing.": nil},                   // VFAT drops trailing dots
+		{"tab\there": nil},                   // control character
+		{"Meta-Data": nil, "meta-data": nil}, // one file to a case-blind lookup
+		{strings.Repeat("x", 256): nil},
+	} {
+		if _, err := BuildFAT("X", bad); err == nil {
+			t.Errorf("%q: want an error", keys(bad))
+		}
+	}
+	if _, err := BuildFAT("BAD.LABEL", nil); err == nil {
+		t.Error("dot in label: want an error")
+	}
 	if _, err := BuildFAT("TWELVECHARSX", nil); err == nil {
 		t.Error("12-char label: want an error")
 	}
@@ -340,4 +354,31 @@ func keys(m map[string][]byte) []string {
 		k = append(k, n)
 	}
 	return k
+}
+
+// Whatever names and bytes go in, the independent reader gets them back (or
+// BuildFAT refuses them with an error, never a corrupt volume).
+func FuzzBuildFATRoundTrip(f *testing.F) {
+	f.Add("meta-data", []byte("instance-id: x\n"), "user-data", []byte("#cloud-config\n"), "CIDATA")
+	f.Add("a", []byte{}, "ünï-名前.txt", bytes.Repeat([]byte{0xFF}, 4097), "X")
+	f.Add("same", []byte("1"), "same", []byte("2"), "LABEL")
+	f.Fuzz(func(t *testing.T, n1 string, d1 []byte, n2 string, d2 []byte, label string) {
+		files := map[string][]byte{n1: d1, n2: d2}
+		img, err := BuildFAT(label, files)
+		if err != nil {
+			return
+		}
+		vol, err := readFAT(img)
+		if err != nil {
+			t.Fatalf("BuildFAT(%q) made a volume the reader rejects: %v", keys(files), err)
+		}
+		for n, d := range files {
+			if !bytes.Equal(vol.files[n], d) {
+				t.Fatalf("%q: read %d bytes, wrote %d", n, len(vol.files[n]), len(d))
+			}
+		}
+		if len(vol.files) != len(files) {
+			t.Fatalf("read %q, wrote %q", keys(vol.files), keys(files))
+		}
+	})
 }

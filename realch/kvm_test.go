@@ -184,3 +184,18 @@ func TestPreflightReportsMissingBeforeKVM(t *testing.T) {
 		t.Fatalf("verdict %q", v)
 	}
 }
+
+// /proc/cpuinfo is read from the machine: outside input.
+func FuzzParseCPUFlags(f *testing.F) {
+	for _, s := range []string{cpuinfoGuestNoVMX, cpuinfoMetalSVM, "", "flags", "flags:", ":::\n flags : a b\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		flags := ParseCPUFlags(s)
+		for k := range flags {
+			if k == "" || strings.ContainsAny(k, " \t\n") {
+				t.Fatalf("flag %q", k)
+			}
+		}
+	})
+}

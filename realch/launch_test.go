@@ -451,3 +451,50 @@ func TestLaunchInsideNetns(t *testing.T) {
 		t.Errorf("exit: %v", err)
 	}
 }
+
+// A manager that only knows "the cloud-hypervisor binary" (vmctl
+// --ch-binary) gets the namespace through the wrapper: discovery reads the
+// version through it, and the launched pid is the VMM itself, in the namespace.
+func TestCHWrapperRunsTheVMMInsideTheNamespace(t *testing.T) {
+	needNetAdmin(t)
+	r := newFakeRunner(t)
+	ns, err := NewNetns(uniqueName("vmchaos-w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ns.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	wrapper, err := ns.WriteCHWrapper(t.TempDir(), r.opts.CHBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := r.opts
+	o.CHBinary = wrapper
+	env, err := Discover(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v, err := Launch(ctx, env, LaunchSpec{Dir: filepath.Join(t.TempDir(), "vm"), NICs: []NIC{{IP: "127.0.0.3", Mask: "255.0.0.0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	launchCleanup(t, v)
+	argv, err := procCmdline(v.Pid)
+	if err != nil || argv[0] != r.opts.CHBinary {
+		t.Fatalf("pid %d argv %q %v: want the real binary %s", v.Pid, argv, err, r.opts.CHBinary)
+	}
+	mine, _ := os.Readlink("/proc/self/ns/net")
+	its, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", v.Pid))
+	if its == mine {
+		t.Fatal("the VMM runs in the host namespace")
+	}
+	out, err := r.guestExec(ctx, ns.DialContext, net.JoinHostPort("127.0.0.3", fmt.Sprint(guestimg.DefaultSSHPort)), "hostname")
+	if err != nil || strings.TrimSpace(out) != "realch-guest" {
+		t.Fatalf("guest via the namespace: %q %v", out, err)
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmchaos/vmchaos/durable"
 )
 
 // Netns is a named network namespace the harness owns (the `ip netns` kind,
@@ -216,4 +218,29 @@ func ip(args ...string) error {
 		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// WriteCHWrapper writes dir/cloud-hypervisor, a script that runs chBinary
+// inside this namespace (`exec ip netns exec`). A manager pointed at it
+// (vmctl --ch-binary) starts every VMM next to its TAP devices; because each
+// step execs in place, the VMM keeps the pid the manager recorded, and its
+// argv[0] basename is still cloud-hypervisor.
+func (n *Netns) WriteCHWrapper(dir, chBinary string) (string, error) {
+	abs, err := filepath.Abs(chBinary)
+	if err != nil {
+		return "", fmt.Errorf("netns %s: wrapper: %w", n.Name, err)
+	}
+	if strings.ContainsAny(abs, "'\n") {
+		return "", fmt.Errorf("netns %s: wrapper: path %q cannot be quoted", n.Name, abs)
+	}
+	ipBin, err := exec.LookPath("ip")
+	if err != nil {
+		return "", fmt.Errorf("netns %s: wrapper: %w", n.Name, err)
+	}
+	p := filepath.Join(dir, CHName)
+	script := fmt.Sprintf("#!/bin/sh\n# vmchaos: run cloud-hypervisor inside network namespace %s\nexec '%s' netns exec '%s' '%s' \"$@\"\n", n.Name, ipBin, n.Name, abs)
+	if err := durable.WriteFile(p, []byte(script), 0o755); err != nil {
+		return "", fmt.Errorf("netns %s: wrapper: %w", n.Name, err)
+	}
+	return p, nil
 }

@@ -266,3 +266,16 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// InfraError wraps a failure to obtain, read or combine results; as a command
+// error its exit status is GateInfra (3), so CI never mistakes a broken
+// harness for a violated invariant.
+type InfraError struct{ Err error }
+
+func (e InfraError) Error() string { return e.Err.Error() }
+
+// Unwrap exposes the cause.
+func (e InfraError) Unwrap() error { return e.Err }
+
+// ExitCode is the process exit status.
+func (e InfraError) ExitCode() int { return GateInfra }

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/reports"
+)
+
+func init() { register(newReportCmd) }
+
+func newReportCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "report",
+		Short: "Judge, merge and re-render run results (results.json → gate exit code, junit.xml, report.md, report.html)",
+		Long: `report works on the results of vmchaos runs. A run dir holds results.json (the source of
+truth) and the junit.xml, report.md and report.html rendered from it.
+
+  gate    exit 0 pass, 1 invariant violated or regression against a baseline,
+          2 inconclusive, 3 infrastructure error
+  merge   join the run dirs of CI shards (vmchaos run --shard I/N) into one report
+  render  re-render junit.xml, report.md and report.html from results.json
+  summary print the terminal summary of a run`,
+	}
+	c.AddCommand(newReportGateCmd(), newReportMergeCmd(), newReportRenderCmd(), newReportSummaryCmd())
+	return c
+}
+
+func newReportGateCmd() *cobra.Command {
+	var baseline, tolerance, slack string
+	var flakyFails bool
+	c := &cobra.Command{
+		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] RUN_DIR|results.json",
+		Short: "Decide a release from a run: exit 0 pass, 1 violated/regressed, 2 inconclusive, 3 infrastructure error",
+		Long: `gate reads a run's results.json and exits with:
+  0  every case passed
+  1  an invariant was violated; or, with --baseline, a case that passed in the baseline
+     fails now, or convergence p95 (over the cases converged in both runs) grew beyond
+     --p95-tolerance (+ --p95-slack)
+  2  a case is inconclusive (its fault did not land where intended), the run has no
+     cases, or a merged run lacks shards
+  3  a case is a harness error, or the results cannot be read
+When several apply the most severe wins: 1, then 3, then 2. Every reason is printed,
+one line each, with the repro command of the case.`,
+		Example: `  vmchaos report gate vmchaos-results/fast
+  vmchaos report gate --baseline last-release/results.json --p95-tolerance 25% run/results.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opt := reports.DefaultGateOptions()
+			var err error
+			if opt.P95Tolerance, err = parseTolerance(tolerance); err != nil {
+				return err
+			}
+			if slack != "" {
+				d, err := time.ParseDuration(slack)
+				if err != nil || d < 0 {
+					return fmt.Errorf("--p95-slack %q: want a duration such as 50ms", slack)
+				}
+				opt.P95SlackMs = float64(d) / float64(time.Millisecond)
+			}
+			opt.FlakyFails = flakyFails
+			cur, err := reports.Load(args[0])
+			if err != nil {
+				return reports.InfraError{Err: err}
+			}
+			var base *reports.Results
+			if baseline != "" {
+				if base, err = reports.Load(baseline); err != nil {
+					return reports.InfraError{Err: fmt.Errorf("baseline: %w", err)}
+				}
+			}
+			g := reports.Gate(cur, base, opt)
+			fmt.Fprintln(cmd.OutOrStdout(), g.String())
+			return g.Err()
+		},
+	}
+	c.Flags().StringVar(&baseline, "baseline", "", "results.json (or run dir) of a known-good run to compare against (default: none)")
+	c.Flags().StringVar(&tolerance, "p95-tolerance", "20%", `allowed growth of convergence p95 against the baseline: "20%", a fraction "0.2", or "off"`)
+	c.Flags().StringVar(&slack, "p95-slack", "", "absolute p95 growth always allowed on top of the tolerance, e.g. 50ms (default: none)")
+	c.Flags().BoolVar(&flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
+	return c
+}
+
+// parseTolerance reads "20%", "0.2" or "off" (disabled, as -1).
+func parseTolerance(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	if s == "off" || s == "none" {
+		return -1, nil
+	}
+	pct := strings.HasSuffix(s, "%")
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil || v < 0 || v != v {
+		return 0, fmt.Errorf(`--p95-tolerance %q: want a percentage like "20%%", a fraction like 0.2, or "off"`, s)
+	}
+	if pct {
+		v /= 100
+	}
+	return v, nil
+}
+
+func newReportMergeCmd() *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:   "merge -o OUT_DIR SHARD_DIR...",
+		Short: "Join the results of CI shards into one run dir with one report",
+		Long: `merge loads results.json from each shard's run dir, refuses shards of different backend,
+time scale, seed, label filter or regress switches, and overlapping shards, and writes one
+results.json, junit.xml, report.md and report.html into OUT_DIR. Log links are rewritten
+to point into the shard dirs. Shards missing from an I/N set are recorded, and the gate
+then says inconclusive. Merge itself exits 0 whatever the verdicts; run gate on OUT_DIR.`,
+		Example: `  vmchaos report merge -o merged shard-1 shard-2 shard-3
+  vmchaos report gate merged`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return fmt.Errorf("merge: -o OUT_DIR is required")
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return reports.InfraError{Err: fmt.Errorf("merge: %w", err)}
+			}
+			var rs []*reports.Results
+			for _, dir := range args {
+				r, err := reports.Load(dir)
+				if err != nil {
+					return reports.InfraError{Err: fmt.Errorf("merge: %w", err)}
+				}
+				if err := reports.RebaseLogs(r, r.Dir, out); err != nil {
+					return reports.InfraError{Err: fmt.Errorf("merge: %w", err)}
+				}
+				rs = append(rs, r)
+			}
+			m, err := reports.Merge(rs...)
+			if err != nil {
+				return reports.InfraError{Err: err}
+			}
+			if err := reports.WriteAll(out, m); err != nil {
+				return reports.InfraError{Err: err}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "merged %d result set(s) into %s\n", len(rs), out)
+			reports.Summary(cmd.OutOrStdout(), m)
+			return nil
+		},
+	}
+	c.Flags().StringVarP(&out, "output", "o", "", "run dir to write the merged results and reports into (required; created if missing)")
+	return c
+}
+
+func newReportRenderCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "render RUN_DIR",
+		Short: "Re-render junit.xml, report.md and report.html from a run's results.json",
+		Long: `render rebuilds the reports of a run dir from its results.json (left untouched), e.g.
+after a runner was killed before it rendered, or to get the current report layout.`,
+		Example: `  vmchaos report render vmchaos-results/chaos-20261130-020000`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := reports.Load(args[0])
+			if err != nil {
+				return reports.InfraError{Err: err}
+			}
+			if err := reports.Render(r.Dir, r); err != nil {
+				return reports.InfraError{Err: err}
+			}
+			reports.Summary(cmd.OutOrStdout(), r)
+			return nil
+		},
+	}
+}
+
+func newReportSummaryCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "summary RUN_DIR|results.json",
+		Short:   "Print the terminal summary of a run: counts per verdict, convergence, each problem with its repro",
+		Example: `  vmchaos report summary vmchaos-results/fast`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := reports.Load(args[0])
+			if err != nil {
+				return reports.InfraError{Err: err}
+			}
+			reports.Summary(cmd.OutOrStdout(), r)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vmchaos/vmchaos/reports"
+)
+
+// writeRun writes a run dir whose cases have the given verdicts.
+func writeRun(t *testing.T, dir, shard string, verdicts map[string]string, convergeMs float64) string {
+	t.Helper()
+	r := &reports.Results{RunID: "run-1", Backend: "fake", Supervisor: "builtin", TimeScale: 0.05, Seed: 1, Shard: shard}
+	for id, v := range verdicts {
+		r.Cases = append(r.Cases, reports.Case{ID: id, Scenario: strings.Split(id, "@")[0], Verdict: v, Attempts: 1,
+			ConvergeMs: convergeMs, Repro: "vmchaos repro --scenario " + id,
+			Logs:       map[string]string{"agent": "cases/" + id + "/agent.log"},
+			Invariants: []reports.Invariant{{Name: "intent-goal", OK: v != reports.Fail, Evidence: "stuck"}}})
+	}
+	if err := reports.WriteAll(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// runReport runs `vmchaos report ARGS...` and returns its output and the
+// exit status main would use.
+func runReport(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := newReportCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	code := 0
+	if err != nil {
+		code = exitCode(err)
+		fmt.Fprintln(&out, "Error:", err)
+	}
+	return out.String(), code
+}
+
+func TestReportGateExitCodes(t *testing.T) {
+	tmp := t.TempDir()
+	pass := writeRun(t, filepath.Join(tmp, "pass"), "", map[string]string{"a@0": reports.Pass, "b@0": reports.Pass}, 100)
+	fail := writeRun(t, filepath.Join(tmp, "fail"), "", map[string]string{"a@0": reports.Pass, "b@0": reports.Fail}, 100)
+	inc := writeRun(t, filepath.Join(tmp, "inc"), "", map[string]string{"a@0": reports.Inconclusive}, 100)
+	errRun := writeRun(t, filepath.Join(tmp, "err"), "", map[string]string{"a@0": reports.Error}, 100)
+	slow := writeRun(t, filepath.Join(tmp, "slow"), "", map[string]string{"a@0": reports.Pass, "b@0": reports.Pass}, 200)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"gate", pass}, 0, "gate: pass (exit 0)"},
+		{[]string{"gate", filepath.Join(fail, "results.json")}, 1, "FAIL b@0: invariant(s) intent-goal (stuck); repro: vmchaos repro --scenario b@0"},
+		{[]string{"gate", inc}, 2, "INCONCLUSIVE a@0"},
+		{[]string{"gate", errRun}, 3, "ERROR a@0"},
+		{[]string{"gate", filepath.Join(tmp, "missing")}, 3, "load results"},
+		{[]string{"gate", "--baseline", pass, fail}, 1, "REGRESSION b@0 passed in baseline run-1"},
+		{[]string{"gate", "--baseline", pass, slow}, 1, "REGRESSION convergence p95 200 ms > baseline 100 ms + 20%"},
+		{[]string{"gate", "--baseline", pass, "--p95-tolerance", "150%", slow}, 0, "ok"},
+		{[]string{"gate", "--baseline", pass, "--p95-tolerance", "off", slow}, 0, "gate: pass"},
+		{[]string{"gate", "--baseline", pass, "--p95-slack", "100ms", slow}, 0, "gate: pass"},
+		{[]string{"gate", "--baseline", filepath.Join(tmp, "nope"), pass}, 3, "baseline"},
+		{[]string{"gate", "--p95-tolerance", "lots", pass}, 1, "--p95-tolerance"},
+	} {
+		out, code := runReport(t, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("report %v: exit %d (want %d), output lacks %q:\n%s", tc.args, code, tc.code, tc.want, out)
+		}
+	}
+}
+
+func TestReportMergeThenGateAndRender(t *testing.T) {
+	tmp := t.TempDir()
+	s1 := writeRun(t, filepath.Join(tmp, "s1"), "1/2", map[string]string{"a@0": reports.Pass}, 100)
+	s2 := writeRun(t, filepath.Join(tmp, "s2"), "2/2", map[string]string{"b@0": reports.Fail}, 100)
+	out := filepath.Join(tmp, "merged")
+	txt, code := runReport(t, "merge", "-o", out, s1, s2)
+	if code != 0 || !strings.Contains(txt, "merged 2 result set(s)") {
+		t.Fatalf("merge exit %d:\n%s", code, txt)
+	}
+	m, err := reports.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Cases) != 2 || strings.Join(m.Shards, ",") != "1/2,2/2" {
+		t.Fatalf("merged %d cases, shards %v", len(m.Cases), m.Shards)
+	}
+	// Log links now lead from the merged dir into the shard's dir.
+	if got := m.Cases[0].Logs["agent"]; got != "../s1/cases/a@0/agent.log" {
+		t.Fatalf("log link %q", got)
+	}
+	if _, code := runReport(t, "gate", out); code != 1 {
+		t.Fatalf("gate of merged run: exit %d, want 1", code)
+	}
+	// Only one of two shards: inconclusive.
+	half := filepath.Join(tmp, "half")
+	if _, code := runReport(t, "merge", "-o", half, s1); code != 0 {
+		t.Fatal("merge of one shard failed")
+	}
+	if txt, code := runReport(t, "gate", half); code != 2 || !strings.Contains(txt, "lack shard(s) 2/2") {
+		t.Fatalf("gate of half merge: exit %d:\n%s", code, txt)
+	}
+	// Overlapping shards are refused.
+	if txt, code := runReport(t, "merge", "-o", filepath.Join(tmp, "dup"), s1, s1); code == 0 {
+		t.Fatalf("overlapping merge accepted:\n%s", txt)
+	}
+	// render rebuilds a deleted report without touching results.json.
+	before, _ := os.ReadFile(filepath.Join(out, "results.json"))
+	if err := os.Remove(filepath.Join(out, "report.html")); err != nil {
+		t.Fatal(err)
+	}
+	if txt, code := runReport(t, "render", out); code != 0 || !strings.Contains(txt, "report.html") {
+		t.Fatalf("render exit %d:\n%s", code, txt)
+	}
+	after, _ := os.ReadFile(filepath.Join(out, "results.json"))
+	if _, err := os.Stat(filepath.Join(out, "report.html")); err != nil || !bytes.Equal(before, after) {
+		t.Fatalf("render: %v, results.json changed: %v", err, !bytes.Equal(before, after))
+	}
+	if txt, code := runReport(t, "summary", out); code != 0 || !strings.Contains(txt, "FAIL") {
+		t.Fatalf("summary exit %d:\n%s", code, txt)
+	}
+}
+
+func TestParseTolerance(t *testing.T) {
+	for in, want := range map[string]float64{"20%": 0.2, "0.2": 0.2, "0": 0, "off": -1, " 5% ": 0.05} {
+		if got, err := parseTolerance(in); err != nil || got != want {
+			t.Errorf("parseTolerance(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-5%", "NaN"} {
+		if _, err := parseTolerance(bad); err == nil {
+			t.Errorf("parseTolerance(%q) accepted", bad)
+		}
+	}
+}

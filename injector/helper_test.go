@@ -82,6 +82,40 @@ func helperMain(mode string) int {
 			}
 			time.Sleep(every)
 		}
+	case "daemonize":
+		// Start a grandchild in its own session and exit: it is reparented
+		// to whatever subreaper is above us.
+		self, _ := os.Executable()
+		c := &exec.Cmd{Path: self, Args: []string{os.Getenv("HELPER_ARGV0"), "--api-socket", "path=" + os.Getenv("HELPER_SOCK")},
+			Env: append(os.Environ(), envHelper+"=child"), SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+		if err := c.Start(); err != nil {
+			return 2
+		}
+		if err := os.WriteFile(os.Getenv("HELPER_PIDFILE"), []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
+			return 2
+		}
+		return 0
+	case "runner":
+		// A vmchaos runner: a supervisor with one unit, then it waits to be SIGKILLed.
+		ctx := context.Background()
+		sup, err := NewSupervisor(ctx, os.Getenv("HELPER_KIND"), os.Getenv("HELPER_STATE"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "runner:", err)
+			return 2
+		}
+		self, _ := os.Executable()
+		if err := sup.Start(ctx, UnitSpec{Name: "left", Argv: []string{self, "-test.run=^$"}, Env: []string{envHelper + "=svc"}, RestartSec: time.Second}); err != nil {
+			fmt.Fprintln(os.Stderr, "runner:", err)
+			return 2
+		}
+		for {
+			if procs, _ := sup.Procs(ctx, "left"); len(procs) >= 2 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		_ = os.WriteFile(os.Getenv("HELPER_READY"), nil, 0o644)
+		select {}
 	case "exec":
 		// An agent-like main process that runs one child and reports it
 		// the way nodeagent does (agent.child.exec / agent.child.exit).

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmchaos/vmchaos/durable"
 )
 
@@ -203,9 +205,16 @@ func cleanLeftover(ctx context.Context, l Leftover) error {
 		_ = signalProc(p, syscall.SIGKILL)
 	}
 	deadline := time.Now().Add(10 * time.Second)
+	self := os.Getpid()
 	for _, p := range l.Procs {
 		for p.Alive() && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
+		}
+		// Orphans of that run may have been reparented to us (a subreaper):
+		// reap them, or they stay zombies of this process.
+		if st, err := readStat(p.PID); err == nil && st.start == p.Start && st.ppid == self {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(p.PID, &ws, unix.WNOHANG, nil)
 		}
 	}
 	if len(l.Record.Units) > 0 {

@@ -213,3 +213,13 @@ func Verdict(o Options) string {
 	}
 	return fmt.Sprintf("real backend: ready: cloud-hypervisor %s (%s), %s, image %s; %s", env.CHVersion, env.CHBinary, payload, env.Image, r.Detail)
 }
+
+// KVMSkipReason is the KVM half of the preflight in the shape `vmchaos
+// doctor`'s hook takes: "" when /dev/kvm is usable, else "reason: detail".
+func KVMSkipReason() string {
+	r := PreflightKVM(DevKVM)
+	if r.OK {
+		return ""
+	}
+	return r.String()
+}

@@ -199,3 +199,11 @@ func FuzzParseCPUFlags(f *testing.F) {
 		}
 	})
 }
+
+func TestKVMSkipReasonAgreesWithPreflight(t *testing.T) {
+	r := PreflightKVM(DevKVM)
+	got := KVMSkipReason()
+	if r.OK != (got == "") || (!r.OK && !strings.HasPrefix(got, r.Reason+": ")) {
+		t.Fatalf("KVMSkipReason %q vs preflight %+v", got, r)
+	}
+}

@@ -87,7 +87,7 @@ func (s *syncBuf) String() string {
 
 // vmDir makes <tmp>/<VMID>/ the way vmctl lays out a VM's run dir (fakech
 // reports the parent dir name as the VM id in its trace).
-func vmDir(t *testing.T, id string) string {
+func vmDir(t testing.TB, id string) string {
 	// Unix socket paths are limited to 108 bytes; t.TempDir() embeds the
 	// (long) test name, so use a short temp root.
 	root, err := os.MkdirTemp("", "fk")
@@ -186,7 +186,7 @@ type guestKit struct {
 	signer ssh.Signer
 }
 
-func newGuest(t *testing.T, dir string) *guestKit {
+func newGuest(t testing.TB, dir string) *guestKit {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {

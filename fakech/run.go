@@ -282,7 +282,7 @@ func (s *server) serve(ln *net.UnixListener) {
 
 func (s *server) serveConn(c net.Conn) {
 	defer c.Close()
-	br := bufio.NewReaderSize(c, 64<<10)
+	br := bufio.NewReader(c)
 	for {
 		raw, bad, err := readRequest(br)
 		if err != nil {

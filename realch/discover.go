@@ -242,6 +242,18 @@ func (v Version) String() string { return fmt.Sprintf("v%d.%d", v.Major, v.Minor
 // "Migration Protocol Versions: ..." lines) or from a bare "v53"/"53.0". It
 // returns the version token as printed (for messages) and the parsed number.
 func ParseVersion(out string) (string, Version, error) {
+	// Prefer the token right after the program name; fall back to the first
+	// version-shaped token anywhere.
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == CHName {
+				if v, ok := parseToken(f[i+1]); ok {
+					return f[i+1], v, nil
+				}
+			}
+		}
+	}
 	for _, line := range strings.Split(out, "\n") {
 		for _, tok := range strings.Fields(line) {
 			if v, ok := parseToken(tok); ok {
@@ -314,13 +326,17 @@ func CheckVersion(bin, min, max string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), versionTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("realch: %s --version: %w (output %q)", bin, err, truncate(string(out), 200))
+	// stdout only: a warning on stderr must not be read as the version.
+	var stdout, stderr strings.Builder
+	cmd := exec.CommandContext(ctx, bin, "--version")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("realch: %s --version: %w (stderr %q)", bin, err, truncate(stderr.String(), 200))
 	}
-	tok, v, perr := ParseVersion(string(out))
+	out := stdout.String()
+	tok, v, perr := ParseVersion(out)
 	if perr != nil {
-		return "", &VersionError{Binary: bin, Min: min, Max: max, Output: truncate(strings.TrimSpace(string(out)), 200)}
+		return "", &VersionError{Binary: bin, Min: min, Max: max, Output: truncate(strings.TrimSpace(out), 200)}
 	}
 	if v.Major < lo.Major || v.Major > hi.Major {
 		return "", &VersionError{Binary: bin, Found: tok, Min: min, Max: max}

@@ -175,6 +175,8 @@ func TestParseVersion(t *testing.T) {
 		{"cloud-hypervisor dev", "", Version{}, false},
 		{"", "", Version{}, false},
 		{"cloud-hypervisor 7", "", Version{}, false},
+		{"built 1.2.3 from tree\ncloud-hypervisor v47.0", "v47.0", Version{47, 0}, true},
+		{"note 1.2.3", "1.2.3", Version{1, 2}, true},
 	}
 	for _, tc := range cases {
 		tok, v, err := ParseVersion(tc.in)
@@ -203,4 +205,23 @@ func FuzzParseVersion(f *testing.F) {
 			t.Fatalf("token %q re-parses to %v %v", tok, v2, err)
 		}
 	})
+}
+
+func TestCheckVersionReadsStdoutOnly(t *testing.T) {
+	p := filepath.Join(t.TempDir(), CHName)
+	script := "#!/bin/sh\necho 'warning: libfoo 99.1 is old' >&2\necho 'cloud-hypervisor v52.0'\n"
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v, err := CheckVersion(p, "", "")
+	if err != nil || v != "v52.0" {
+		t.Fatalf("got %q %v; want v52.0 from stdout", v, err)
+	}
+	fail := filepath.Join(t.TempDir(), CHName)
+	if err := os.WriteFile(fail, []byte("#!/bin/sh\necho 'cannot open /dev/kvm' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CheckVersion(fail, "", ""); err == nil || !strings.Contains(err.Error(), "cannot open /dev/kvm") {
+		t.Fatalf("failing --version: %v; want its stderr in the error", err)
+	}
 }

@@ -44,7 +44,7 @@ func sampleResults() *Results {
 				{TsNs: t0, Kind: "phase", Proc: "nodeagent", Point: "agent.create.begin", VM: "vm-a"},
 				{TsNs: t0 + 20_000_000, Kind: "phase", Proc: "vmctl", Point: "vm.clone.reserved", VM: "vm-a"},
 				{TsNs: t0 + 60_000_000, Kind: "phase", Proc: "vmctl", Point: "vm.clone.files-copied", VM: "vm-a"},
-				{TsNs: t0 + 100_400_000, Kind: "fault", Note: "sigkill-main pid 4242"},
+				{TsNs: t0 + 100_400_000, Kind: "fault", Proc: "nodeagent", Point: "agent.create.begin", Note: "sigkill-main pid 4242"},
 				{TsNs: t0 + 350_000_000, Kind: "restart", Proc: "nodeagent", Note: "unit restarted"},
 				{TsNs: t0 + 360_000_000, Kind: "phase", Proc: "nodeagent", Point: "agent.started"},
 				{TsNs: t0 + 100_400_000 + int64((300+off*3)*1e6), Kind: "converged"},

@@ -18,6 +18,7 @@ type svgRect struct {
 	X, Y, W, H float64
 	Class      string
 	Title      string
+	Label      string // text drawn inside, if any
 }
 
 type svgMark struct {
@@ -41,7 +42,15 @@ type svgTick struct {
 	Label string
 }
 
+type svgNote struct {
+	X, Y   float64
+	Anchor string
+	Class  string
+	Text   string
+}
+
 type svgTimeline struct {
+	Notes  []svgNote
 	W, H   float64
 	AxisY  float64
 	Lanes  []svgLane
@@ -123,6 +132,9 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 	}
 	rel := func(ns int64) string {
 		d := (float64(ns) - float64(ref)) / 1e6
+		if d == 0 {
+			return "0"
+		}
 		if d < 0 {
 			return "−" + FormatMs(-d)
 		}
@@ -164,8 +176,17 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 		w := math.Max(x(end)-x(prev.TsNs), 0.5)
 		cls := fmt.Sprintf("band band%d", bandIdx[p]%2)
 		bandIdx[p]++
-		tl.Bands = append(tl.Bands, svgRect{X: x(prev.TsNs), Y: laneY(i) - 7, W: w, H: 14, Class: cls,
-			Title: fmt.Sprintf("%s %s: %s → next phase after %s", p, prev.Point, rel(prev.TsNs), FormatMs(float64(end-prev.TsNs)/1e6))})
+		band := svgRect{X: x(prev.TsNs), Y: laneY(i) - 7, W: w, H: 14, Class: cls,
+			Title: fmt.Sprintf("%s %s: %s, lasted %s", p, prev.Point, rel(prev.TsNs), FormatMs(float64(end-prev.TsNs)/1e6))}
+		// Name the phase inside its band when it fits (~5.6 px a glyph at
+		// the label's size); otherwise the tooltip and the table carry it.
+		if fit := int((w - 8) / 5.6); fit >= 6 {
+			band.Label = prev.Point
+			if len(band.Label) > fit {
+				band.Label = truncate(band.Label, fit-1)
+			}
+		}
+		tl.Bands = append(tl.Bands, band)
 	}
 	var rows []timelineRow
 	for _, e := range evs {
@@ -177,6 +198,13 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 			closeBand(p, e.TsNs)
 			lastPhase[p] = e
 			tl.Marks = append(tl.Marks, svgMark{X: x(e.TsNs), Y: laneY(laneOf[p]), Class: "phase", Title: title})
+		case "fault":
+			// A fault that names its victim process ends that process's
+			// phase there: a SIGKILLed process is in no phase afterwards.
+			if _, ok := lastPhase[e.Proc]; ok && e.Proc != "" {
+				closeBand(e.Proc, e.TsNs)
+				delete(lastPhase, e.Proc)
+			}
 		case "restart":
 			closeBand(p, e.TsNs)
 			delete(lastPhase, p)
@@ -197,9 +225,25 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 		}
 		return xv + 4, "start"
 	}
-	if haveFault {
+	// Every fault gets a red line; the first (the reference of the time
+	// axis) is labelled. A fault known only from the injections stands alone.
+	faults := 0
+	for _, e := range evs {
+		if e.Kind != "fault" {
+			continue
+		}
+		t := fmt.Sprintf("fault %s: %s (landed in %s)", rel(e.TsNs), orDefault(e.Note, c.Fault), orDefault(e.Point, c.LandedPhase))
+		v := svgVLine{X: x(e.TsNs), Y1: 12, Y2: tl.AxisY, Class: "vfault", Title: t}
+		if faults == 0 {
+			v.LabelX, v.Anchor = label(v.X)
+			v.Label, v.LabelY = truncate("fault "+orDefault(c.Fault, e.Note), 48), 10
+		}
+		faults++
+		tl.VLines = append(tl.VLines, v)
+	}
+	if faults == 0 && haveFault {
 		lx, anchor := label(x(faultNs))
-		tl.VLines = append(tl.VLines, svgVLine{X: x(faultNs), Y1: 12, Y2: tl.AxisY, Class: "vfault", Label: "fault " + c.Fault,
+		tl.VLines = append(tl.VLines, svgVLine{X: x(faultNs), Y1: 12, Y2: tl.AxisY, Class: "vfault", Label: truncate("fault "+c.Fault, 48),
 			LabelX: lx, LabelY: 10, Anchor: anchor, Title: fmt.Sprintf("fault %s (%s) landed in %s", c.Fault, c.Trigger, c.LandedPhase)})
 	}
 	if haveConv {
@@ -211,15 +255,23 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 				Title: "fault → converged: " + FormatMs(float64(convNs-faultNs)/1e6)}
 		}
 	}
-	for i := 0; i <= 4; i++ {
-		ns := t0 + int64(span*float64(i)/4)
-		tl.Ticks = append(tl.Ticks, svgTick{X: x(ns), Label: rel(ns)})
+	step := niceStep(span / 5)
+	for k := math.Ceil((float64(t0) - float64(ref)) / step); ; k++ {
+		ns := float64(ref) + k*step
+		if ns > float64(t1)+1 || len(tl.Ticks) > 12 {
+			break
+		}
+		tl.Ticks = append(tl.Ticks, svgTick{X: x(int64(ns)), Label: rel(int64(ns))})
+	}
+	if !haveConv && haveFault {
+		tl.Notes = append(tl.Notes, svgNote{X: tlWidth - tlRight, Y: 21, Anchor: "end", Class: "lbl-never", Text: "never converged"})
 	}
 	return tl, rows
 }
 
 type svgBar struct {
 	X, Y, W, H float64
+	Mid        float64 // W/2, where the count label sits
 	Class      string
 	Title      string
 	Count      int
@@ -278,16 +330,20 @@ func buildHistogram(cases []Case) *svgHistogram {
 	barH := func(n int) float64 { return float64(n) / float64(h.MaxCount) * (h.AxisY - 16) }
 	for i, n := range counts {
 		lo := width * float64(i)
-		h.Bars = append(h.Bars, svgBar{X: h.Left + float64(i)*bw + 1, Y: h.AxisY - barH(n), W: bw - 2, H: barH(n), Class: "bar", Count: n,
+		h.Bars = append(h.Bars, svgBar{X: h.Left + float64(i)*bw + 1, Y: h.AxisY - barH(n), W: bw - 2, H: barH(n), Class: "bar", Count: n, Mid: (bw - 2) / 2,
 			Title: fmt.Sprintf("%d case(s) converged in %s – %s", n, FormatMs(lo), FormatMs(lo+width))})
 	}
 	if never > 0 {
-		h.Bars = append(h.Bars, svgBar{X: h.Left + float64(nb+1)*bw + 1, Y: h.AxisY - barH(never), W: bw - 2, H: barH(never), Class: "bar never", Count: never,
+		h.Bars = append(h.Bars, svgBar{X: h.Left + float64(nb+1)*bw + 1, Y: h.AxisY - barH(never), W: bw - 2, H: barH(never), Class: "bar never", Count: never, Mid: (bw - 2) / 2,
 			Title: fmt.Sprintf("%d case(s) never converged", never)})
 		h.Ticks = append(h.Ticks, svgTick{X: h.Left + float64(nb+1)*bw + bw/2, Label: "never"})
 	}
 	for i := 0; i <= nb; i += max(1, nb/4) {
-		h.Ticks = append(h.Ticks, svgTick{X: h.Left + float64(i)*bw, Label: FormatMs(width * float64(i))})
+		label := FormatMs(width * float64(i))
+		if i == 0 {
+			label = "0"
+		}
+		h.Ticks = append(h.Ticks, svgTick{X: h.Left + float64(i)*bw, Label: label})
 	}
 	xOf := func(v float64) float64 { return h.Left + v/width*bw }
 	if len(ms) > 0 {
@@ -300,4 +356,19 @@ func buildHistogram(cases []Case) *svgHistogram {
 		}
 	}
 	return h
+}
+
+// niceStep rounds a raw tick step (ns) up to 1, 2 or 5 × 10^k so that axis
+// labels read as round numbers.
+func niceStep(raw float64) float64 {
+	if raw <= 0 || math.IsNaN(raw) || math.IsInf(raw, 0) {
+		return 1e6
+	}
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if raw <= m*p {
+			return m * p
+		}
+	}
+	return 10 * p
 }

@@ -22,26 +22,17 @@ func (s *stack) park(point string, env []string, args ...string) (int, func() re
 	s.t.Helper()
 	_ = os.Remove(filepath.Join(s.ctl, point+".release"))
 	_ = os.Remove(filepath.Join(s.ctl, point+".paused"))
-	cmd, o, e := s.background(append([]string{failpoint.EnvFailpoints + "=" + point + "=pause"}, env...), args...)
+	p := s.background(append([]string{failpoint.EnvFailpoints + "=" + point + "=pause"}, env...), args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pid, err := failpoint.WaitParked(ctx, s.ctl, point)
 	if err != nil {
-		s.t.Fatalf("%v: %v (stderr %s)", args, err, e.String())
+		s.t.Fatalf("%v: %v (stderr %s)", args, err, p.stderr.String())
 	}
-	if pid != cmd.Process.Pid {
-		s.t.Fatalf("parked pid %d is not our child %d", pid, cmd.Process.Pid)
+	if pid != p.cmd.Process.Pid {
+		s.t.Fatalf("parked pid %d is not our child %d", pid, p.cmd.Process.Pid)
 	}
-	wait := func() result {
-		eventually(s.t, "parked verb exit", func() bool { return cmd.ProcessState != nil })
-		st := cmd.ProcessState
-		r := result{stdout: o.String(), stderr: e.String(), code: st.ExitCode()}
-		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			r.signal = ws.Signal()
-		}
-		return r
-	}
-	return pid, wait
+	return pid, func() result { return p.wait(s.t) }
 }
 
 func (s *stack) release(point string) {
@@ -131,15 +122,15 @@ func TestStaleCreateBlockingLockRegression(t *testing.T) {
 	_, wait := s.park("vm.clone.files-copied", nil, "vm", "clone", "--name", "z", "base")
 	z := findByName(s.list(), "z")
 	bug := regress.Env + "=stale-create-blocking-lock"
-	rc, ro, re := s.background([]string{bug}, "vm", "reconcile-stale-create", z.ID, "-o", "json")
+	rc := s.background([]string{bug}, "vm", "reconcile-stale-create", z.ID, "-o", "json")
 	s.release("vm.clone.files-copied")
 	if r := wait(); r.code != 0 {
 		t.Fatalf("clone: %s", r)
 	}
-	eventually(t, "buggy reconcile to finish", func() bool { return rc.ProcessState != nil })
+	rr := rc.wait(t)
 	var res StaleCreateResult
-	if err := json.Unmarshal([]byte(ro.String()), &res); err != nil {
-		t.Fatalf("%q %q: %v", ro.String(), re.String(), err)
+	if err := json.Unmarshal([]byte(rr.stdout), &res); err != nil {
+		t.Fatalf("%s: %v", rr, err)
 	}
 	if res.Outcome != OutcomeCollected || findByName(s.list(), "z") != nil {
 		t.Fatalf("with the bug the committed clone should be deleted: %+v, list %+v", res, s.list())
@@ -171,7 +162,7 @@ func TestDaemonCollectsKilledCloneWithinTwoPasses(t *testing.T) {
 	s.runVM("a")
 	s.ok("snapshot", "save", "--name", "base", "a")
 	tr := newTrace(t)
-	_, _, derr := s.background([]string{tr.env()}, "daemon", "--interval", "1s")
+	daemon := s.background([]string{tr.env()}, "daemon", "--interval", "1s")
 	eventually(t, "first daemon pass", func() bool { return tr.count("daemon.pass") >= 1 })
 
 	r := s.runEnv([]string{failpoint.EnvFailpoints + "=vm.clone.reserved=kill"}, "vm", "clone", "--name", "x", "base")
@@ -190,8 +181,8 @@ func TestDaemonCollectsKilledCloneWithinTwoPasses(t *testing.T) {
 	if findByName(s.list(), "x") != nil {
 		t.Fatalf("placeholder %s survived two daemon passes", id)
 	}
-	if !strings.Contains(derr.String(), "collected ownerless creating VM "+id) {
-		t.Fatalf("daemon did not report the collect: %s", derr.String())
+	if !strings.Contains(daemon.stderr.String(), "collected ownerless creating VM "+id) {
+		t.Fatalf("daemon did not report the collect: %s", daemon.stderr.String())
 	}
 	// A second daemon is refused (single instance).
 	s.fails("daemon already running", "daemon")

@@ -202,40 +202,73 @@ func (s *stack) fails(want string, args ...string) result {
 	return r
 }
 
-// background starts vmctl without waiting; the process is killed and reaped
-// at cleanup.
-func (s *stack) background(env []string, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer) {
-	s.t.Helper()
-	cmd := s.command(env, args...)
-	var o, e syncBuffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	if err := cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	s.t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	return cmd, &o, &e
+// proc is a vmctl started in the background; it is killed and reaped at
+// cleanup.
+type proc struct {
+	cmd    *exec.Cmd
+	stdout *syncBuffer
+	stderr *syncBuffer
+	done   chan struct{}
+	state  *os.ProcessState // set before done closes
 }
 
+// exited reports whether the process has exited.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits for the exit and returns its result.
+func (p *proc) wait(t testing.TB) result {
+	t.Helper()
+	eventually(t, "background vmctl exit", p.exited)
+	r := result{stdout: p.stdout.String(), stderr: p.stderr.String(), code: p.state.ExitCode()}
+	if ws, ok := p.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		r.signal = ws.Signal()
+	}
+	return r
+}
+
+func (s *stack) background(env []string, args ...string) *proc {
+	s.t.Helper()
+	p := &proc{cmd: s.command(env, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.state = p.cmd.ProcessState
+		close(p.done)
+	}()
+	s.t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// syncBuffer is a locked buffer. It must not embed bytes.Buffer: io.Copy
+// would find its ReadFrom and write around the lock.
 type syncBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
+	return b.buf.Write(p)
 }
 
 func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.Buffer.String()
+	return b.buf.String()
 }
 
 func (s *stack) vm(ref string) *VM {

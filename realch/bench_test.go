@@ -46,3 +46,16 @@ func BenchmarkLaunchToReadyAndStop(b *testing.B) {
 		}
 	}
 }
+
+// The seed volume built in memory, without the durable write.
+func BenchmarkBuildFATSeed(b *testing.B) {
+	files, err := testCloudInit().Files()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := BuildFAT(CIDataLabel, files); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -52,6 +52,7 @@ type record struct {
 	SnapshotID string `json:"snapshot_id,omitempty"`  // local hibernate snapshot
 	RemoveVMID string `json:"remove_vm_id,omitempty"` // VM being removed after its id was cleared
 	NICDropped bool   `json:"nic_dropped,omitempty"`
+	FailedGen  int64  `json:"failed_generation,omitempty"` // generation of the last failed write
 }
 
 func (r *record) view() VMView {

@@ -159,9 +159,10 @@ func (a *Agent) pass(ctx context.Context, name string, resumed bool) (time.Durat
 
 // parked reports whether a failed record waits for a new generation.
 func (a *Agent) parked(rec *record) bool {
-	// failed-sticky: the historical bug parked every failure for good.
+	// failed-sticky: the historical bug parked every failure for the rest
+	// of its generation.
 	if regress.On("failed-sticky") {
-		return true
+		return rec.FailedGen == rec.Generation
 	}
 	return rec.Status.FailedAttempts > a.cfg.RetryAttempts
 }
@@ -190,6 +191,7 @@ func (a *Agent) fail(ctx context.Context, name, op string, err error) time.Durat
 	rec, uerr := a.store.update(name, func(r *record) error {
 		r.Status.FailedAttempts++
 		attempts = r.Status.FailedAttempts
+		r.FailedGen = r.Generation
 		r.Status.Lifecycle = LifecycleFailed
 		r.Status.FailedReason = reason
 		msg := fmt.Sprintf("%s failed (attempt %d): %v", op, attempts, err)

@@ -1,0 +1,406 @@
+package failpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// receiver is the harness end of VMCHAOS_TRACE.
+type receiver struct {
+	path string
+	conn *net.UnixConn
+	mu   sync.Mutex
+	got  [][]byte
+	wake chan struct{}
+}
+
+func newReceiver(t testing.TB) *receiver {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fptr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &receiver{path: filepath.Join(dir, "trace.sock"), wake: make(chan struct{}, 1)}
+	r.conn, err = net.ListenUnixgram("unixgram", &net.UnixAddr{Name: r.path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := r.conn.Read(buf)
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			r.got = append(r.got, append([]byte(nil), buf[:n]...))
+			r.mu.Unlock()
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		r.conn.Close()
+		<-done
+		os.RemoveAll(dir)
+	})
+	return r
+}
+
+// next waits for the i-th datagram (0-based).
+func (r *receiver) next(t *testing.T, i int) Event {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		r.mu.Lock()
+		if len(r.got) > i {
+			b := r.got[i]
+			r.mu.Unlock()
+			ev, err := ParseEvent(b)
+			if err != nil {
+				t.Fatalf("datagram %s: %v", b, err)
+			}
+			return ev
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.wake:
+		case <-time.After(5 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("no datagram #%d", i)
+		}
+	}
+}
+
+func configure(t *testing.T, trace, spec, ctl string) {
+	t.Helper()
+	if err := Configure("testproc", trace, spec, ctl); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(Reset)
+}
+
+func TestDisabledHitDoesNothing(t *testing.T) {
+	Reset()
+	if Enabled() {
+		t.Fatal("enabled after Reset")
+	}
+	if err := Hit(context.Background(), "x", Attrs{"vm": "a"}); err != nil {
+		t.Fatal(err)
+	}
+	configure(t, "", "", "")
+	if Enabled() {
+		t.Fatal("an empty configuration must stay disabled (one atomic load per hit)")
+	}
+}
+
+func TestTraceDatagram(t *testing.T) {
+	r := newReceiver(t)
+	configure(t, r.path, "", "")
+	before := Now()
+	ctx := WithOp(context.Background(), "op-7")
+	if err := Hit(ctx, "snapshot.save.paused", Attrs{"vm": "VM1", "child_pid": 42}); err != nil {
+		t.Fatal(err)
+	}
+	after := Now()
+	ev := r.next(t, 0)
+	if ev.Point != "snapshot.save.paused" || ev.Proc != "testproc" || ev.Pid != os.Getpid() || ev.VM != "VM1" || ev.Op != "op-7" {
+		t.Fatalf("event %+v", ev)
+	}
+	if ev.TsNs < before || ev.TsNs > after {
+		t.Fatalf("ts %d outside [%d, %d]: must be CLOCK_MONOTONIC at the hit", ev.TsNs, before, after)
+	}
+	if _, lifted := ev.Attrs["vm"]; lifted || ev.Attrs["child_pid"] != float64(42) {
+		t.Fatalf("attrs %v: vm/op are lifted, the rest kept", ev.Attrs)
+	}
+	// An explicit op attr wins over the context's.
+	_ = Hit(ctx, "p2", Attrs{"op": "explicit"})
+	if ev := r.next(t, 1); ev.Op != "explicit" || len(ev.Attrs) != 0 {
+		t.Fatalf("event %+v", ev)
+	}
+}
+
+func TestMissingTraceSocketStillRunsActions(t *testing.T) {
+	configure(t, filepath.Join(t.TempDir(), "absent.sock"), "p=error(boom)", "")
+	if err := Hit(context.Background(), "p", nil); err == nil || err.Error() != "boom" {
+		t.Fatalf("action must run without a harness: %v", err)
+	}
+}
+
+func TestErrorCountAndVMFilter(t *testing.T) {
+	configure(t, "", "a=2*error(nope);b=error(only-x)@vm=X;c=error()", "")
+	ctx := context.Background()
+	for i, want := range []string{"nope", "nope", ""} {
+		err := Hit(ctx, "a", nil)
+		if got := fmt.Sprint(err); (want == "" && err != nil) || (want != "" && got != want) {
+			t.Fatalf("hit %d of a: %v, want %q", i+1, err, want)
+		}
+	}
+	if err := Hit(ctx, "b", Attrs{"vm": "Y"}); err != nil {
+		t.Fatalf("@vm=X fired for Y: %v", err)
+	}
+	if err := Hit(ctx, "b", Attrs{"vm": "X"}); err == nil || err.Error() != "only-x" {
+		t.Fatalf("@vm=X for X: %v", err)
+	}
+	if err := Hit(ctx, "c", nil); err == nil || err.Error() != "failpoint c" {
+		t.Fatalf("error() default message: %v", err)
+	}
+	if err := Hit(ctx, "unlisted", nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSleepAction(t *testing.T) {
+	configure(t, "", "s=sleep(30)", "")
+	t0 := time.Now()
+	if err := Hit(context.Background(), "s", nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d < 30*time.Millisecond {
+		t.Fatalf("sleep(30) returned after %v", d)
+	}
+}
+
+func TestPauseParksUntilReleased(t *testing.T) {
+	ctl := t.TempDir()
+	configure(t, "", "vm.clone.reserved=pause", ctl)
+	res := make(chan error, 1)
+	go func() { res <- Hit(context.Background(), "vm.clone.reserved", nil) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pid, err := WaitParked(ctx, ctl, "vm.clone.reserved")
+	if err != nil || pid != os.Getpid() {
+		t.Fatalf("WaitParked: %d %v", pid, err)
+	}
+	select {
+	case err := <-res:
+		t.Fatalf("pause returned before release: %v", err)
+	default:
+	}
+	if err := Release(ctl, "vm.clone.reserved"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("not released")
+	}
+}
+
+func TestPauseEndsWithContext(t *testing.T) {
+	configure(t, "", "p=pause", t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- Hit(ctx, "p", nil) }()
+	cancel()
+	if err := <-res; !errors.Is(err, ErrPauseCancelled) {
+		t.Fatalf("cancelled pause: %v", err)
+	}
+}
+
+func TestPauseNeedsControlDir(t *testing.T) {
+	if err := Configure("x", "", "p=pause", ""); err == nil || !strings.Contains(err.Error(), EnvCtl) {
+		t.Fatalf("pause without %s: %v", EnvCtl, err)
+	}
+}
+
+func TestParseSpec(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want []*rule // point, action, arg, msg, limit, vm
+	}{
+		{"", nil},
+		{" ; ", nil},
+		{"a=pause", []*rule{{point: "a", action: actPause}}},
+		{"a=kill; b=exit(3)", []*rule{{point: "a", action: actKill}, {point: "b", action: actExit, arg: 3}}},
+		{"a=3*sleep(250)@vm=01ABC", []*rule{{point: "a", action: actSleep, arg: 250, limit: 3, vm: "01ABC"}}},
+		{"a=error(bad thing)", []*rule{{point: "a", action: actError, msg: "bad thing"}}},
+		{"a=1*kill@vm=V", []*rule{{point: "a", action: actKill, limit: 1, vm: "V"}}},
+	} {
+		got, err := ParseSpec(tc.spec)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.spec, err)
+		}
+		if len(got) != len(tc.want) {
+			t.Fatalf("%q: %d rules, want %d", tc.spec, len(got), len(tc.want))
+		}
+		for i, r := range got {
+			w := tc.want[i]
+			if r.point != w.point || r.action != w.action || r.arg != w.arg || r.msg != w.msg || r.limit != w.limit || r.vm != w.vm {
+				t.Errorf("%q rule %d: %+v, want %+v", tc.spec, i, r, w)
+			}
+		}
+	}
+	for _, bad := range []string{"a", "=pause", "a=", "a=jump", "a=sleep", "a=sleep(x)", "a=sleep(-1)", "a=exit(256)",
+		"a=pause(1)", "a=kill()", "a=0*kill", "a=x*kill", "a=sleep(1", "a=kill@vm=", "a=+1*kill"} {
+		if _, err := ParseSpec(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestParseEvent(t *testing.T) {
+	ok := `{"ts_ns":5,"pid":9,"proc":"vmctl","point":"vm.rm.done","vm":"V","attrs":{"k":1}}`
+	ev, err := ParseEvent([]byte(ok))
+	if err != nil || ev.TsNs != 5 || ev.VM != "V" {
+		t.Fatalf("%+v %v", ev, err)
+	}
+	for _, bad := range []string{`{}`, `{"ts_ns":5,"pid":9,"proc":"vmctl"}`, `{"ts_ns":0,"pid":9,"proc":"p","point":"x"}`, `[`, `{"ts_ns":"5"}`} {
+		if _, err := ParseEvent([]byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func TestCatalogueIsConsistent(t *testing.T) {
+	seen := map[string]bool{}
+	for _, p := range Catalogue {
+		if seen[p.Name] {
+			t.Errorf("duplicate point %s", p.Name)
+		}
+		seen[p.Name] = true
+		switch p.Proc {
+		case "vmctl", "nodeagent", "fakech", "vmchaos": // vmchaos: the runner's own phases (ledger)
+		default:
+			t.Errorf("%s: proc %q", p.Name, p.Proc)
+		}
+		if p.Happened == "" || p.NotYet == "" || p.Op == "" {
+			t.Errorf("%s: incomplete entry %+v", p.Name, p)
+		}
+		if _, ok := Lookup(p.Name); !ok {
+			t.Errorf("Lookup(%s) failed", p.Name)
+		}
+	}
+	if len(Names()) != len(Catalogue) {
+		t.Fatal("Names() and Catalogue disagree")
+	}
+	for _, n := range []string{"ch.boot", "ch.pause", "ch.resume", "ch.snapshot.begin", "ch.snapshot.memory-written", "ch.snapshot.done",
+		"ch.restore.begin", "ch.restore.done", "ch.net.added", "ch.net.removed", "ch.shutdown"} {
+		if !seen[n] {
+			t.Errorf("catalogue lacks %s (ARCHITECTURE §3)", n)
+		}
+	}
+}
+
+// TestExitAndKillActions runs a real child process (this test binary) whose
+// hit exits or SIGKILLs it; the trace datagram must arrive before it dies,
+// so the harness sees the phase the process died in.
+func TestExitAndKillActions(t *testing.T) {
+	if os.Getenv("FAILPOINT_CHILD") == "1" {
+		if err := Init("child"); err != nil {
+			os.Exit(100)
+		}
+		_ = Hit(context.Background(), "die.here", Attrs{"vm": "C"})
+		os.Exit(0) // not reached when the action fires
+	}
+	for _, tc := range []struct {
+		action string
+		check  func(*os.ProcessState) bool
+	}{
+		{"exit(7)", func(s *os.ProcessState) bool { return s.ExitCode() == 7 }},
+		{"kill", func(s *os.ProcessState) bool {
+			ws, ok := s.Sys().(syscall.WaitStatus)
+			return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+		}},
+	} {
+		t.Run(tc.action, func(t *testing.T) {
+			r := newReceiver(t)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestExitAndKillActions$")
+			cmd.Env = append(os.Environ(), "FAILPOINT_CHILD=1", EnvTrace+"="+r.path, EnvFailpoints+"=die.here="+tc.action)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			out, _ := cmd.CombinedOutput()
+			if !tc.check(cmd.ProcessState) {
+				t.Fatalf("child state %v, output %s", cmd.ProcessState, out)
+			}
+			ev := r.next(t, 0)
+			if ev.Point != "die.here" || ev.Proc != "child" || ev.Pid != cmd.ProcessState.Pid() || ev.VM != "C" {
+				t.Fatalf("event %+v from pid %d", ev, cmd.ProcessState.Pid())
+			}
+		})
+	}
+}
+
+func TestInitRejectsMalformedSpec(t *testing.T) {
+	t.Setenv(EnvFailpoints, "x=explode")
+	if err := Init("p"); err == nil {
+		t.Fatal("a malformed spec must fail Init: the scenario asked for an action")
+	}
+}
+
+// BenchmarkHitDisabled: Hit inlines to one atomic load. A plain b.N loop is
+// used because b.Loop's own per-iteration cost (~5 ns here) would dominate;
+// the atomic load cannot be optimised away.
+func BenchmarkHitDisabled(b *testing.B) {
+	Reset()
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		_ = Hit(ctx, "vm.clone.reserved", nil)
+	}
+}
+
+// BenchmarkHitEnabledTrace: one datagram per hit to a live receiver.
+func BenchmarkHitEnabledTrace(b *testing.B) {
+	r := newReceiver(b)
+	if err := Configure("bench", r.path, "", ""); err != nil {
+		b.Fatal(err)
+	}
+	defer Reset()
+	ctx := context.Background()
+	attrs := Attrs{"vm": "01HZXBENCHVM0000000000000", "child_pid": 1234}
+	for b.Loop() {
+		_ = Hit(ctx, "snapshot.save.paused", attrs)
+	}
+}
+
+func FuzzParseSpec(f *testing.F) {
+	for _, s := range []string{"a=pause", "a=3*sleep(250)@vm=X;b=kill", "x=exit(0); y=error(m@vm=z)", "a=error(()", "=", ";;a=1*", "p=sleep(99999999999999999999)"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rules, err := ParseSpec(s)
+		if err != nil {
+			return
+		}
+		for _, r := range rules {
+			if r.point == "" || r.action == 0 || r.limit < 0 || r.arg < 0 {
+				t.Fatalf("%q: invalid rule %+v", s, r)
+			}
+		}
+	})
+}
+
+func FuzzParseEvent(f *testing.F) {
+	f.Add([]byte(`{"ts_ns":1,"pid":2,"proc":"fakech","point":"ch.boot","vm":"V","op":"o","attrs":{"a":[1,{"b":null}]}}`))
+	f.Add([]byte(`{"ts_ns":-1}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ev, err := ParseEvent(b)
+		if err != nil {
+			return
+		}
+		if ev.Point == "" || ev.Pid <= 0 || ev.TsNs <= 0 {
+			t.Fatalf("accepted invalid event %+v", ev)
+		}
+		if _, err := json.Marshal(ev); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

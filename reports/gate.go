@@ -127,9 +127,9 @@ func Gate(cur *Results, baseline *Results, opt GateOptions) GateResult {
 		case Fail:
 			add(GateFail, "FAIL %s: %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
 		case Inconclusive:
-			add(GateInconclusive, "INCONCLUSIVE %s: %s; repro: %s", c.ID, orDefault(c.Reason, "fault did not land as intended"), reproOrNone(c))
+			add(GateInconclusive, "INCONCLUSIVE %s: %s; repro: %s", c.ID, oneLine(orDefault(c.Reason, "fault did not land as intended")), reproOrNone(c))
 		case Error:
-			add(GateInfra, "ERROR %s: %s", c.ID, orDefault(c.Reason, "harness error"))
+			add(GateInfra, "ERROR %s: %s", c.ID, oneLine(orDefault(c.Reason, "harness error")))
 		}
 	}
 	if baseline != nil {

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Markdown renders report.md for a release manager: the verdict first, what
@@ -49,13 +50,21 @@ func Markdown(r *Results) ([]byte, error) {
 		b.WriteString("\n")
 	}
 	if len(g.Lines) > 1 {
-		b.WriteString("## Gate\n\n")
+		b.WriteString("## Why this verdict\n\n")
 		for _, l := range g.Lines {
 			fmt.Fprintf(&b, "- %s\n", mdEscape(l))
 		}
 		b.WriteString("\n")
 	}
 
+	if sc := byScenario(r.Cases); len(sc) > 1 {
+		b.WriteString("## Per scenario\n\n| scenario | cases | pass | fail | inconclusive | error | converge p95 |\n|---|---|---|---|---|---|---|\n")
+		for _, x := range sc {
+			fmt.Fprintf(&b, "| `%s` | %d | %d | %s | %s | %s | %s |\n", mdCode(x.name), x.counts.Total, x.counts.Pass,
+				boldIf(x.counts.Fail), boldIf(x.counts.Inconclusive), boldIf(x.counts.Error), convP95(x.conv))
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString("## Cases\n\n")
 	b.WriteString("| case | fault | landed phase | verdict | time to converge | failed invariants |\n|---|---|---|---|---|---|\n")
 	for _, c := range r.Cases {
@@ -140,6 +149,10 @@ func mdCaseDetail(b *strings.Builder, c Case) {
 				b.WriteString("\n" + indent(strings.TrimRight(codeBlock("", ev), "\n"), "  ") + "\n\n")
 			}
 		}
+	}
+	if rows := timelineExcerpt(c, 12); len(rows) > 0 {
+		b.WriteString("\nTimeline around the fault (times relative to it):\n\n")
+		b.WriteString(codeBlock("", strings.Join(rows, "\n")))
 	}
 	if len(c.Metrics) > 0 {
 		var parts []string
@@ -226,13 +239,16 @@ func mdAnchor(heading string) string {
 	return b.String()
 }
 
-// mdEscape makes text safe inside a table cell or a paragraph: no line
-// breaks, and the characters Markdown would interpret are backslashed.
+// mdEscape makes text safe inside a table cell or a list item: one line, no
+// control characters, and the characters that could start markup mid-line
+// (emphasis, code, links, HTML, cell borders) backslashed. Characters that
+// matter only at the start of a line are left alone so the raw file stays
+// readable in a terminal.
 func mdEscape(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = oneLineFull(s)
 	var b strings.Builder
 	for _, r := range s {
-		if strings.ContainsRune("\\`*_{}[]<>()#+!|~", r) {
+		if strings.ContainsRune("\\`*[]<>|~", r) {
 			b.WriteByte('\\')
 		}
 		b.WriteRune(r)
@@ -242,7 +258,7 @@ func mdEscape(s string) string {
 
 // mdCode makes text safe inside a single-backtick code span in a table.
 func mdCode(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = oneLineFull(s)
 	s = strings.ReplaceAll(s, "`", "'")
 	return strings.ReplaceAll(s, "|", "\\|")
 }
@@ -262,6 +278,12 @@ func codeBlock(lang, text string) string {
 			run = 0
 		}
 	}
+	text = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return '?'
+		}
+		return r
+	}, text)
 	fence := strings.Repeat("`", max(3, longest+1))
 	return fence + lang + "\n" + strings.TrimRight(text, "\n") + "\n" + fence + "\n"
 }
@@ -278,4 +300,101 @@ func wallTime(r *Results) string {
 		return "-"
 	}
 	return r.FinishedAt.Sub(r.StartedAt).Round(time.Second).String()
+}
+
+type scenarioStats struct {
+	name   string
+	counts VerdictCounts
+	conv   ConvergeStats
+}
+
+// byScenario tallies cases per scenario, in run order.
+func byScenario(cases []Case) []scenarioStats {
+	idx := map[string]int{}
+	var groups [][]Case
+	var names []string
+	for _, c := range cases {
+		i, ok := idx[c.Scenario]
+		if !ok {
+			i = len(groups)
+			idx[c.Scenario] = i
+			groups = append(groups, nil)
+			names = append(names, c.Scenario)
+		}
+		groups[i] = append(groups[i], c)
+	}
+	out := make([]scenarioStats, len(groups))
+	for i, g := range groups {
+		out[i] = scenarioStats{name: names[i], counts: CountVerdicts(g), conv: Convergence(g)}
+	}
+	return out
+}
+
+func boldIf(n int) string {
+	if n > 0 {
+		return fmt.Sprintf("**%d**", n)
+	}
+	return "0"
+}
+
+func convP95(st ConvergeStats) string {
+	s := "-"
+	if st.N > 0 {
+		s = FormatMs(st.P95)
+	}
+	if st.Never > 0 {
+		s += fmt.Sprintf(" (%d never)", st.Never)
+	}
+	return s
+}
+
+// timelineExcerpt renders up to perSide timeline events before the first
+// fault and perSide after it, one aligned line each.
+func timelineExcerpt(c Case, perSide int) []string {
+	_, rows := buildTimeline(c)
+	if len(rows) == 0 {
+		return nil
+	}
+	fault := -1
+	for i, r := range rows {
+		if r.Kind == "fault" {
+			fault = i
+			break
+		}
+	}
+	lo, hi := 0, len(rows)
+	if fault >= 0 {
+		lo, hi = max(0, fault-perSide), min(len(rows), fault+perSide+1)
+	} else if len(rows) > 2*perSide {
+		lo = len(rows) - 2*perSide
+	}
+	var out []string
+	if lo > 0 {
+		out = append(out, fmt.Sprintf("… %d earlier event(s)", lo))
+	}
+	for _, r := range rows[lo:hi] {
+		what := r.Point
+		switch r.Kind {
+		case "phase":
+		case "fault":
+			what = "FAULT"
+			if r.Point != "" {
+				what += " (victim's last phase " + r.Point + ")"
+			}
+		default:
+			what = strings.ToUpper(r.Kind) + " " + what
+		}
+		line := fmt.Sprintf("%10s  %-10s %s", r.Rel, r.Proc, strings.TrimSpace(what))
+		if r.VM != "" {
+			line += "  vm=" + r.VM
+		}
+		if r.Note != "" {
+			line += "  " + oneLine(r.Note)
+		}
+		out = append(out, line)
+	}
+	if hi < len(rows) {
+		out = append(out, fmt.Sprintf("… %d later event(s)", len(rows)-hi))
+	}
+	return out
 }

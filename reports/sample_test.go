@@ -67,6 +67,7 @@ func sampleResults() *Results {
 	f.Ledger[0] = LedgerVerdict{Guest: "vm-a", Stable: 2, Lost: 1, LostNames: []string{"m-0003"}, OK: false, Message: "acked marker missing"}
 	// The fault missed its phase.
 	in := &r.Cases[7]
+	in.LandedPhase = "vm.clone.committed"
 	in.Verdict, in.Reason = Inconclusive, "fault landed in vm.clone.committed, intended vm.clone.files-copied"
 	in.Injections[0].Landed, in.Injections[0].LastPhase = false, "vm.clone.committed"
 	// The harness broke.

@@ -47,11 +47,16 @@ func Summary(w io.Writer, r *Results) {
 // oneLine flattens text for a terminal line: whitespace runs become one
 // space and control characters (escape sequences from a log) become '?'.
 func oneLine(s string) string {
+	return truncate(oneLineFull(s), 200)
+}
+
+// oneLineFull is oneLine without the length cap.
+func oneLineFull(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) && !unicode.IsSpace(r) {
 			return '?'
 		}
 		return r
 	}, s)
-	return truncate(strings.Join(strings.Fields(s), " "), 200)
+	return strings.Join(strings.Fields(s), " ")
 }

@@ -136,7 +136,7 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 			return "0"
 		}
 		if d < 0 {
-			return "−" + FormatMs(-d)
+			return "-" + FormatMs(-d)
 		}
 		return "+" + FormatMs(d)
 	}

@@ -37,7 +37,7 @@ type NIC struct {
 type LaunchSpec struct {
 	// Dir is the VM's working directory (created if missing, caller-owned):
 	// api.sock, disk.img (the copy of Env.Image), cidata.img, serial.log,
-	// ch.log and ch.out (the VMM's stdout and stderr) go there.
+	// ch.log, events.json and ch.out (the VMM's stdout and stderr) go there.
 	Dir       string
 	CPUs      int    // default 1
 	MemoryMiB int    // default 512
@@ -67,6 +67,7 @@ const (
 	CIDataName = "cidata.img"
 	SerialName = "serial.log"
 	LogName    = "ch.log"
+	EventsName = "events.json"
 	OutName    = "ch.out"
 )
 
@@ -79,6 +80,7 @@ type VMM struct {
 	CIData string // "" when no seed was attached
 	Serial string
 	Log    string
+	Events string   // CH's --event-monitor output (booted, paused, shutdown, ...)
 	Argv   []string // the command line as started (after any `ip netns exec` prefix)
 
 	cmd     *exec.Cmd
@@ -121,6 +123,7 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 		Disk:   filepath.Join(dir, DiskName),
 		Serial: filepath.Join(dir, SerialName),
 		Log:    filepath.Join(dir, LogName),
+		Events: filepath.Join(dir, EventsName),
 		stopTO: spec.StopTimeout,
 		done:   make(chan struct{}),
 	}
@@ -234,7 +237,7 @@ func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
 			args = append(args, "--initramfs", env.Initramfs)
 		}
 	}
-	for _, p := range []string{v.Disk, v.CIData, v.Serial, v.Log} {
+	for _, p := range []string{v.Disk, v.CIData, v.Serial, v.Log, v.Events} {
 		// CH's option syntax splits on commas and '='.
 		if strings.ContainsAny(p, ",=") {
 			return nil, fmt.Errorf("path %q contains ',' or '=', which cloud-hypervisor's option syntax cannot carry", p)
@@ -254,7 +257,8 @@ func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
 			args = append(args, opt)
 		}
 	}
-	args = append(args, "--serial", "file="+v.Serial, "--console", "off", "--log-file", v.Log)
+	args = append(args, "--serial", "file="+v.Serial, "--console", "off", "--log-file", v.Log,
+		"--event-monitor", "path="+v.Events)
 	return args, nil
 }
 
@@ -299,7 +303,7 @@ func (v *VMM) ExitErr() error {
 // Stop ends the VMM the way CH's own tests do: SIGTERM (graceful, exit 0),
 // then SIGKILL after StopTimeout or when ctx ends. It reaps the process and
 // removes the socket, its lock file, the disk copy and the seed; serial.log,
-// ch.log and ch.out stay in Dir as evidence. Safe to call more than once.
+// ch.log, events.json and ch.out stay in Dir as evidence. Safe to call more than once.
 func (v *VMM) Stop(ctx context.Context) error {
 	v.stopOnce.Do(func() { v.stopErr = v.stop(ctx) })
 	return v.stopErr

@@ -166,6 +166,13 @@ func TestLaunchAPIAndTeardownWithFakechAsCloudHypervisor(t *testing.T) {
 	if filepath.Base(argv[0]) != CHName || !strings.Contains(strings.Join(argv, " "), "path="+v.Socket) {
 		t.Fatalf("pid %d argv %q", v.Pid, argv)
 	}
+	// The flags managers use, as the running process got them.
+	joined := strings.Join(argv, " ")
+	for _, want := range []string{"--console off", "--serial file=" + v.Serial, "--log-file " + v.Log, "--event-monitor path=" + v.Events, "--firmware " + env.Firmware} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("argv lacks %q: %s", want, joined)
+		}
+	}
 
 	c := v.Client()
 	ping, err := c.Ping(ctx)

@@ -55,9 +55,10 @@ var Catalogue = []Point{
 	{"agent.create.begin", "nodeagent", "create", "lifecycle creating written", "vm clone"},
 	{"agent.create.cloned", "nodeagent", "create", "vm clone returned; VM id bound; post_clone running", "post-clone readiness"},
 	{"agent.create.ready", "nodeagent", "create", "post-clone done; lifecycle ready written", "-"},
-	{"agent.hibernate.begin", "nodeagent", "hibernate", "lifecycle hibernating written", "NIC drop"},
-	{"agent.hibernate.nic-dropped", "nodeagent", "hibernate", "vm net --nics 0 done", "guest DHCP release"},
-	{"agent.hibernate.dhcp-released", "nodeagent", "hibernate", "guest dhclient -r done", "snapshot save"},
+	{"agent.hibernate.begin", "nodeagent", "hibernate", "lifecycle hibernating written", "guest DHCP release"},
+	// The DHCP release runs before the NIC drop: after vm net --nics 0 the guest is unreachable over SSH.
+	{"agent.hibernate.dhcp-released", "nodeagent", "hibernate", "guest dhclient -r done (step durable)", "NIC drop"},
+	{"agent.hibernate.nic-dropped", "nodeagent", "hibernate", "vm net --nics 0 done (step durable)", "snapshot save"},
 	{"agent.hibernate.saved", "nodeagent", "hibernate", "snapshot save child exited 0", "push to the registry"},
 	{"agent.hibernate.pushed", "nodeagent", "hibernate", "snapshot pushed to the registry dir (atomic)", "VM id cleared, vm rm"},
 	{"agent.hibernate.removed", "nodeagent", "hibernate", "vm rm --force done", "lifecycle hibernated"},

@@ -436,3 +436,5 @@ func (s *stack) vmByName(name string) *vmctl.VM {
 	}
 	return nil
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

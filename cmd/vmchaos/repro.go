@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/runner"
+)
+
+func init() { register(newReproCmd) }
+
+func newReproCmd() *cobra.Command {
+	var f runFlags
+	var id, offset string
+	var repeat int
+	c := &cobra.Command{
+		Use:   "repro",
+		Short: "Rerun one case (a scenario at one offset): the command every failing case prints",
+		Long: `repro runs one catalogue scenario at one offset with the given seed, time scale and backend,
+and writes the same reports as run. VMCHAOS_REGRESS in the environment switches historical bugs
+back on, as selftest does. --repeat N runs it N times (verdict stability).`,
+		Example: `  vmchaos repro --scenario s001-3-sigkill-after-save-exit --offset 28ms --seed 1 --time-scale 0.05 --backend fake
+  VMCHAOS_REGRESS=net-refuses-paused vmchaos repro --scenario s001-2-stop-in-pause-window --time-scale 0.05`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cs, err := caseFromFlags(id, offset, f.backend)
+			if err != nil {
+				return err
+			}
+			bugs, err := regressFromEnv()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			dir := f.dir("repro")
+			r, err := f.runner(ctx, dir, os.Stderr, bugs)
+			if err != nil {
+				return runInfraError{err}
+			}
+			for i := 0; i < max(repeat, 1) && ctx.Err() == nil; i++ {
+				r.RunCase(ctx, cs)
+			}
+			return finish(cmd, r, dir)
+		},
+	}
+	f.add(c)
+	c.Flags().StringVar(&id, "scenario", "", "scenario id (see `vmchaos run --list`)")
+	c.Flags().StringVar(&offset, "offset", "", "offset added to the scenario's trigger, real time (e.g. 59ms); default the scenario's first")
+	c.Flags().IntVar(&repeat, "repeat", 1, "run the case this many times")
+	_ = c.MarkFlagRequired("scenario")
+	return c
+}
+
+// caseFromFlags builds the case of --scenario/--offset.
+func caseFromFlags(id, offset, backend string) (scenarios.Case, error) {
+	if offset == "" {
+		return scenarios.CaseFor(id, 0, false, backend)
+	}
+	d, err := injector.ParseOffset(offset)
+	if err != nil {
+		return scenarios.Case{}, fmt.Errorf("--offset: %w", err)
+	}
+	return scenarios.CaseFor(id, d, true, backend)
+}
+
+// finish writes the reports, prints the summary and returns the gate's exit.
+func finish(cmd *cobra.Command, r *runner.Runner, dir string) error {
+	res, werr := r.WriteAll()
+	if cerr := r.Close(); cerr != nil {
+		fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
+	}
+	res.Dir = dir
+	reports.Summary(cmd.OutOrStdout(), res)
+	if werr != nil {
+		return fmt.Errorf("write reports: %w", werr)
+	}
+	return reports.Gate(res, nil, reports.DefaultGateOptions()).Err()
+}

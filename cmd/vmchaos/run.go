@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/regress"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/runner"
+	"github.com/vmchaos/vmchaos/scenarios/suite"
+)
+
+func init() { register(newRunCmd) }
+
+// runFlags are the flags every case-running subcommand shares.
+type runFlags struct {
+	backend    string
+	supervisor string
+	scale      float64
+	seed       int64
+	reportDir  string
+}
+
+func (f *runFlags) add(c *cobra.Command) {
+	c.Flags().StringVar(&f.backend, "backend", "fake", "stack backend: fake (bundled fakech) or real (cloud-hypervisor on KVM)")
+	c.Flags().StringVar(&f.supervisor, "supervisor", "auto", "supervisor of the agent unit: auto|sandbox|builtin|systemd (auto: first that works here)")
+	c.Flags().Float64Var(&f.scale, "time-scale", 1, "multiply every simulated duration and stack timer by this (0.05 = 20x faster)")
+	c.Flags().Int64Var(&f.seed, "seed", 1, "seed of the run (fakech timing jitter, case order); recorded in every repro command")
+	c.Flags().StringVar(&f.reportDir, "report-dir", "", "run dir for results.json, junit.xml, ginkgo.json, report.md/html and logs (default ./vmchaos-results/<run-id>)")
+}
+
+func (f *runFlags) dir(kind string) string {
+	if f.reportDir != "" {
+		return f.reportDir
+	}
+	return filepath.Join("vmchaos-results", fmt.Sprintf("%s-%s-s%d", kind, time.Now().UTC().Format("20060102-150405"), f.seed))
+}
+
+// regressFromEnv reads VMCHAOS_REGRESS for a run (selftest sets it per case).
+func regressFromEnv() ([]string, error) {
+	return regress.Parse(os.Getenv(regress.Env))
+}
+
+func (f *runFlags) runner(ctx context.Context, dir string, progress io.Writer, bugs []string) (*runner.Runner, error) {
+	if _, err := strconv.ParseFloat(strconv.FormatFloat(f.scale, 'g', -1, 64), 64); err != nil || f.scale <= 0 {
+		return nil, fmt.Errorf("--time-scale %v: want > 0", f.scale)
+	}
+	return runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Supervisor: f.supervisor,
+		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: progress})
+}
+
+// signalContext cancels on SIGINT/SIGTERM so a run tears its stacks down.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+func newRunCmd() *cobra.Command {
+	var f runFlags
+	var filter, shard string
+	var parallel int
+	var list bool
+	c := &cobra.Command{
+		Use:   "run",
+		Short: "Run the scenario catalogue (or the cases a label filter selects) and write the reports",
+		Long: `run executes catalogue cases against the bundled stack, one after the other, through the
+Ginkgo suite of scenarios/suite (run programmatically from this binary), and writes results.json,
+junit.xml, ginkgo.json, report.md and report.html plus every process log, the trace and the ledger
+journal of each case into the run dir. One line per case goes to stderr as it finishes; the summary
+and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated, 2 inconclusive,
+3 infrastructure error (reports.Gate).`,
+		Example: `  vmchaos run --label-filter speed:fast --time-scale 0.05
+  vmchaos run --label-filter 'seed:001 && op:hibernate' --time-scale 0.05
+  vmchaos run --list --label-filter 'fault:stop'
+  vmchaos run --shard 2/4 --report-dir out/shard2`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cases, err := selectCases(f.backend, filter, shard)
+			if err != nil {
+				return err
+			}
+			if list {
+				return listCases(cmd.OutOrStdout(), cases)
+			}
+			if len(cases) == 0 {
+				return fmt.Errorf("no case matches --label-filter %q (shard %q)", filter, shard)
+			}
+			if parallel > 1 {
+				fmt.Fprintln(os.Stderr, "note: --parallel > 1 is not supported yet; running sequentially (2-core CI runs cases one at a time anyway)")
+			}
+			bugs, err := regressFromEnv()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			dir := f.dir("run")
+			r, err := f.runner(ctx, dir, os.Stderr, bugs)
+			if err != nil {
+				return runInfraError{err}
+			}
+			fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d → %s\n",
+				len(cases), f.backend, r.Supervisor(), f.scale, f.seed, dir)
+			runErr := suite.Run(ctx, r, cases, filter, dir, f.seed)
+			res, werr := r.WriteAll()
+			if cerr := r.Close(); cerr != nil {
+				fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
+			}
+			if res != nil {
+				res.Filter, res.Shard = filter, shard
+				res.Dir = dir
+				_ = reports.WriteAll(dir, res)
+				reports.Summary(cmd.OutOrStdout(), res)
+			}
+			if runErr != nil {
+				return runErr
+			}
+			if werr != nil {
+				return fmt.Errorf("write reports: %w", werr)
+			}
+			return reports.Gate(res, nil, reports.DefaultGateOptions()).Err()
+		},
+	}
+	f.add(c)
+	c.Flags().StringVar(&filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
+	c.Flags().StringVar(&shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
+	c.Flags().IntVar(&parallel, "parallel", 1, "cases run at once (sequential by default: timing-sensitive cases on 2 cores)")
+	c.Flags().BoolVar(&list, "list", false, "list the selected cases with their labels and exit")
+	return c
+}
+
+// selectCases expands the catalogue, applies the label filter and the shard.
+func selectCases(backend, filter, shard string) ([]scenarios.Case, error) {
+	all, err := scenarios.Expand(backend)
+	if err != nil {
+		return nil, err
+	}
+	cases, err := scenarios.Filter(all, filter)
+	if err != nil {
+		return nil, err
+	}
+	if shard == "" {
+		return cases, nil
+	}
+	i, n, err := parseShard(shard)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(cases))
+	for k, c := range cases {
+		ids[k] = c.ID
+	}
+	keep := map[string]bool{}
+	for _, id := range reports.Shard(ids, i, n) {
+		keep[id] = true
+	}
+	var out []scenarios.Case
+	for _, c := range cases {
+		if keep[c.ID] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func parseShard(s string) (int, int, error) {
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 1 || i > n {
+		return 0, 0, fmt.Errorf("--shard %q: want I/N with 1 <= I <= N", s)
+	}
+	return i, n, nil
+}
+
+func listCases(w io.Writer, cases []scenarios.Case) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CASE\tSEED\tFAULT\tLABELS\tTITLE")
+	for _, c := range cases {
+		var faults []string
+		for _, f := range c.Scenario.Faults {
+			faults = append(faults, f.Kind)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.ID, c.Scenario.SeedRef, strings.Join(faults, "+"), strings.Join(c.Labels, ","), c.Scenario.Title)
+	}
+	fmt.Fprintf(tw, "%d case(s)\n", len(cases))
+	return tw.Flush()
+}
+
+// runInfraError is a harness failure before any case ran: exit 3.
+type runInfraError struct{ err error }
+
+func (e runInfraError) Error() string { return "infrastructure: " + e.err.Error() }
+func (e runInfraError) ExitCode() int { return reports.GateInfra }

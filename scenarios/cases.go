@@ -1,0 +1,225 @@
+package scenarios
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+	"github.com/vmchaos/vmchaos/injector"
+)
+
+// Case is one scenario at one offset: the unit the runner executes and the
+// reports count.
+type Case struct {
+	ID       string // scenario id, plus "@OFFSET" when the scenario has offsets
+	Scenario *Scenario
+	Offset   time.Duration // real-time offset (scaled by the runner)
+	HasOff   bool
+	Speed    string
+	Labels   []string
+}
+
+// caseID is the id of a scenario at an offset.
+func caseID(s *Scenario, off time.Duration, hasOff bool) string {
+	if !hasOff {
+		return s.ID
+	}
+	return s.ID + "@" + injector.FormatOffset(off)
+}
+
+// Labels returns the scenario's labels for one speed.
+func (s *Scenario) labelsFor(speed, backend string) []string {
+	l := []string{"backend:" + backend, "op:" + s.Op, "speed:" + speed}
+	seen := map[string]bool{}
+	for _, f := range s.Faults {
+		if f.Kind != "" && !seen[f.Kind] {
+			seen[f.Kind] = true
+			l = append(l, "fault:"+f.Kind)
+		}
+	}
+	if len(s.SeedRef) >= 3 && s.SeedRef[0] >= '0' && s.SeedRef[0] <= '9' {
+		l = append(l, "seed:"+s.SeedRef[:3])
+	}
+	if strings.HasPrefix(s.ID, "sweep-") {
+		l = append(l, "sweep")
+	}
+	return append(l, s.Labels...)
+}
+
+// Expand turns the catalogue into cases for one backend: a scenario with
+// fixed offsets gives one case per offset; a sweep gives its coarse offsets as
+// speed:fast cases and its fine offsets (those not already coarse) as
+// speed:slow cases.
+func Expand(backend string) ([]Case, error) {
+	var out []Case
+	for i := range Catalogue {
+		s := &Catalogue[i]
+		if !contains(s.BackendList(), backend) {
+			continue
+		}
+		add := func(off time.Duration, hasOff bool, speed string) {
+			out = append(out, Case{ID: caseID(s, off, hasOff), Scenario: s, Offset: off, HasOff: hasOff,
+				Speed: speed, Labels: s.labelsFor(speed, backend)})
+		}
+		switch {
+		case s.Sweep != "" || s.FineSweep != "":
+			coarse, err := injector.ParseSweep(s.Sweep)
+			if err != nil {
+				return nil, fmt.Errorf("scenario %s: sweep: %w", s.ID, err)
+			}
+			fine, err := injector.ParseSweep(s.FineSweep)
+			if err != nil {
+				return nil, fmt.Errorf("scenario %s: fine sweep: %w", s.ID, err)
+			}
+			done := map[time.Duration]bool{}
+			for _, o := range coarse {
+				done[o] = true
+				add(o, true, "fast")
+			}
+			for _, o := range fine {
+				if !done[o] {
+					add(o, true, "slow")
+				}
+			}
+		case len(s.Offsets) > 0:
+			for _, o := range s.Offsets {
+				add(o, true, s.Speed)
+			}
+		default:
+			add(0, false, s.Speed)
+		}
+	}
+	return out, nil
+}
+
+// CaseFor builds the case of one scenario at one offset (repro, sweep,
+// bisect): an offset is only meaningful for scenarios whose first trigger
+// takes one.
+func CaseFor(id string, off time.Duration, hasOff bool, backend string) (Case, error) {
+	s, ok := Lookup(id)
+	if !ok {
+		return Case{}, fmt.Errorf("unknown scenario %q (see `vmchaos run --list`)", id)
+	}
+	if hasOff && !s.TakesOffset() {
+		return Case{}, fmt.Errorf("scenario %s: its trigger %q takes no offset", id, s.Faults[0].Trigger)
+	}
+	speed := s.Speed
+	if speed == "" {
+		speed = "slow"
+	}
+	if !hasOff && s.TakesOffset() {
+		hasOff = true
+		if len(s.Offsets) > 0 {
+			off = s.Offsets[0]
+		}
+	}
+	return Case{ID: caseID(s, off, hasOff), Scenario: s, Offset: off, HasOff: hasOff, Speed: speed,
+		Labels: s.labelsFor(speed, backend)}, nil
+}
+
+// TakesOffset reports whether the first fault's trigger takes an offset.
+func (s *Scenario) TakesOffset() bool {
+	if len(s.Faults) == 0 {
+		return false
+	}
+	t := s.Faults[0].Trigger
+	return t == "now" || strings.HasPrefix(t, "at ") || strings.HasPrefix(t, "after-exit ")
+}
+
+// Filter keeps the cases whose labels match a Ginkgo label-filter expression
+// (same semantics as `ginkgo --label-filter`).
+func Filter(cases []Case, expr string) ([]Case, error) {
+	if strings.TrimSpace(expr) == "" {
+		return cases, nil
+	}
+	match, err := types.ParseLabelFilter(expr)
+	if err != nil {
+		return nil, fmt.Errorf("label filter %q: %w", expr, err)
+	}
+	var out []Case
+	for _, c := range cases {
+		if match(c.Labels) {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// Validate checks the catalogue: unique ids, parseable triggers and sweeps,
+// known fault kinds and step kinds, targets naming real bugs.
+func Validate(bugNames []string) error {
+	ids := map[string]bool{}
+	var errs []string
+	known := map[string]bool{}
+	for _, b := range bugNames {
+		known[b] = true
+	}
+	for _, s := range Catalogue {
+		if ids[s.ID] {
+			errs = append(errs, "duplicate id "+s.ID)
+		}
+		ids[s.ID] = true
+		if s.Op == "" || s.Title == "" {
+			errs = append(errs, s.ID+": missing op or title")
+		}
+		if len(s.Faults) == 0 {
+			errs = append(errs, s.ID+": no fault")
+		}
+		for _, f := range s.Faults {
+			if !FaultKinds[f.Kind] {
+				errs = append(errs, fmt.Sprintf("%s: unknown fault kind %q", s.ID, f.Kind))
+			}
+			if f.Trigger != "" && f.Trigger != "now" {
+				trig := f.Trigger
+				if !strings.HasPrefix(trig, "park ") {
+					trig += " + 0ms"
+				}
+				if _, err := injector.ParseTrigger(trig); err != nil {
+					errs = append(errs, fmt.Sprintf("%s: %v", s.ID, err))
+				}
+			}
+		}
+		for _, st := range append(append(append(append([]Step{}, s.Setup...), s.Act...), s.WhileStopped...), s.After...) {
+			if !StepKinds[st.Kind] {
+				errs = append(errs, fmt.Sprintf("%s: unknown step kind %q", s.ID, st.Kind))
+			}
+		}
+		for _, t := range s.Targets {
+			if !known[t] {
+				errs = append(errs, fmt.Sprintf("%s: target %q is not a regress bug", s.ID, t))
+			}
+		}
+		if s.Sweep == "" && s.FineSweep == "" && s.Speed != "fast" && s.Speed != "slow" {
+			errs = append(errs, s.ID+": speed must be fast or slow")
+		}
+	}
+	sort.Strings(errs)
+	if len(errs) > 0 {
+		return fmt.Errorf("catalogue: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// FaultKinds are the fault kinds a scenario may use: the injector's, plus
+// "failpoint" (a VMCHAOS_FAILPOINTS action is the fault), "sigkill-direct"
+// (SIGKILL of a vmctl process the harness started itself) and "none" (the
+// scenario only checks a path, e.g. a clean wake).
+var FaultKinds = map[string]bool{"sigkill-main": true, "stop": true, "restart": true, "kill-all": true,
+	"sigkill-child": true, "sigkill-vmm": true, "sigstop": true, "sigcont": true,
+	"failpoint": true, "sigkill-direct": true, "none": true}
+
+// StepKinds are the step kinds the runner implements.
+var StepKinds = map[string]bool{StepCreate: true, StepHibernate: true, StepWake: true, StepDelete: true,
+	StepLedgerWrite: true, StepDirectClone: true, StepReconcile: true, StepKillVMM: true,
+	StepWipeStatus: true, StepCounterClaim: true}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

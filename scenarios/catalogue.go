@@ -1,0 +1,499 @@
+// Package scenarios is the chaos catalogue as data: one Scenario value per
+// field-report path or sweep, walked by the Ginkgo suite (scenarios/suite) and
+// by `vmchaos run/sweep/bisect/repro/selftest` (scenarios/runner). Durations in
+// this table are real-time values; the runner multiplies them by the run's
+// time scale, so a fast run explores the same windows as a real-time one.
+package scenarios
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+)
+
+// Operations a scenario interrupts (label op:...).
+const (
+	OpCreate    = "create"
+	OpClone     = "clone"
+	OpSave      = "save"
+	OpHibernate = "hibernate"
+	OpWake      = "wake"
+	OpDelete    = "delete"
+)
+
+// Step kinds. Setup steps run (and wait for their goal) before the fault is
+// armed; Act steps start the interrupted operation; WhileStopped steps run
+// between a `stop` fault and the operator's start.
+const (
+	StepCreate       = "create"        // PUT {snapshot: base}
+	StepHibernate    = "hibernate"     // PUT {hibernate: true}
+	StepWake         = "wake"          // PUT {hibernate: false}
+	StepDelete       = "delete"        // DELETE
+	StepLedgerWrite  = "ledger-write"  // write disk+RAM markers into the guest, record its boot id
+	StepDirectClone  = "direct-clone"  // the harness runs `vmctl vm clone --name VM base` itself (no agent)
+	StepReconcile    = "reconcile"     // the harness runs `vmctl vm reconcile-stale-create` on VM's record
+	StepKillVMM      = "kill-vmm"      // SIGKILL the VM's cloud-hypervisor (the way an OOM kill does)
+	StepWipeStatus   = "wipe-status"   // delete the agent's local status markers (agent stopped)
+	StepCounterClaim = "counter-claim" // PUT a counter-intent inside a resume claim; expect the 4xx, retry until accepted
+)
+
+// Step is one harness action on one VM name.
+type Step struct {
+	Kind string
+	VM   string // intent / VM name
+	N    int    // create: how many VMs (names VM-0..VM-N-1); 0 = just VM
+	Wait bool   // wait for the intent's goal (setup steps always wait)
+}
+
+// Fault is one injection: an injector fault kind fired by an injector trigger.
+type Fault struct {
+	Kind string // injector fault: sigkill-main | stop | restart | kill-all | sigkill-child | sigkill-vmm | sigstop | sigcont; "failpoint" = a VMCHAOS_FAILPOINTS action (Env.Failpoints) whose hit is the injection
+	Unit string // "agent" (default) | "daemon"
+	// Trigger is injector.ParseTrigger syntax WITHOUT the offset ("at
+	// vm.clone.reserved", "park snapshot.save.paused", "after-exit
+	// snapshot-save"); the case's offset is appended. "now" fires right
+	// after the Act steps (plus the offset).
+	Trigger string
+	VM      string // VM name: of the trigger for agent points ("@vm=NAME"); the victim for sigkill-vmm
+	Child   string // sigkill-child: kind of the agent child to kill ("snapshot-save", "vm-clone")
+	// Window names the phase the fault must land in: the fault must come
+	// after Window[0] was hit and before Window[1] was hit (Window[1] "" = any
+	// time after Window[0]). Empty: the trigger point itself (park) or the
+	// injector's own landing judgement.
+	Window [2]string
+	// ReleaseAfter (park only): keep the parked process parked until the n-th
+	// hit of this point after the fault (or a child running ReleaseAfterChild
+	// exited), then release it. Empty: release right after the fault.
+	ReleaseAfter      string
+	ReleaseAfterChild string
+	StopFor           time.Duration // stop: how long the unit stays stopped before the operator starts it
+}
+
+// MetricExpect is an expected counter delta over the case (after − before).
+type MetricExpect struct {
+	Series string // e.g. `nodeagent_stale_create_reconcile_total{outcome="busy"}`
+	Min    float64
+	Max    float64 // <0: unbounded
+}
+
+// Expect is what must hold once the stack converged.
+type Expect struct {
+	FailedOK                  bool // a transient `failed` is part of the story; the intent must still leave it by itself
+	NoFailedWrite             bool // lifecycle failed must never be written after the fault (seed 001 #3 fix: 1 attempt, 0 failed)
+	SaveRejectedBeforeCapture bool // a save refused for a held name must be refused before it paused/captured the VM
+	Events                    bool // run a `vm status --event` observer; every VMM death must be observed as an event
+	Ledger                    bool // verify the ledger after the final wake (RAM markers and boot id too)
+	Adopted                   bool // VMs that existed before the fault keep their ids (adopted, never recreated)
+	Metrics                   []MetricExpect
+	DirectVMs                 []string      // harness-created VM names that must exist exactly once and run
+	Budget                    time.Duration // convergence budget (real time; scaled, with a floor)
+}
+
+// Env is what the stack of this scenario runs with.
+type Env struct {
+	RestartDelay time.Duration // agent unit RestartSec (real time); 0 = 5s as packaged
+	AgentFlags   []string      // extra nodeagent flags
+	Failpoints   string        // extra VMCHAOS_FAILPOINTS actions (besides the park of a park trigger)
+	Daemon       bool          // run `vmctl daemon` as a unit
+	DaemonEvery  time.Duration // its --interval (real time)
+}
+
+// Scenario is one catalogue entry; with Offsets or Sweep it expands to one
+// case per offset.
+type Scenario struct {
+	ID      string
+	Title   string
+	SeedRef string // "000", "001 #1", "002", "gap" ...
+	Op      string
+	Setup   []Step
+	Act     []Step
+	Faults  []Fault
+	// WhileStopped runs between a `stop` fault and the operator's start.
+	WhileStopped []Step
+	// After runs once the operator restored service (e.g. the wake of a
+	// VM whose agent lost its status markers, or a counter-intent).
+	After     []Step
+	Offsets   []time.Duration // one case per offset (added to the first fault's trigger)
+	Sweep     string          // coarse sweep (injector.ParseSweep syntax), speed:fast
+	FineSweep string          // fine sweep, speed:slow
+	Speed     string          // speed:fast|slow of the non-sweep cases
+	Backends  []string        // backends it runs on (default fake)
+	Env       Env
+	Expect    Expect
+	Targets   []string // regress bug names this scenario must catch
+	Labels    []string // extra labels
+}
+
+// Catalogue is every scenario, hand-written ones first, then the generated
+// park cases.
+var Catalogue = append(append([]Scenario{}, seedScenarios...), parkScenarios()...)
+
+const (
+	vmA = "vm-a"
+	vmB = "vm-b"
+)
+
+var (
+	createA    = Step{Kind: StepCreate, VM: vmA, Wait: true}
+	ledgerA    = Step{Kind: StepLedgerWrite, VM: vmA}
+	hibernateA = Step{Kind: StepHibernate, VM: vmA, Wait: true}
+	readyA     = []Step{createA, ledgerA}
+	hibernated = []Step{createA, ledgerA, hibernateA}
+)
+
+var seedScenarios = []Scenario{
+	// ---- seed 001: the five stranding paths -------------------------------
+	{
+		ID: "s001-1-busy-create-orphan", SeedRef: "001 #1", Op: OpCreate, Speed: "fast",
+		Title: "agent SIGKILLed while vm clone is in flight, back before the orphaned child dies: the busy watcher must re-invoke the verb",
+		Act:   []Step{{Kind: StepCreate, VM: vmA}},
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "park vm.clone.reserved",
+			// the orphan stays alive (parked) until the restarted agent has
+			// asked reconcile-stale-create once and was told busy
+			ReleaseAfter: "agent.startup.reconciled"}},
+		Env: Env{RestartDelay: 1 * time.Second},
+		Expect: Expect{Metrics: []MetricExpect{
+			{Series: `nodeagent_stale_create_reconcile_total{outcome="busy"}`, Min: 1, Max: -1},
+			{Series: `nodeagent_stale_create_reconcile_total{outcome="collected"}`, Min: 1, Max: -1},
+		}},
+		Targets: []string{"watch-busy-inspect-only", "metrics-process-local"},
+	},
+	{
+		ID: "s001-2-stop-in-pause-window", SeedRef: "001 #2", Op: OpSave, Speed: "fast",
+		Title:   "systemctl stop inside the pause window of a snapshot save leaves the VMM Paused: the resumed hibernate must converge the orphaned pause",
+		Setup:   readyA,
+		Act:     []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults:  []Fault{{Kind: "stop", Trigger: "park snapshot.save.paused", StopFor: 2 * time.Second}},
+		Expect:  Expect{Ledger: true},
+		Targets: []string{"net-refuses-paused"},
+	},
+	{
+		ID: "s001-3-pending-holder", SeedRef: "001 #3", Op: OpSave, Speed: "fast",
+		Title: "agent and its save child SIGKILLed after the pending record: the resumed save must be refused before capture and recover by rm <holder ID>",
+		Setup: readyA,
+		Act:   []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{
+			{Kind: "sigkill-main", Trigger: "park snapshot.save.pending"},
+			{Kind: "sigkill-child", Trigger: "park snapshot.save.pending", Child: "snapshot-save"},
+		},
+		Env:     Env{RestartDelay: 1 * time.Second},
+		Expect:  Expect{SaveRejectedBeforeCapture: true, Ledger: true},
+		Targets: []string{"save-match-already-exists-only", "save-rm-by-name", "save-preflight-ignores-pending"},
+	},
+	{
+		ID: "s001-3-lease-held-orphan-save", SeedRef: "001 #3", Op: OpSave, Speed: "fast",
+		Title: "agent SIGKILLed mid-save, the orphaned save child still holds the lease when the resumed save tries rm: the refusal is transient, no failed write",
+		Setup: readyA,
+		Act:   []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "park snapshot.save.pending",
+			ReleaseAfterChild: "snapshot rm"}},
+		Env:     Env{RestartDelay: 1 * time.Second},
+		Expect:  Expect{NoFailedWrite: true, Ledger: true},
+		Targets: []string{"save-no-lease-wait"},
+	},
+	{
+		ID: "s001-3-sigkill-6s-into-save", SeedRef: "001 #3", Op: OpSave, Speed: "slow",
+		Title:   "SIGKILL of the agent 6 s (scaled) into a snapshot save, the field trigger",
+		Setup:   readyA,
+		Act:     []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults:  []Fault{{Kind: "sigkill-main", Trigger: "at snapshot.save.locked", Window: [2]string{"snapshot.save.locked", ""}}},
+		Offsets: []time.Duration{6 * time.Second},
+		Env:     Env{RestartDelay: 5 * time.Second},
+		Expect:  Expect{Ledger: true},
+	},
+	{
+		ID: "s001-3-sigkill-after-save-exit", SeedRef: "001 #3", Op: OpHibernate, Speed: "fast",
+		Title:   "SIGKILL 28 ms after the save child exited cleanly (push interrupted): the finalized holder is replaced, re-saved, re-pushed",
+		Setup:   readyA,
+		Act:     []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults:  []Fault{{Kind: "sigkill-main", Trigger: "after-exit snapshot-save", Window: [2]string{"agent.hibernate.saved", "agent.hibernate.done"}}},
+		Offsets: []time.Duration{28 * time.Millisecond},
+		Env:     Env{RestartDelay: 1 * time.Second},
+		Expect:  Expect{Ledger: true},
+	},
+	{
+		ID: "s001-4-owed-hibernate-dead-vmm", SeedRef: "001 #4", Op: OpHibernate, Speed: "fast",
+		Title:        "stop during the NIC drop of a hibernate, kill -9 of the VMM before start: the resumed hibernate must boot the VM first",
+		Setup:        readyA,
+		Act:          []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults:       []Fault{{Kind: "stop", Trigger: "park agent.hibernate.begin", VM: vmA, StopFor: 1 * time.Second}},
+		WhileStopped: []Step{{Kind: StepKillVMM, VM: vmA}},
+		Expect: Expect{Ledger: false, Metrics: []MetricExpect{
+			{Series: `nodeagent_startup_resume_total{op="hibernate"}`, Min: 1, Max: -1},
+		}},
+		Targets: []string{"resume-start-gated-on-listed-state"},
+	},
+	{
+		ID: "s001-5-transient-failed", SeedRef: "001 #5", Op: OpHibernate, Speed: "fast",
+		Title:  "a transient NIC-drop failure writes failed: failed is a report, the intent must leave it by itself",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{{Kind: "failpoint", Trigger: "at agent.failed"}},
+		Env: Env{Failpoints: "1*vm.net.removed=error(transient: netresize blip)",
+			AgentFlags: []string{"--retry-attempts=1"}},
+		Expect:  Expect{FailedOK: true, Ledger: true},
+		Targets: []string{"failed-sticky"},
+	},
+
+	// ---- seed 001: what held up ------------------------------------------
+	{
+		ID: "s001-h-create-restart", SeedRef: "001 held", Op: OpCreate, Speed: "fast",
+		Title:  "create interrupted (vm clone in flight) + systemctl restart: record collected, VM recreated, exactly one VM, no orphan VM",
+		Act:    []Step{{Kind: StepCreate, VM: vmA}},
+		Faults: []Fault{{Kind: "restart", Trigger: "park vm.clone.vmm-launched"}},
+		Expect: Expect{Metrics: []MetricExpect{
+			{Series: `nodeagent_stale_create_reconcile_total{outcome="collected"}`, Min: 1, Max: -1},
+			{Series: `nodeagent_orphan_vm_total`, Min: 0, Max: 0},
+		}},
+		Targets: []string{"metrics-process-local"},
+	},
+	{
+		ID: "s001-h-delete-restart-144ms", SeedRef: "001 held", Op: OpDelete, Speed: "slow",
+		Title:   "delete interrupted 144 ms in + restart: VM and intent gone, unrelated snapshots untouched",
+		Setup:   readyA,
+		Act:     []Step{{Kind: StepDelete, VM: vmA}},
+		Faults:  []Fault{{Kind: "restart", Trigger: "at agent.delete.begin", Window: [2]string{"agent.delete.begin", "agent.delete.done"}}},
+		Offsets: []time.Duration{144 * time.Millisecond},
+	},
+	{
+		ID: "s001-h-delete-restart-park", SeedRef: "001 held", Op: OpDelete, Speed: "fast",
+		Title:  "delete interrupted exactly inside vm rm (tombstoned) + restart: VM and intent gone, unrelated snapshots untouched",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepDelete, VM: vmA}},
+		Faults: []Fault{{Kind: "restart", Trigger: "park vm.rm.tombstoned"}},
+	},
+	{
+		ID: "s001-h-wake-restart", SeedRef: "001 held", Op: OpWake, Speed: "fast",
+		Title:  "wake interrupted by systemctl restart: recovered, guest state from the hibernate snapshot",
+		Setup:  hibernated,
+		Act:    []Step{{Kind: StepWake, VM: vmA}},
+		Faults: []Fault{{Kind: "restart", Trigger: "park vm.clone.restored"}},
+		Expect: Expect{Ledger: true},
+	},
+	{
+		ID: "s001-h-wake-sigkill-after-commit", SeedRef: "001 held", Op: OpWake, Speed: "fast",
+		Title:   "wake interrupted by SIGKILL 28 ms after the clone committed: recovered through the NIC-drop classification",
+		Setup:   hibernated,
+		Act:     []Step{{Kind: StepWake, VM: vmA}},
+		Faults:  []Fault{{Kind: "sigkill-main", Trigger: "at vm.clone.committed", Window: [2]string{"vm.clone.committed", "agent.wake.ready"}}},
+		Offsets: []time.Duration{28 * time.Millisecond},
+		Env:     Env{RestartDelay: 1 * time.Second},
+		Expect:  Expect{Ledger: true},
+	},
+	{
+		ID: "s001-h-post-clone-running", SeedRef: "001 held", Op: OpCreate, Speed: "fast",
+		Title:  "post_clone=running at the restart is dispatched as post_clone work",
+		Act:    []Step{{Kind: StepCreate, VM: vmA}},
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "park agent.create.cloned", VM: vmA}},
+		Env:    Env{RestartDelay: 1 * time.Second},
+		Expect: Expect{Adopted: true, Metrics: []MetricExpect{
+			{Series: `nodeagent_startup_resume_total{op="post_clone"}`, Min: 1, Max: -1},
+		}},
+	},
+	{
+		ID: "s001-h-double-restart", SeedRef: "001 held", Op: OpHibernate, Speed: "slow",
+		Title: "double restart: the second process re-derives the same owed work; no double execution, no skipped work",
+		Setup: readyA,
+		Act:   []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{
+			{Kind: "restart", Trigger: "park agent.hibernate.nic-dropped", VM: vmA},
+			{Kind: "restart", Trigger: "at agent.startup.reconciled#2", Window: [2]string{"agent.startup.reconciled", ""}},
+		},
+		Expect: Expect{Ledger: true},
+	},
+	{
+		ID: "s001-h-resume-claim-exclusion", SeedRef: "001 held", Op: OpHibernate, Speed: "slow",
+		Title:  "a counter-operation inside a resume claim is rejected with `resumed operation still in flight` and succeeds on retry once released",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
+		After:  []Step{{Kind: StepCounterClaim, VM: vmA}},
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "park agent.hibernate.dhcp-released", VM: vmA}},
+		Env:    Env{RestartDelay: 1 * time.Second},
+	},
+	{
+		ID: "s001-h-ten-vms-adopted", SeedRef: "001 held", Op: OpCreate, Speed: "slow",
+		Title:  "ten ready VMs are adopted at startup after a restart: nothing recreated, bounded fan-out",
+		Setup:  []Step{{Kind: StepCreate, VM: "vm", N: 10, Wait: true}},
+		Faults: []Fault{{Kind: "restart", Trigger: "now"}},
+		Expect: Expect{Adopted: true},
+	},
+
+	// ---- seed 000 --------------------------------------------------------
+	{
+		ID: "s000-vmm-kill-event", SeedRef: "000", Op: OpCreate, Speed: "fast",
+		Title:   "kill -9 of a VMM: the event stream reports it as MODIFIED stopped (stale) and the agent brings the VM back",
+		Setup:   readyA,
+		Faults:  []Fault{{Kind: "sigkill-vmm", Trigger: "now", VM: vmA}},
+		Offsets: []time.Duration{500 * time.Millisecond},
+		Expect:  Expect{Events: true, Ledger: false},
+		Targets: []string{"event-stream-pointer-snapshot"},
+	},
+
+	// ---- seed 002 --------------------------------------------------------
+	{
+		ID: "s002-clone-sigkill-59ms-daemon", SeedRef: "002", Op: OpClone, Speed: "fast",
+		Title:   "a vm clone SIGKILLed 59 ms (scaled) after its placeholder was written is collected by the vmctl daemon",
+		Act:     []Step{{Kind: StepDirectClone, VM: "direct-x"}},
+		Faults:  []Fault{{Kind: "sigkill-direct", Trigger: "at vm.clone.reserved", Window: [2]string{"vm.clone.reserved", "vm.clone.committed"}}},
+		Offsets: []time.Duration{59 * time.Millisecond},
+		Env:     Env{Daemon: true, DaemonEvery: 5 * time.Second},
+	},
+	{
+		ID: "s002-clone-sigkill-59ms-agent", SeedRef: "002", Op: OpCreate, Speed: "fast",
+		Title: "agent and its clone child SIGKILLed 59 ms after the placeholder: the agent's startup collects it and recreates",
+		Act:   []Step{{Kind: StepCreate, VM: vmA}},
+		Faults: []Fault{
+			{Kind: "sigkill-child", Trigger: "at vm.clone.reserved", Child: "vm-clone", Window: [2]string{"vm.clone.reserved", "vm.clone.committed"}},
+			{Kind: "sigkill-main", Trigger: "at vm.clone.reserved", Window: [2]string{"vm.clone.reserved", ""}},
+		},
+		Offsets: []time.Duration{59 * time.Millisecond},
+		Env:     Env{RestartDelay: 1 * time.Second},
+		Expect: Expect{Metrics: []MetricExpect{
+			{Series: `nodeagent_stale_create_reconcile_total{outcome="collected"}`, Min: 1, Max: -1},
+		}},
+	},
+	{
+		ID: "s002-verb-spares-live-clone", SeedRef: "002", Op: OpClone, Speed: "fast",
+		Title:   "reconcile-stale-create against a live in-flight clone answers busy and never deletes the VM the clone then commits",
+		Act:     []Step{{Kind: StepDirectClone, VM: "direct-y"}, {Kind: StepReconcile, VM: "direct-y"}},
+		Faults:  []Fault{{Kind: "none", Trigger: "park vm.clone.resumed", ReleaseAfter: "reconcile-started"}},
+		Expect:  Expect{DirectVMs: []string{"direct-y"}},
+		Targets: []string{"stale-create-blocking-lock"},
+	},
+
+	// ---- seed 001 coverage gap: never fresh-boot over a hibernate snapshot --
+	{
+		ID: "gap-wake-restores-snapshot", SeedRef: "001 gap", Op: OpWake, Speed: "fast",
+		Title:  "a wake restores the hibernate snapshot (RAM markers and boot id survive), never fresh-boots over it",
+		Setup:  hibernated,
+		Act:    []Step{{Kind: StepWake, VM: vmA, Wait: true}},
+		Faults: []Fault{{Kind: "none"}},
+		Expect: Expect{Ledger: true},
+	},
+	{
+		ID: "gap-wake-after-status-lost", SeedRef: "001 gap", Op: OpWake, Speed: "fast",
+		Title:        "the agent lost its local status markers while hibernated: the wake still restores from the registry snapshot",
+		Setup:        hibernated,
+		Faults:       []Fault{{Kind: "stop", Trigger: "now", StopFor: 500 * time.Millisecond}},
+		WhileStopped: []Step{{Kind: StepWipeStatus, VM: vmA}},
+		After:        []Step{{Kind: StepWake, VM: vmA}},
+		Expect:       Expect{Ledger: true},
+	},
+
+	// ---- sweeps across clone, save and hibernate --------------------------
+	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..1200ms/400ms", "0ms..1500ms/50ms"),
+	sweep("sweep-clone-stop", OpCreate, "stop", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..1200ms/400ms", "0ms..1500ms/50ms"),
+	sweep("sweep-save-sigkill", OpSave, "sigkill-main", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..600ms/300ms", "0ms..1000ms/25ms"),
+	sweep("sweep-save-stop", OpSave, "stop", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..600ms/300ms", "0ms..1000ms/25ms"),
+	sweep("sweep-hibernate-sigkill", OpHibernate, "sigkill-main", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..1200ms/600ms", "0ms..2000ms/50ms"),
+	sweep("sweep-hibernate-stop", OpHibernate, "stop", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..1200ms/600ms", "0ms..2000ms/50ms"),
+}
+
+// sweep builds an offset sweep over one operation: the fault fires OFFSET
+// after the operation's first point and must land before its last.
+func sweep(id, op, fault, trigger string, window [2]string, setup []Step, coarse, fine string) Scenario {
+	act := StepCreate
+	if op == OpSave || op == OpHibernate {
+		act = StepHibernate
+	}
+	f := Fault{Kind: fault, Trigger: trigger, VM: vmA, Window: window}
+	if fault == "stop" {
+		f.StopFor = 1 * time.Second
+	}
+	return Scenario{
+		ID: id, SeedRef: "sweep", Op: op,
+		Title:     fmt.Sprintf("%s at every offset across %s (%s → %s)", fault, op, window[0], window[1]),
+		Setup:     setup,
+		Act:       []Step{{Kind: act, VM: vmA}},
+		Faults:    []Fault{f},
+		Sweep:     coarse,
+		FineSweep: fine,
+		Env:       Env{RestartDelay: 1 * time.Second},
+		Expect:    Expect{Ledger: op != OpCreate},
+	}
+}
+
+// parkOps maps the failpoint catalogue's operations to the agent operation
+// that drives them, for the generated park cases.
+var parkOps = map[string]string{"clone": OpCreate, "create": OpCreate, "save": OpSave, "hibernate": OpHibernate}
+
+// parkScenarios generates one case per (vmctl or agent point of clone, save,
+// hibernate) × (sigkill-main, stop): exact and deterministic landings.
+func parkScenarios() []Scenario {
+	var out []Scenario
+	for _, p := range failpoint.Catalogue {
+		op, ok := parkOps[p.Op]
+		if !ok || (p.Proc != "vmctl" && p.Proc != "nodeagent") || p.Name == "vm.create.reserved" || p.Name == "vm.create.committed" {
+			continue
+		}
+		for _, fault := range []string{"sigkill-main", "stop"} {
+			s := Scenario{
+				ID:      "park-" + strings.ReplaceAll(p.Name, ".", "-") + "-" + fault,
+				Title:   fmt.Sprintf("%s while parked at %s (%s)", fault, p.Name, p.Happened),
+				SeedRef: "sweep", Op: op, Speed: "slow",
+				Faults: []Fault{{Kind: fault, Trigger: "park " + p.Name}},
+				Env:    Env{RestartDelay: 1 * time.Second},
+				Labels: []string{"trigger:park"},
+			}
+			if fault == "stop" {
+				s.Faults[0].StopFor = 1 * time.Second
+			}
+			if p.Proc == "nodeagent" {
+				s.Faults[0].VM = vmA
+			}
+			if op == OpCreate {
+				s.Act = []Step{{Kind: StepCreate, VM: vmA}}
+			} else {
+				s.Setup = readyA
+				s.Act = []Step{{Kind: StepHibernate, VM: vmA}}
+				s.Expect.Ledger = true
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Lookup returns the scenario with that id.
+func Lookup(id string) (*Scenario, bool) {
+	for i := range Catalogue {
+		if Catalogue[i].ID == id {
+			return &Catalogue[i], true
+		}
+	}
+	return nil, false
+}
+
+// Backends the scenario runs on.
+func (s *Scenario) BackendList() []string {
+	if len(s.Backends) == 0 {
+		return []string{"fake"}
+	}
+	return s.Backends
+}
+
+// ScenariosTargeting returns the ids of scenarios whose Targets name bug.
+func ScenariosTargeting(bug string) []string {
+	var out []string
+	for _, s := range Catalogue {
+		for _, t := range s.Targets {
+			if t == bug {
+				out = append(out, s.ID)
+			}
+		}
+	}
+	return out
+}
+
+// SortedIDs returns every scenario id, sorted.
+func SortedIDs() []string {
+	out := make([]string, 0, len(Catalogue))
+	for _, s := range Catalogue {
+		out = append(out, s.ID)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,104 @@
+package scenarios
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/regress"
+)
+
+func TestCatalogueIsValid(t *testing.T) {
+	if err := Validate(regress.Names()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEveryBugIsTargeted(t *testing.T) {
+	for _, b := range regress.Bugs {
+		if len(ScenariosTargeting(b.Name)) == 0 {
+			t.Errorf("bug %s (seed %s) is targeted by no scenario", b.Name, b.Seed)
+		}
+	}
+}
+
+func TestTriggersNameCataloguedPoints(t *testing.T) {
+	for _, s := range Catalogue {
+		for _, f := range s.Faults {
+			fields := strings.Fields(f.Trigger)
+			if len(fields) < 2 || fields[0] == "after-exit" {
+				continue
+			}
+			p := strings.SplitN(strings.SplitN(fields[1], "#", 2)[0], "@", 2)[0]
+			if _, ok := failpoint.Lookup(p); !ok {
+				t.Errorf("%s: trigger point %q is not in the failpoint catalogue", s.ID, p)
+			}
+			for _, w := range f.Window {
+				if _, ok := failpoint.Lookup(w); w != "" && !ok {
+					t.Errorf("%s: window point %q is not in the failpoint catalogue", s.ID, w)
+				}
+			}
+		}
+	}
+}
+
+func TestExpandGivesFastSubsetCoveringEverySeed(t *testing.T) {
+	cases, err := Expand("fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := Filter(cases, "speed:fast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds := map[string]bool{}
+	for _, c := range fast {
+		seeds[c.Scenario.SeedRef[:3]] = true
+	}
+	for _, want := range []string{"000", "001", "002"} {
+		if !seeds[want] {
+			t.Errorf("fast subset misses seed %s", want)
+		}
+	}
+	if len(fast) >= len(cases) {
+		t.Errorf("fast subset (%d) is not smaller than the whole catalogue (%d)", len(fast), len(cases))
+	}
+}
+
+func TestLabelFilterSelectsExactly(t *testing.T) {
+	cases, _ := Expand("fake")
+	got, err := Filter(cases, "seed:001 && op:hibernate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 {
+		t.Fatal("no case for seed:001 && op:hibernate")
+	}
+	for _, c := range got {
+		if !strings.HasPrefix(c.Scenario.SeedRef, "001") || c.Scenario.Op != OpHibernate {
+			t.Errorf("%s selected by seed:001 && op:hibernate", c.ID)
+		}
+	}
+	for _, c := range cases {
+		if strings.HasPrefix(c.Scenario.SeedRef, "001") && c.Scenario.Op == OpHibernate {
+			found := false
+			for _, g := range got {
+				found = found || g.ID == c.ID
+			}
+			if !found {
+				t.Errorf("%s not selected", c.ID)
+			}
+		}
+	}
+}
+
+func TestCaseIDsUnique(t *testing.T) {
+	cases, _ := Expand("fake")
+	seen := map[string]bool{}
+	for _, c := range cases {
+		if seen[c.ID] {
+			t.Errorf("duplicate case id %s", c.ID)
+		}
+		seen[c.ID] = true
+	}
+}

@@ -1,0 +1,322 @@
+// Package runner executes catalogue cases against the bundled stack: it
+// builds the case's stack, runs the setup, arms and injects the faults,
+// restores service like an operator, waits for a converged and stable state,
+// verifies the ledger and fills a reports.Case. The Ginkgo suite and every
+// `vmchaos` subcommand run cases through this one package.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/checker"
+	"github.com/vmchaos/vmchaos/scenarios/stack"
+	"github.com/vmchaos/vmchaos/stackbin"
+)
+
+// Options configure a Runner.
+type Options struct {
+	ReportDir   string
+	Backend     string // fake | real
+	Supervisor  string // auto | sandbox | builtin | systemd
+	Scale       float64
+	Seed        int64
+	Regress     []string
+	Progress    io.Writer // one line per finished case; nil = silent
+	StablePolls int       // consecutive clean polls that count as converged (default 3)
+}
+
+// Runner runs cases; one per process run (it owns the supervisor).
+type Runner struct {
+	opts Options
+	run  *stack.Run
+	mu   sync.Mutex
+	res  *reports.Results
+}
+
+// New prepares the shared stack parts.
+func New(ctx context.Context, o Options) (*Runner, error) {
+	if o.Scale <= 0 {
+		o.Scale = 1
+	}
+	if o.Backend == "" {
+		o.Backend = "fake"
+	}
+	if o.Supervisor == "" {
+		o.Supervisor = "auto"
+	}
+	if o.StablePolls <= 0 {
+		o.StablePolls = 3
+	}
+	if o.Backend != "fake" {
+		return nil, fmt.Errorf("backend %q: only the fake backend runs the catalogue in this build (the real backend's preflight: `vmchaos doctor`)", o.Backend)
+	}
+	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
+		return nil, fmt.Errorf("report dir: %w", err)
+	}
+	bin, err := stackbin.Dir()
+	if err != nil {
+		return nil, err
+	}
+	run, err := stack.NewRun(ctx, stack.RunOptions{BinDir: bin, Supervisor: o.Supervisor, Scale: o.Scale, Seed: o.Seed, Regress: o.Regress})
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	r := &Runner{opts: o, run: run, res: &reports.Results{
+		RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(), Host: host, Backend: o.Backend,
+		Supervisor: run.Sup.Kind(), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress,
+	}}
+	return r, nil
+}
+
+// Supervisor is the kind actually used.
+func (r *Runner) Supervisor() string { return r.run.Sup.Kind() }
+
+// Results is the run so far.
+func (r *Runner) Results() *reports.Results {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.res
+}
+
+// Close tears down the shared parts.
+func (r *Runner) Close() error { return r.run.Close() }
+
+// scale multiplies a real-time duration by the run's scale.
+func (r *Runner) scale(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * r.opts.Scale)
+}
+
+// floor keeps a scaled duration above what process start-up costs no matter
+// the scale (a fork+exec does not get faster at scale 0.05).
+func floor(d, min time.Duration) time.Duration {
+	if d < min {
+		return min
+	}
+	return d
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._@-]+`)
+
+// Repro is the one-line command that reruns a case.
+func (r *Runner) Repro(c scenarios.Case) string {
+	s := "vmchaos repro --scenario " + c.Scenario.ID
+	if c.HasOff {
+		s += " --offset " + injector.FormatOffset(c.Offset)
+	}
+	s += fmt.Sprintf(" --seed %d --time-scale %s --backend %s", r.opts.Seed, strconv.FormatFloat(r.opts.Scale, 'g', -1, 64), r.opts.Backend)
+	if len(r.opts.Regress) > 0 {
+		s = "VMCHAOS_REGRESS=" + strings.Join(r.opts.Regress, ",") + " " + s
+	}
+	return s
+}
+
+// RunCase runs one case and records it in the run's results.
+func (r *Runner) RunCase(ctx context.Context, c scenarios.Case) reports.Case {
+	start := time.Now()
+	rc := r.runCase(ctx, c)
+	rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
+	r.mu.Lock()
+	r.res.Cases = append(r.res.Cases, rc)
+	r.mu.Unlock()
+	if r.opts.Progress != nil {
+		fmt.Fprintln(r.opts.Progress, progressLine(rc))
+	}
+	return rc
+}
+
+func progressLine(rc reports.Case) string {
+	s := fmt.Sprintf("%-13s %-48s %6.1fs", strings.ToUpper(rc.Verdict), rc.ID, rc.DurationMs/1000)
+	if rc.ConvergeMs >= 0 && rc.Verdict != reports.Inconclusive {
+		s += fmt.Sprintf("  converged in %.0fms", rc.ConvergeMs)
+	}
+	var bad []string
+	for _, inv := range rc.Invariants {
+		if !inv.OK {
+			bad = append(bad, inv.Name)
+		}
+	}
+	if len(bad) > 0 {
+		s += "  violated: " + strings.Join(bad, ",")
+	}
+	if rc.Reason != "" && rc.Verdict != reports.Pass {
+		reason := rc.Reason
+		if len(reason) > 160 {
+			reason = reason[:160] + "…"
+		}
+		s += "  (" + reason + ")"
+	}
+	return s
+}
+
+// WriteAll writes results.json, junit.xml, report.md and report.html.
+func (r *Runner) WriteAll() (*reports.Results, error) {
+	r.mu.Lock()
+	r.res.FinishedAt = time.Now().UTC()
+	res := r.res
+	r.mu.Unlock()
+	return res, reports.WriteAll(r.opts.ReportDir, res)
+}
+
+// caseRun is the state of one case in flight.
+type caseRun struct {
+	r       *Runner
+	c       scenarios.Case
+	s       *scenarios.Scenario
+	st      *stack.Stack
+	rc      *reports.Case
+	inj     *injector.Injector
+	goals   map[string]string
+	gens    map[string]int64
+	ledger  map[string]int // guest → markers written (cycle count)
+	cycles  map[string]bool
+	kills   []vmmKill // VMM deaths the event stream must report
+	direct  map[string]*directProc
+	held    []string // parked points the harness still holds
+	faultNs int64
+	scraper *checker.Scraper
+	victims map[int]bool
+	mu      sync.Mutex
+}
+
+type vmmKill struct {
+	ID, Name string
+	TsNs     int64
+}
+
+type directProc struct {
+	pid  int
+	exit <-chan int
+}
+
+func (r *Runner) runCase(ctx context.Context, c scenarios.Case) reports.Case {
+	s := c.Scenario
+	caseDir := filepath.Join(r.opts.ReportDir, "cases", unsafeChars.ReplaceAllString(c.ID, "_"))
+	rc := reports.Case{
+		ID: c.ID, Scenario: s.ID, Title: s.Title, SeedRef: s.SeedRef, Labels: c.Labels, Backend: r.opts.Backend,
+		Supervisor: r.run.Sup.Kind(), TimeScale: r.opts.Scale, Seed: r.opts.Seed, Operation: s.Op,
+		Fault: faultsString(s), Trigger: r.triggerString(c, 0), OffsetMs: float64(c.Offset) / float64(time.Millisecond),
+		StartedAt: time.Now().UTC(), ConvergeMs: -1, Attempts: 1, Repro: r.Repro(c),
+	}
+	if err := os.RemoveAll(caseDir); err != nil {
+		return infra(rc, err)
+	}
+	if err := os.MkdirAll(caseDir, 0o755); err != nil {
+		return infra(rc, err)
+	}
+	budget := floor(r.scale(orDefault(s.Expect.Budget, 120*time.Second)), 20*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, budget+90*time.Second)
+	defer cancel()
+
+	rs := r.scale(orDefault(s.Env.RestartDelay, 5*time.Second))
+	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
+		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery)})
+	if err != nil {
+		return infra(rc, err)
+	}
+	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
+		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}}
+	cr.inj = injector.New(r.run.Sup, st.Trace, injector.Options{CtlDir: st.CtlDir})
+	verdictErr := cr.execute(cctx, budget)
+	// teardown is part of the verdict: a case that leaves processes behind
+	// is a harness error
+	if cr.scraper != nil {
+		cr.scraper.Stop()
+	}
+	cr.releaseAll()
+	tctx, tcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer tcancel()
+	closeErr := st.Close(tctx)
+	rc.Logs = stack.LogRel(caseDir)
+	for k, v := range rc.Logs {
+		rc.Logs[k] = filepath.Join("cases", filepath.Base(caseDir), v)
+	}
+	rc.Timeline = timeline(st.Trace.Sorted(), rc.Injections, rc.ConvergeMs, cr.faultNs)
+	if verdictErr != nil {
+		return infra(rc, verdictErr)
+	}
+	if closeErr != nil && rc.Verdict == reports.Pass {
+		rc.Verdict = reports.Error
+		rc.Reason = closeErr.Error()
+	}
+	return rc
+}
+
+func infra(rc reports.Case, err error) reports.Case {
+	if rc.Verdict == "" || rc.Verdict == reports.Pass {
+		rc.Verdict = reports.Inconclusive
+	}
+	if rc.Reason == "" {
+		rc.Reason = "infrastructure: " + err.Error()
+	}
+	return rc
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// agentFlags scales the scenario's duration flags? No: the agent scales its
+// own durations by VMCHAOS_TIME_SCALE; flags are passed as written.
+func (r *Runner) agentFlags(s *scenarios.Scenario) []string {
+	return append([]string(nil), s.Env.AgentFlags...)
+}
+
+func faultsString(s *scenarios.Scenario) string {
+	var parts []string
+	for _, f := range s.Faults {
+		p := f.Kind
+		if f.Child != "" {
+			p += "(" + f.Child + ")"
+		}
+		if f.Kind == "stop" && f.StopFor > 0 {
+			p += " for " + f.StopFor.String()
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, " + ")
+}
+
+// triggerString is fault i's trigger as the injector parses it, with the
+// case's scaled offset on the first fault.
+func (r *Runner) triggerString(c scenarios.Case, i int) string {
+	f := c.Scenario.Faults[i]
+	t := f.Trigger
+	if t == "" || t == "now" || f.Kind == "none" {
+		if t == "now" && c.HasOff {
+			return "now + " + injector.FormatOffset(r.scale(c.Offset))
+		}
+		return t
+	}
+	if f.VM != "" && f.Kind != "sigkill-vmm" && !strings.Contains(t, "@vm=") {
+		t += "@vm=" + f.VM
+	}
+	if strings.HasPrefix(t, "park ") {
+		return t
+	}
+	off := time.Duration(0)
+	if i == 0 || sameTrigger(c.Scenario, i) {
+		off = r.scale(c.Offset)
+	}
+	return t + " + " + injector.FormatOffset(off.Round(time.Microsecond))
+}
+
+// sameTrigger: a later fault sharing the first fault's trigger shares its offset.
+func sameTrigger(s *scenarios.Scenario, i int) bool {
+	return s.Faults[i].Trigger == s.Faults[0].Trigger
+}

@@ -1,0 +1,191 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Proc is one process of the case as /proc shows it.
+type Proc struct {
+	PID   int
+	PPID  int
+	Start uint64
+	Argv  []string
+}
+
+func (p Proc) String() string { return fmt.Sprintf("pid %d %s", p.PID, strings.Join(p.Argv, " ")) }
+
+// Name is argv[0]'s basename.
+func (p Proc) Name() string {
+	if len(p.Argv) == 0 {
+		return ""
+	}
+	return filepath.Base(p.Argv[0])
+}
+
+// Processes returns every live process that belongs to this case: its
+// command line names the case's temp dir (VMMs name their api.sock under the
+// run dir; the agent its state dir) or its environment carries the case's
+// vmctl root (every vmctl the stack ran). The temp dir is unique per case, so
+// a match is an identity, not a guess.
+func (s *Stack) Processes() []Proc {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	envKey := []byte("VMCTL_ROOT_DIR=" + s.Root + "\x00")
+	var out []Proc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || len(cl) == 0 {
+			continue // gone, or a kernel thread / zombie
+		}
+		mine := bytes.Contains(cl, []byte(s.Dir+"/"))
+		if !mine {
+			env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+			mine = bytes.Contains(env, envKey)
+		}
+		if !mine {
+			continue
+		}
+		st, ok := stat(pid)
+		if !ok || st.state == 'Z' {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
+		out = append(out, Proc{PID: pid, PPID: st.ppid, Start: st.start, Argv: argv})
+	}
+	return out
+}
+
+type procStat struct {
+	state byte
+	ppid  int
+	start uint64
+}
+
+func stat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	start, _ := strconv.ParseUint(f[19], 10, 64)
+	return procStat{state: f[0][0], ppid: ppid, start: start}, true
+}
+
+// signal sends sig to p through a pidfd opened after checking p's start
+// time, so a reused pid is never hit.
+func signal(p Proc, sig syscall.Signal) error {
+	fd, err := unix.PidfdOpen(p.PID, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if st, ok := stat(p.PID); !ok || st.start != p.Start {
+		return fmt.Errorf("pid %d: reused or gone", p.PID)
+	}
+	return unix.PidfdSendSignal(fd, sig, nil, 0)
+}
+
+// killLeftovers SIGKILLs every process of the case until none is left (or 5 s).
+func (s *Stack) killLeftovers() {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		ps := s.Processes()
+		if len(ps) == 0 {
+			return
+		}
+		for _, p := range ps {
+			_ = signal(p, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// VMMs returns the case's cloud-hypervisor processes keyed by the VM id of
+// their api socket (<run>/<ID>/api.sock).
+func (s *Stack) VMMs() map[string]Proc {
+	out := map[string]Proc{}
+	for _, p := range s.Processes() {
+		if p.Name() != "cloud-hypervisor" {
+			continue
+		}
+		for _, a := range p.Argv {
+			i := strings.Index(a, s.RunDir+"/")
+			if i < 0 {
+				continue
+			}
+			rest := a[i+len(s.RunDir)+1:]
+			if id, _, ok := strings.Cut(rest, "/"); ok {
+				out[id] = p
+			}
+		}
+	}
+	return out
+}
+
+// VmctlProcs returns the case's vmctl processes, minus those the harness
+// itself keeps running (the observer).
+func (s *Stack) VmctlProcs() []Proc {
+	var out []Proc
+	keep := map[int]bool{}
+	if s.Observer != nil && s.Observer.cmd.Process != nil {
+		keep[s.Observer.cmd.Process.Pid] = true
+	}
+	for _, p := range s.Processes() {
+		if p.Name() == "vmctl" && !keep[p.PID] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// KillVMM SIGKILLs the VMM of the VM with that id, the way an OOM kill does.
+func (s *Stack) KillVMM(ctx context.Context, id string) (int, error) {
+	p, ok := s.VMMs()[id]
+	if !ok {
+		return 0, fmt.Errorf("kill vmm: no cloud-hypervisor process for vm %s", id)
+	}
+	if err := signal(p, syscall.SIGKILL); err != nil {
+		return p.PID, fmt.Errorf("kill vmm %s: %w", id, err)
+	}
+	for ctx.Err() == nil {
+		if st, ok := stat(p.PID); !ok || st.start != p.Start || st.state == 'Z' {
+			return p.PID, nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return p.PID, ctx.Err()
+}
+
+// KillProc SIGKILLs a process the harness started (direct clone).
+func KillProc(pid int) error {
+	st, ok := stat(pid)
+	if !ok {
+		return fmt.Errorf("pid %d: gone", pid)
+	}
+	return signal(Proc{PID: pid, Start: st.start}, syscall.SIGKILL)
+}

@@ -1,0 +1,505 @@
+// Package stack builds, runs and tears down the node stack of one scenario
+// case: fresh dirs, the stack binaries, a guest image carrying the run's
+// ledger key, a base snapshot, the trace socket, nodeagent as a supervised
+// unit (optionally `vmctl daemon` and a `vm status --event` observer), and a
+// teardown that leaves no process of the case behind.
+package stack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/fakech/guestimg"
+	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/vmctl"
+)
+
+// Run is what every case of one run shares: binaries, the run's ledger key,
+// the guest image and an exported base snapshot, and the supervisor.
+type Run struct {
+	BinDir     string
+	TmpDir     string // short dir for sockets (sun_path is 108 bytes)
+	Key        *ledger.Key
+	Image      string
+	BaseExport string // `vmctl snapshot export` of the base snapshot
+	Sup        injector.Supervisor
+	Scale      float64
+	Seed       int64
+	Regress    []string
+	next       int
+	mu         sync.Mutex
+}
+
+// RunOptions configures NewRun.
+type RunOptions struct {
+	BinDir     string // stack binaries (stackbin.Dir())
+	Supervisor string // auto|sandbox|builtin|systemd
+	Scale      float64
+	Seed       int64
+	Regress    []string
+}
+
+// NewRun prepares the shared parts: a temp dir, the ledger key, the guest
+// image, the supervisor, and the base snapshot export (built once with a
+// throwaway vmctl root: create, snapshot save, export, rm).
+func NewRun(ctx context.Context, o RunOptions) (*Run, error) {
+	tmp, err := os.MkdirTemp("", "vmchaos-")
+	if err != nil {
+		return nil, fmt.Errorf("stack: temp dir: %w", err)
+	}
+	r := &Run{BinDir: o.BinDir, TmpDir: tmp, Scale: o.Scale, Seed: o.Seed, Regress: o.Regress}
+	fail := func(err error) (*Run, error) {
+		r.Close()
+		return nil, err
+	}
+	if r.Key, err = ledger.NewKey(filepath.Join(tmp, "key")); err != nil {
+		return fail(fmt.Errorf("stack: ledger key: %w", err))
+	}
+	r.Image = filepath.Join(tmp, "guest.img")
+	if _, err := guestimg.Build(r.Image, guestimg.Options{AuthorizedKeys: []string{r.Key.AuthorizedKey()}, Hostname: "vmchaos-guest"}); err != nil {
+		return fail(fmt.Errorf("stack: guest image: %w", err))
+	}
+	if r.Sup, err = injector.NewSupervisor(ctx, o.Supervisor, filepath.Join(tmp, "sup")); err != nil {
+		return fail(fmt.Errorf("stack: supervisor %s: %w", o.Supervisor, err))
+	}
+	if err := r.buildBase(ctx); err != nil {
+		return fail(err)
+	}
+	return r, nil
+}
+
+// buildBase makes the base snapshot every intent clones from, once per run.
+func (r *Run) buildBase(ctx context.Context) error {
+	dir := filepath.Join(r.TmpDir, "base")
+	s := &Stack{run: r, Dir: dir, Root: filepath.Join(dir, "root"), RunDir: filepath.Join(dir, "run"),
+		NetPool: "127.250.0.0/24"}
+	for _, d := range []string{s.Root, s.RunDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	defer s.killLeftovers()
+	var vm vmctl.VM
+	if err := s.VmctlJSON(ctx, &vm, "vm", "run", "--name", "base-src", "-o", "json", r.Image); err != nil {
+		return fmt.Errorf("stack: base snapshot: %w", err)
+	}
+	if _, err := s.Vmctl(ctx, "snapshot", "save", "--name", "base", vm.ID); err != nil {
+		return fmt.Errorf("stack: base snapshot: %w", err)
+	}
+	r.BaseExport = filepath.Join(r.TmpDir, "base.export")
+	if _, err := s.Vmctl(ctx, "snapshot", "export", "base", "-o", r.BaseExport); err != nil {
+		return fmt.Errorf("stack: base snapshot: %w", err)
+	}
+	if _, err := s.Vmctl(ctx, "vm", "rm", "--force", vm.ID); err != nil {
+		return fmt.Errorf("stack: base snapshot: %w", err)
+	}
+	return nil
+}
+
+// Close tears the shared parts down.
+func (r *Run) Close() error {
+	var err error
+	if r.Sup != nil {
+		err = r.Sup.Close()
+	}
+	if e := os.RemoveAll(r.TmpDir); err == nil {
+		err = e
+	}
+	return err
+}
+
+// Options configures one case's stack.
+type Options struct {
+	CaseDir      string        // report dir of the case (logs, trace, journal)
+	RestartDelay time.Duration // scaled
+	AgentFlags   []string
+	Failpoints   string // VMCHAOS_FAILPOINTS of the armed stack
+	Daemon       bool
+	DaemonEvery  time.Duration // scaled
+}
+
+// Stack is one case's node stack.
+type Stack struct {
+	run        *Run
+	opts       Options
+	Dir        string // temp dir of the case (sockets, store)
+	CaseDir    string
+	Root       string
+	RunDir     string
+	State      string
+	Registry   string
+	CtlDir     string
+	LogDir     string
+	NetPool    string
+	Trace      *injector.Trace
+	Agent      *AgentClient
+	AgentUnit  string
+	DaemonUnit string
+	Ledger     *ledger.Ledger
+	Firmware   string
+
+	mu         sync.Mutex
+	procs      []*exec.Cmd // processes the harness started itself
+	armed      bool
+	unitsUp    map[string]bool
+	harnessFPs string
+	Observer   *Observer
+}
+
+// New builds a case stack: dirs, trace, imported base snapshot, ledger.
+func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
+	r.mu.Lock()
+	r.next++
+	n := r.next
+	r.mu.Unlock()
+	dir := filepath.Join(r.TmpDir, fmt.Sprintf("c%d", n))
+	s := &Stack{run: r, opts: o, Dir: dir, CaseDir: o.CaseDir,
+		Root: filepath.Join(dir, "root"), RunDir: filepath.Join(dir, "run"), State: filepath.Join(dir, "state"),
+		Registry: filepath.Join(dir, "registry"), CtlDir: filepath.Join(dir, "ctl"),
+		// logs are written under /tmp (a sandboxed supervisor shares only
+		// /tmp and /var) and copied into the case dir at teardown
+		LogDir: filepath.Join(dir, "logs"),
+		// a pool per case: a leftover guest listener of an earlier case can
+		// never answer for this one
+		NetPool:   fmt.Sprintf("127.%d.%d.0/24", 200+(n/256)%50, n%256),
+		AgentUnit: fmt.Sprintf("vmchaos-c%d-agent", n), DaemonUnit: fmt.Sprintf("vmchaos-c%d-daemon", n),
+		unitsUp: map[string]bool{}}
+	for _, d := range []string{s.Root, s.RunDir, s.State, s.Registry, s.CtlDir, s.LogDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("stack: %w", err)
+		}
+	}
+	s.Firmware = filepath.Join(dir, "CLOUDHV.fd")
+	if err := os.WriteFile(s.Firmware, []byte("fake firmware\n"), 0o644); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.Trace, err = injector.ListenTrace(filepath.Join(dir, "trace.sock")); err != nil {
+		return nil, fmt.Errorf("stack: %w", err)
+	}
+	if _, err := s.Vmctl(ctx, "snapshot", "import", "--name", "base", r.BaseExport); err != nil {
+		s.Trace.Close()
+		return nil, fmt.Errorf("stack: import base snapshot: %w", err)
+	}
+	if s.Ledger, err = ledger.Open(filepath.Join(o.CaseDir, "ledger.jsonl"), r.Key, filepath.Join(o.CaseDir, "known_hosts")); err != nil {
+		s.Trace.Close()
+		return nil, fmt.Errorf("stack: ledger: %w", err)
+	}
+	s.Agent = NewAgentClient(filepath.Join(s.State, "agent.sock"))
+	return s, nil
+}
+
+// baseEnv is the environment every stack process gets, without the trace
+// and failpoints.
+func (s *Stack) baseEnv() []string {
+	env := []string{
+		"PATH=" + s.run.BinDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + s.Dir,
+		"VMCTL_ROOT_DIR=" + s.Root,
+		"VMCTL_RUN_DIR=" + s.RunDir,
+		"VMCTL_CH_BINARY=" + filepath.Join(s.run.BinDir, "cloud-hypervisor"),
+		"VMCTL_NET_POOL=" + s.NetPool,
+		"VMCHAOS_TIME_SCALE=" + strconv.FormatFloat(s.run.Scale, 'g', -1, 64),
+		"FAKECH_JITTER_SEED=" + strconv.FormatInt(s.run.Seed, 10),
+	}
+	if s.Firmware != "" {
+		env = append(env, "VMCTL_FIRMWARE="+s.Firmware)
+	}
+	if s.run.Key != nil {
+		env = append(env, "VMCTL_SSH_KEY="+s.run.Key.PrivatePath())
+	}
+	return env
+}
+
+// StackEnv is the environment of the processes under test: base env plus
+// the trace, the control dir, the regress switches and (armed) failpoints.
+func (s *Stack) StackEnv(failpoints string) []string {
+	env := s.baseEnv()
+	if s.Trace != nil {
+		env = append(env, failpoint.EnvTrace+"="+s.Trace.Path())
+	}
+	env = append(env, failpoint.EnvCtl+"="+s.CtlDir)
+	if failpoints != "" {
+		env = append(env, failpoint.EnvFailpoints+"="+failpoints)
+	}
+	if len(s.run.Regress) > 0 {
+		env = append(env, "VMCHAOS_REGRESS="+strings.Join(s.run.Regress, ","))
+	}
+	return env
+}
+
+// VmctlError is a failed harness-run vmctl.
+type VmctlError struct {
+	Args   []string
+	Code   int
+	Stderr string
+}
+
+func (e *VmctlError) Error() string {
+	return fmt.Sprintf("vmctl %s: exit %d: %s", strings.Join(e.Args, " "), e.Code, strings.TrimSpace(e.Stderr))
+}
+
+// Vmctl runs vmctl with the harness environment (no trace, no failpoints,
+// no regress switches: the harness reads the store, it is not under test).
+func (s *Stack) Vmctl(ctx context.Context, args ...string) ([]byte, error) {
+	return s.vmctlEnv(ctx, s.baseEnv(), args...)
+}
+
+func (s *Stack) vmctlEnv(ctx context.Context, env []string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(s.run.BinDir, "vmctl"), args...)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		code := -1
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		return out.Bytes(), &VmctlError{Args: args, Code: code, Stderr: errb.String()}
+	}
+	return out.Bytes(), nil
+}
+
+// VmctlJSON runs vmctl and decodes its stdout.
+func (s *Stack) VmctlJSON(ctx context.Context, out any, args ...string) error {
+	b, err := s.Vmctl(ctx, args...)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("vmctl %s: decode: %w (%.200s)", strings.Join(args, " "), err, b)
+	}
+	return nil
+}
+
+// ListVMs returns `vm list -o json`.
+func (s *Stack) ListVMs(ctx context.Context) ([]vmctl.VM, error) {
+	var vms []vmctl.VM
+	err := s.VmctlJSON(ctx, &vms, "vm", "list", "-o", "json")
+	return vms, err
+}
+
+// ListSnapshots returns `snapshot list -o json`.
+func (s *Stack) ListSnapshots(ctx context.Context) ([]vmctl.Snapshot, error) {
+	var ss []vmctl.Snapshot
+	err := s.VmctlJSON(ctx, &ss, "snapshot", "list", "-o", "json")
+	return ss, err
+}
+
+// VMByName finds the record of name in `vm list`.
+func (s *Stack) VMByName(ctx context.Context, name string) (vmctl.VM, bool, error) {
+	vms, err := s.ListVMs(ctx)
+	if err != nil {
+		return vmctl.VM{}, false, err
+	}
+	for _, v := range vms {
+		if v.Name == name {
+			return v, true, nil
+		}
+	}
+	return vmctl.VM{}, false, nil
+}
+
+// agentSpec is the nodeagent unit of this stack.
+func (s *Stack) agentSpec(failpoints string) injector.UnitSpec {
+	argv := []string{filepath.Join(s.run.BinDir, "nodeagent"),
+		"--state-dir", s.State, "--vmctl", filepath.Join(s.run.BinDir, "vmctl"),
+		"--registry-dir", s.Registry, "--metrics-addr", "127.0.0.1:0"}
+	argv = append(argv, s.opts.AgentFlags...)
+	rs := s.opts.RestartDelay
+	if rs <= 0 {
+		rs = time.Duration(float64(5*time.Second) * s.run.Scale)
+	}
+	return injector.UnitSpec{Name: s.AgentUnit, Argv: argv, Env: s.StackEnv(failpoints), Dir: s.Dir,
+		RestartSec: rs, TimeoutStopSec: 10 * time.Second, LogPath: filepath.Join(s.LogDir, "nodeagent.log")}
+}
+
+// StartAgent starts the agent unit (unarmed: no failpoints) and waits for
+// its API.
+func (s *Stack) StartAgent(ctx context.Context) error {
+	return s.startAgent(ctx, "")
+}
+
+func (s *Stack) startAgent(ctx context.Context, fps string) error {
+	if err := s.run.Sup.Start(ctx, s.agentSpec(fps)); err != nil {
+		return fmt.Errorf("stack: start agent: %w", err)
+	}
+	s.unitsUp[s.AgentUnit] = true
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return s.Agent.WaitUp(wctx)
+}
+
+// Arm replaces the setup agent by one whose environment carries the case's
+// failpoints (the setup must not park at the case's point), the way an
+// operator restarts a service with a new configuration.
+func (s *Stack) Arm(ctx context.Context, failpoints string) error {
+	if err := s.run.Sup.Remove(ctx, s.AgentUnit); err != nil {
+		return fmt.Errorf("stack: re-arm agent: %w", err)
+	}
+	delete(s.unitsUp, s.AgentUnit)
+	s.armed = true
+	return s.startAgent(ctx, failpoints)
+}
+
+// StartDaemon starts `vmctl daemon` as a unit.
+func (s *Stack) StartDaemon(ctx context.Context, every time.Duration) error {
+	argv := []string{filepath.Join(s.run.BinDir, "vmctl"), "daemon", "--interval", every.String()}
+	spec := injector.UnitSpec{Name: s.DaemonUnit, Argv: argv, Env: s.StackEnv(""), Dir: s.Dir,
+		RestartSec: time.Duration(float64(5*time.Second) * s.run.Scale), TimeoutStopSec: 10 * time.Second,
+		LogPath: filepath.Join(s.LogDir, "vmctl-daemon.log")}
+	if err := s.run.Sup.Start(ctx, spec); err != nil {
+		return fmt.Errorf("stack: start vmctl daemon: %w", err)
+	}
+	s.unitsUp[s.DaemonUnit] = true
+	return nil
+}
+
+// Sup is the run's supervisor.
+func (s *Stack) Sup() injector.Supervisor { return s.run.Sup }
+
+// Scale is the run's time scale.
+func (s *Stack) Scale() float64 { return s.run.Scale }
+
+// StartProc starts a vmctl process of the harness (direct clone, reconcile)
+// with the stack environment, logging to logs/<name>.log; the caller waits
+// it through the returned channel (exit code, -1 if killed by a signal).
+func (s *Stack) StartProc(name string, args ...string) (*exec.Cmd, <-chan int, error) {
+	f, err := os.OpenFile(filepath.Join(s.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(filepath.Join(s.run.BinDir, "vmctl"), args...)
+	cmd.Env = s.StackEnv(s.armedFailpoints())
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("stack: start vmctl %s: %w", strings.Join(args, " "), err)
+	}
+	s.mu.Lock()
+	s.procs = append(s.procs, cmd)
+	s.mu.Unlock()
+	ch := make(chan int, 1)
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		code := 0
+		if err != nil {
+			code = -1
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			}
+		}
+		ch <- code
+	}()
+	return cmd, ch, nil
+}
+
+// armedFailpoints is set by the runner for harness processes under test.
+func (s *Stack) armedFailpoints() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.harnessFPs
+}
+
+// SetHarnessFailpoints sets the failpoints of harness-started processes.
+func (s *Stack) SetHarnessFailpoints(fps string) {
+	s.mu.Lock()
+	s.harnessFPs = fps
+	s.mu.Unlock()
+}
+
+// Close stops every unit and process of the case, writes the trace into the
+// case dir and verifies that no process of the case is left.
+func (s *Stack) Close(ctx context.Context) error {
+	var errs []string
+	if s.Observer != nil {
+		s.Observer.Stop()
+	}
+	for u := range s.unitsUp {
+		if err := s.run.Sup.Remove(ctx, u); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	s.mu.Lock()
+	for _, c := range s.procs {
+		if c.Process != nil && c.ProcessState == nil {
+			_ = c.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	s.mu.Unlock()
+	s.killLeftovers()
+	if left := s.Processes(); len(left) > 0 {
+		errs = append(errs, fmt.Sprintf("teardown left %d process(es): %v", len(left), left))
+	}
+	if err := copyDir(s.LogDir, filepath.Join(s.CaseDir, "logs")); err != nil {
+		errs = append(errs, "copy logs: "+err.Error())
+	}
+	if s.Trace != nil {
+		if err := s.Trace.WriteJSONL(filepath.Join(s.CaseDir, "trace.jsonl")); err != nil {
+			errs = append(errs, err.Error())
+		}
+		s.Trace.Close()
+	}
+	_ = os.RemoveAll(s.Dir)
+	if len(errs) > 0 {
+		return errors.New("stack teardown: " + strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// copyDir copies the regular files of src into dst.
+func copyDir(src, dst string) error {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LogRel lists the case's log files relative to the case dir (after Close).
+func LogRel(caseDir string) map[string]string {
+	out := map[string]string{}
+	ents, _ := os.ReadDir(filepath.Join(caseDir, "logs"))
+	for _, e := range ents {
+		out[strings.TrimSuffix(e.Name(), ".log")] = filepath.Join("logs", e.Name())
+	}
+	for _, f := range []string{"trace.jsonl", "ledger.jsonl"} {
+		if _, err := os.Stat(filepath.Join(caseDir, f)); err == nil {
+			out[strings.TrimSuffix(f, ".jsonl")] = f
+		}
+	}
+	return out
+}

@@ -84,7 +84,6 @@ type VMM struct {
 	Argv   []string // the command line as started (after any `ip netns exec` prefix)
 
 	cmd     *exec.Cmd
-	out     *os.File
 	stopTO  time.Duration
 	done    chan struct{}
 	waitErr error
@@ -106,6 +105,9 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 	}
 	if env.Firmware == "" && env.Kernel == "" {
 		return nil, errors.New("launch: no firmware or kernel in Env")
+	}
+	if env.Image == "" {
+		return nil, errors.New("launch: no guest image in Env")
 	}
 	if spec.Dir == "" {
 		return nil, errors.New("launch: LaunchSpec.Dir is empty")
@@ -138,9 +140,6 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 	if err := removeIfExists(v.Socket); err != nil {
 		return nil, fmt.Errorf("launch: stale socket: %w", err)
 	}
-	if env.Image == "" {
-		return nil, errors.New("launch: no guest image in Env")
-	}
 	if err := copyImage(env.Image, v.Disk); err != nil {
 		return nil, fmt.Errorf("launch: copy image: %w", err)
 	}
@@ -164,7 +163,6 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 		v.removeFiles()
 		return nil, fmt.Errorf("launch: %w", err)
 	}
-	v.out = out
 	// The process must outlive ctx (which only bounds the launch), so it is
 	// started without CommandContext and stopped by Stop.
 	var cmd *exec.Cmd

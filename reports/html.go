@@ -29,6 +29,7 @@ type htmlCase struct {
 	Events     []timelineRow
 	Injections []string
 	LogNames   []string
+	Why        string // one line: why this case is not a plain pass
 }
 
 type matrixCell struct {
@@ -92,6 +93,14 @@ func HTML(r *Results) ([]byte, error) {
 			hc.Injections = append(hc.Injections, fmt.Sprintf("%s (%s): %s", inj.Fault, inj.Trigger, injectionText(inj)))
 		}
 		hc.LogNames = sortedKeys(c.Logs)
+		switch {
+		case c.Verdict == Fail:
+			hc.Why = oneLine(failureSummary(c))
+		case c.Verdict == Pass && c.Attempts > 1:
+			hc.Why = fmt.Sprintf("passed only after %d attempts", c.Attempts)
+		case c.Verdict != Pass:
+			hc.Why = oneLine(orDefault(c.Reason, "no reason recorded"))
+		}
 		anchorOf[c.ID] = hc.Anchor
 		d.Cases = append(d.Cases, hc)
 		if c.Problem() || c.Attempts > 1 {

@@ -355,6 +355,20 @@ func TestHTMLIsSelfContainedEscapedAndDrawsEveryFigure(t *testing.T) {
 			t.Fatalf("case %s missing", c.ID)
 		}
 	}
+	// Needs attention: one row per case that is not a clean pass, with why.
+	att := regexp.MustCompile(`(?s)<table class="attention">.*?</table>`).FindString(page)
+	if got := strings.Count(att, "<tr><td><span class=\"verdict"); got != 4 {
+		t.Fatalf("needs-attention table has %d rows, want 4 (fail, inconclusive, error, flaky)", got)
+	}
+	for _, want := range []string{"invariant(s) intent-goal, one-vm-per-name", "fault landed in vm.clone.committed", "passed only after 2 attempts", htmlEsc(r.Cases[7].Repro)} {
+		if !strings.Contains(att, want) {
+			t.Fatalf("needs-attention table lacks %q", want)
+		}
+	}
+	// The "only problems" filter hides exactly the clean passes.
+	if got := strings.Count(page, `<tr class="ok">`); got != 8 {
+		t.Fatalf("%d rows marked ok, want 8", got)
+	}
 	if !strings.Contains(page, htmlEsc(r.Cases[4].Repro)) || !strings.Contains(page, `<details class="case" id="case-4" open>`) {
 		t.Fatal("failing case not open with its repro")
 	}

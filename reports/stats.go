@@ -112,6 +112,8 @@ func FormatMs(ms float64) string {
 	switch {
 	case math.IsNaN(ms) || ms < 0:
 		return "never"
+	case ms == 0:
+		return "0 ms"
 	case ms < 10:
 		return fmt.Sprintf("%.1f ms", ms)
 	case ms < 1000:

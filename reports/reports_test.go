@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -421,6 +422,26 @@ func TestSummaryNamesProblemsReprosAndReportPath(t *testing.T) {
 	}
 }
 
+func TestSummaryCapsProblemsFailuresFirst(t *testing.T) {
+	r := &Results{RunID: "big"}
+	for i := range 40 {
+		v := Inconclusive
+		if i == 39 {
+			v = Fail
+		}
+		r.Cases = append(r.Cases, Case{ID: fmt.Sprintf("c%02d", i), Verdict: v, Attempts: 1})
+	}
+	var b bytes.Buffer
+	Summary(&b, r)
+	out := b.String()
+	if !strings.Contains(out, "… and 15 more case(s)") {
+		t.Fatalf("no cap note:\n%s", out)
+	}
+	if strings.Index(out, "c39") > strings.Index(out, "c00") {
+		t.Fatal("the failure is not listed before the inconclusive cases")
+	}
+}
+
 func TestSelftestTableAndFiles(t *testing.T) {
 	rows := []SelftestRow{
 		{Bug: "stale-create-blocking-lock", Seed: "002", Scenario: "seed002-stale-create-live-clone", WithBugVerdict: Fail,
@@ -452,7 +473,11 @@ func TestSelftestTableAndFiles(t *testing.T) {
 		t.Fatalf("selftest.json: ok=%v err=%v rows=%+v", doc.OK, err, doc.Rows)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, SelftestMarkdownFile))
-	for _, want := range []string{"# vmchaos selftest — FAIL", "| `stale-create-blocking-lock` | 002 |", "**MISSED**", "```sh\n" + rows[0].Repro} {
+	for _, want := range []string{"# vmchaos selftest — FAIL", "## Track record",
+		"| `stale-create-blocking-lock` | 002 | reconcile-stale-create takes the ops lock blocking",
+		"| `seed002-stale-create-live-clone` | one-vm-per-name | `" + rows[0].Repro + "` |",
+		"**not caught** (`seed001-transient-failed`)", "| `metrics-process-local` | 001 obs |", "**not run**",
+		"**MISSED**", "## Missed", "Note: not detected: passed with the bug on"} {
 		if !strings.Contains(string(md), want) {
 			t.Fatalf("selftest.md lacks %q:\n%s", want, md)
 		}

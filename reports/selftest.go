@@ -148,7 +148,10 @@ func WriteSelftest(dir string, rows []SelftestRow) error {
 	return durable.WriteFile(filepath.Join(dir, SelftestMarkdownFile), []byte(SelftestMarkdown(rows)), 0o644)
 }
 
-// SelftestMarkdown renders the self-test as a Markdown page.
+// SelftestMarkdown renders the self-test as a Markdown page: the track
+// record (one line per bug: what it did, the scenario that catches it, the
+// invariant it breaks, a command that reproduces it — the README's table),
+// then every check, then notes on the checks that missed.
 func SelftestMarkdown(rows []SelftestRow) string {
 	var b strings.Builder
 	t := TallySelftest(rows)
@@ -158,6 +161,42 @@ func SelftestMarkdown(rows []SelftestRow) string {
 	}
 	fmt.Fprintf(&b, "# vmchaos selftest — %s\n\n%s.\n\n", status, mdEscape(t.String()))
 	b.WriteString("Each historical bug is switched back on (`VMCHAOS_REGRESS=<bug>`); its scenarios must fail naming the invariant the bug breaks, and pass with the switch off.\n\n")
+
+	b.WriteString("## Track record\n\n| bug | seed | what the bug did | caught by | invariant | reproduce |\n|---|---|---|---|---|---|\n")
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.Bug] {
+			continue
+		}
+		seen[r.Bug] = true
+		best := r
+		for _, o := range rows {
+			if o.Bug == r.Bug && o.OK {
+				best = o
+				break
+			}
+		}
+		what := ""
+		if bug := regress.Lookup(r.Bug); bug != nil {
+			what = bug.What
+		}
+		caught := "`" + mdCode(best.Scenario) + "`"
+		if !best.OK {
+			caught = "**not caught** (" + caught + ")"
+		}
+		repro := "-"
+		if best.Repro != "" {
+			repro = "`" + mdCode(best.Repro) + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", mdCode(r.Bug), mdEscape(r.Seed), mdEscape(what), caught,
+			mdEscape(expectedInvariant(r.Bug)), repro)
+	}
+	for _, name := range t.Untested {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | **not run** | %s | - |\n", mdCode(name), mdEscape(regress.Lookup(name).Seed),
+			mdEscape(regress.Lookup(name).What), mdEscape(expectedInvariant(name)))
+	}
+
+	b.WriteString("\n## Every check\n\n")
 	b.WriteString("| bug | seed | scenario | with bug | violated invariant | expected | without bug | ok |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
@@ -169,24 +208,25 @@ func SelftestMarkdown(rows []SelftestRow) string {
 			mdEscape(orDefault(r.WithBugVerdict, "-")), mdEscape(orDefault(r.WithBugInvariant, "-")), mdEscape(expectedInvariant(r.Bug)),
 			mdEscape(orDefault(r.WithoutBugVerdict, "-")), ok)
 	}
-	var notes []SelftestRow
+	var missed []SelftestRow
 	for _, r := range rows {
-		if r.Repro != "" || r.Note != "" {
-			notes = append(notes, r)
+		if !r.OK {
+			missed = append(missed, r)
 		}
 	}
-	if len(notes) > 0 {
-		b.WriteString("\n## Reproduce\n\n")
-		for _, r := range notes {
+	if len(missed) > 0 {
+		b.WriteString("\n## Missed\n\n")
+		for _, r := range missed {
 			fmt.Fprintf(&b, "### %s / %s\n\n", mdEscape(r.Bug), mdEscape(r.Scenario))
-			if bug := regress.Lookup(r.Bug); bug != nil {
-				fmt.Fprintf(&b, "%s\n\n", mdEscape(bug.What))
-			}
+			fmt.Fprintf(&b, "With the bug on the verdict was %s (violated: %s; expected a fail naming `%s`); without it %s.\n\n",
+				mdEscape(orDefault(r.WithBugVerdict, "-")), mdEscape(orDefault(r.WithBugInvariant, "none")), mdCode(expectedInvariant(r.Bug)),
+				mdEscape(orDefault(r.WithoutBugVerdict, "-")))
 			if r.Note != "" {
 				fmt.Fprintf(&b, "Note: %s\n\n", mdEscape(r.Note))
 			}
 			if r.Repro != "" {
 				b.WriteString(codeBlock("sh", r.Repro))
+				b.WriteString("\n")
 			}
 		}
 	}

@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sort"
 	"strings"
 	"unicode"
 )
+
+// summaryMaxProblems caps the problem cases Summary lists.
+const summaryMaxProblems = 25
 
 // Summary writes what `vmchaos run` prints at the end: the tally per verdict,
 // convergence figures, every case that is not a pass with why and its repro
@@ -21,10 +25,21 @@ func Summary(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "vmchaos run %s: %s — %s\n", orDefault(r.RunID, "(unnamed)"), strings.ToUpper(GateCodeName(g.Code)), counts)
 	fmt.Fprintf(w, "  backend %s, supervisor %s, time scale %g, seed %d\n", orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), r.TimeScale, r.Seed)
 	fmt.Fprintf(w, "  %s\n", Convergence(r.Cases))
+	// Problems first by severity, capped so a bad night does not scroll the
+	// summary off the CI log; the report has them all.
+	var problems []Case
 	for _, c := range r.Cases {
-		if c.Verdict == Pass && c.Attempts <= 1 {
-			continue
+		if c.Verdict != Pass || c.Attempts > 1 {
+			problems = append(problems, c)
 		}
+	}
+	rank := map[string]int{Fail: 0, Error: 1, Inconclusive: 2, Pass: 3}
+	sort.SliceStable(problems, func(i, j int) bool { return rank[problems[i].Verdict] < rank[problems[j].Verdict] })
+	shown := problems
+	if len(shown) > summaryMaxProblems {
+		shown = shown[:summaryMaxProblems]
+	}
+	for _, c := range shown {
 		what := ""
 		switch c.Verdict {
 		case Fail:
@@ -38,6 +53,9 @@ func Summary(w io.Writer, r *Results) {
 		if c.Repro != "" {
 			fmt.Fprintf(w, "  %-12s repro: %s\n", "", c.Repro)
 		}
+	}
+	if more := len(problems) - len(shown); more > 0 {
+		fmt.Fprintf(w, "  … and %d more case(s) that did not pass cleanly: see report.md\n", more)
 	}
 	if r.Dir != "" {
 		fmt.Fprintf(w, "  report: %s (also %s, %s, %s)\n", filepath.Join(r.Dir, HTMLFile), MarkdownFile, JUnitFile, ResultsFile)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -86,6 +87,7 @@ type Injection struct {
 	Landed        bool   // intended phase reached and the fault delivered; false → the case is inconclusive
 	TriggerPID    int    // pid (as emitted) of the process whose hit fired the trigger
 	TriggerNs     int64  // ts of that hit
+	HitRecvNs     int64  // when the harness read that hit (delivery = HitRecvNs − TriggerNs)
 	ResumedNs     int64  // stop / sigstop with StopFor: when start / SIGCONT was issued
 }
 
@@ -105,10 +107,11 @@ func (in Injection) MarshalJSON() ([]byte, error) {
 		Landed        bool   `json:"landed"`
 		TriggerPID    int    `json:"trigger_pid,omitempty"`
 		TriggerNs     int64  `json:"trigger_ns,omitempty"`
+		HitRecvNs     int64  `json:"hit_recv_ns,omitempty"`
 		ResumedNs     int64  `json:"resumed_ns,omitempty"`
 	}
 	return json.Marshal(flat{in.Fault.String(), in.Unit, in.Trigger.String(), in.RequestedNs, in.ActualNs, in.Err,
-		in.VictimPID, in.LastPhase, in.IntendedPhase, in.Landed, in.TriggerPID, in.TriggerNs, in.ResumedNs})
+		in.VictimPID, in.LastPhase, in.IntendedPhase, in.Landed, in.TriggerPID, in.TriggerNs, in.HitRecvNs, in.ResumedNs})
 }
 
 // Options configure an Injector.
@@ -181,6 +184,15 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
+	// Resolve the main pid before the trigger: at offset 0 there is no time
+	// to ask the supervisor (D-Bus for a sandbox) after the hit. Done before
+	// the mark, so hits during the lookup do not count as already past due.
+	var pre *victim
+	if needsMain(f.Kind) {
+		if v, err := in.mainVictim(ctx, f.Unit); err == nil {
+			pre = v
+		}
+	}
 	cfg := armCfg{from: in.tr.Len()}
 	for _, o := range opts {
 		o(&cfg)
@@ -195,10 +207,12 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 		// never hold the point.
 		for _, suf := range []string{".paused", ".release"} {
 			if err := os.Remove(filepath.Join(in.opt.CtlDir, t.Point+suf)); err != nil && !os.IsNotExist(err) {
+				pre.close()
 				return nil, fmt.Errorf("arm %s: %w", t, err)
 			}
 		}
 	default:
+		pre.close()
 		return nil, fmt.Errorf("arm: unknown trigger kind %q", t.Kind)
 	}
 	if t.N < 1 {
@@ -213,7 +227,7 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 	go func() {
 		defer close(a.done)
 		defer cancel()
-		inj := in.run(actx, f, t, cfg)
+		inj := in.run(actx, f, t, cfg, pre)
 		a.mu.Lock()
 		a.inj = inj
 		a.mu.Unlock()
@@ -249,62 +263,80 @@ func (v *victim) close() {
 	}
 }
 
-func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg) (inj Injection) {
+func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre *victim) (inj Injection) {
 	inj = Injection{Fault: f, Trigger: t, IntendedPhase: t.Point}
 	if len(cfg.intend) > 0 {
 		inj.IntendedPhase = strings.Join(cfg.intend, "|")
 	}
-	// Resolve the main pid before the trigger: at offset 0 there is no time
-	// to ask the supervisor after the hit.
-	var pre *victim
-	if needsMain(f.Kind) {
-		if v, err := in.mainVictim(ctx, f.Unit); err == nil {
-			pre = v
-		}
-	}
-	defer func() { pre.close() }()
+	defer pre.close()
 
 	var hit Hit
 	var err error
-	switch t.Kind {
-	case TriggerAt:
-		hit, err = in.tr.WaitPoint(ctx, cfg.from, t.Point, t.N, t.VM)
-		inj.RequestedNs = hit.Event.TsNs + int64(t.Offset)
-	case TriggerAfterExit:
-		hit, err = in.tr.Wait(ctx, cfg.from, t.N, childExitMatch(t.Child, t.VM))
-		inj.RequestedNs = hit.Event.TsNs + int64(t.Offset)
-		inj.IntendedPhase = "agent.child.exit"
-	case TriggerPark:
-		// The parked file first: it is what proves the process is held. Its
-		// hit was sent before the file was written, so it is in the trace
-		// or about to be.
-		var pid int
-		if pid, err = failpoint.WaitParked(ctx, in.opt.CtlDir, t.Point); err == nil {
-			inj.RequestedNs = failpoint.Now()
-			hit, err = in.parkedHit(ctx, t, pid)
+	var v *victim
+	if sig, ok := faultSignal[f.Kind]; ok && t.Kind != TriggerPark {
+		// The accuracy-critical path: resolved and fired on the trace's
+		// reader thread, no goroutine hand-off between hit and signal.
+		fr := in.fireOnReader(ctx, f, t, cfg, pre, sig)
+		hit, v = fr.hit, fr.v
+		if v != nil && v != pre {
+			defer v.close()
 		}
-	}
-	if err != nil {
-		inj.Err = "trigger: " + err.Error()
-		return inj
-	}
-	inj.TriggerPID, inj.TriggerNs = hit.Event.Pid, hit.Event.TsNs
+		inj.RequestedNs, inj.ActualNs = fr.requested, fr.actual
+		inj.TriggerPID, inj.TriggerNs, inj.HitRecvNs = hit.Event.Pid, hit.Event.TsNs, hit.RecvNs
+		if v != nil {
+			inj.VictimPID = v.fd.PID
+		}
+		if t.Kind == TriggerAfterExit {
+			inj.IntendedPhase = "agent.child.exit"
+		}
+		if fr.err != nil {
+			inj.Err = fr.err.Error()
+			return inj
+		}
+		if f.Kind == FaultSigstop && f.StopFor > 0 {
+			in.contLater(v.fd.Proc, inj.ActualNs+int64(f.StopFor))
+		}
+	} else {
+		switch t.Kind {
+		case TriggerAt:
+			hit, err = in.tr.WaitPoint(ctx, cfg.from, t.Point, t.N, t.VM)
+			inj.RequestedNs = hit.Event.TsNs + int64(t.Offset)
+		case TriggerAfterExit:
+			hit, err = in.tr.Wait(ctx, cfg.from, t.N, childExitMatch(t.Child, t.VM))
+			inj.RequestedNs = hit.Event.TsNs + int64(t.Offset)
+			inj.IntendedPhase = "agent.child.exit"
+		case TriggerPark:
+			// The parked file first: it is what proves the process is held. Its
+			// hit was sent before the file was written, so it is in the trace
+			// or about to be.
+			var pid int
+			if pid, err = failpoint.WaitParked(ctx, in.opt.CtlDir, t.Point); err == nil {
+				inj.RequestedNs = failpoint.Now()
+				hit, err = in.parkedHit(ctx, t, pid)
+			}
+		}
+		if err != nil {
+			inj.Err = "trigger: " + err.Error()
+			return inj
+		}
+		inj.TriggerPID, inj.TriggerNs, inj.HitRecvNs = hit.Event.Pid, hit.Event.TsNs, hit.RecvNs
 
-	v := pre
-	if v == nil || v.fd.Exited() {
-		if v, err = in.resolve(ctx, f, &hit); err != nil {
-			inj.Err = "victim: " + err.Error()
+		v = pre
+		if v == nil || v.fd.Exited() {
+			if v, err = in.resolve(ctx, f, &hit); err != nil {
+				inj.Err = "victim: " + err.Error()
+				in.release(t)
+				return inj
+			}
+			defer v.close()
+		}
+		if err := sleepUntil(ctx, inj.RequestedNs); err != nil {
+			inj.Err = "waiting for the offset: " + err.Error()
 			in.release(t)
 			return inj
 		}
-		defer v.close()
+		in.fire(ctx, f, v, &inj)
 	}
-	if err := sleepUntil(ctx, inj.RequestedNs); err != nil {
-		inj.Err = "waiting for the offset: " + err.Error()
-		in.release(t)
-		return inj
-	}
-	in.fire(ctx, f, v, &inj)
 
 	// Let datagrams sent before the signal arrive, then read where the
 	// operation was when the fault landed.
@@ -365,6 +397,77 @@ func (in *Injector) parkedHit(ctx context.Context, t Trigger, pid int) (Hit, err
 	}
 }
 
+// faultSignal maps the faults that are one signal to a victim to that signal.
+var faultSignal = map[string]syscall.Signal{
+	FaultSigkillMain: syscall.SIGKILL, FaultSigkillChild: syscall.SIGKILL, FaultSigkillVMM: syscall.SIGKILL,
+	FaultSigstop: syscall.SIGSTOP, FaultSigcont: syscall.SIGCONT,
+}
+
+// contLater sends SIGCONT to p at CLOCK_MONOTONIC at (sigstop with StopFor).
+func (in *Injector) contLater(p Proc, at int64) {
+	go func() {
+		_ = sleepUntil(context.Background(), at)
+		_ = signalProc(p, syscall.SIGCONT)
+	}()
+}
+
+// firing is the outcome of a fault fired on the trace reader thread.
+type firing struct {
+	hit               Hit
+	v                 *victim
+	requested, actual int64
+	err               error
+}
+
+// fireOnReader arms a trace waiter whose completing hit resolves the victim
+// (unless pre is still alive) and queues the signal at hit + offset on the
+// reader thread.
+func (in *Injector) fireOnReader(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre *victim, sig syscall.Signal) firing {
+	res := make(chan firing, 1)
+	// 0 armed, 1 firing, 2 disarmed: a disarm never races a signal that is
+	// using pidfds the caller is about to close.
+	var state atomic.Int32
+	match := PointMatch(t.Point, t.VM)
+	if t.Kind == TriggerAfterExit {
+		match = childExitMatch(t.Child, t.VM)
+	}
+	cancel, err := in.tr.onHitWaiter(cfg.from, t.N, match, func(h Hit) *timed {
+		fr := firing{hit: h, requested: h.Event.TsNs + int64(t.Offset)}
+		v := pre
+		if v == nil || v.fd.Exited() {
+			nv, err := in.resolve(ctx, f, &h)
+			if err != nil {
+				fr.err = fmt.Errorf("victim: %w", err)
+				res <- fr
+				return nil
+			}
+			v = nv
+		}
+		fr.v = v
+		return &timed{due: fr.requested, fire: func() {
+			if !state.CompareAndSwap(0, 1) {
+				return // disarmed; nobody waits for res
+			}
+			fr.err = v.fd.Signal(sig)
+			fr.actual = failpoint.Now()
+			res <- fr
+		}}
+	})
+	if err != nil {
+		return firing{err: fmt.Errorf("trigger: %w", err)}
+	}
+	select {
+	case fr := <-res:
+		return fr
+	case <-ctx.Done():
+		cancel()
+		if !state.CompareAndSwap(0, 2) {
+			return <-res // it is firing right now: take its result
+		}
+		return firing{err: fmt.Errorf("trigger: %w", ctx.Err())}
+	}
+}
+
 func (in *Injector) release(t Trigger) {
 	if t.Kind == TriggerPark {
 		_ = failpoint.Release(in.opt.CtlDir, t.Point)
@@ -394,11 +497,7 @@ func (in *Injector) fire(ctx context.Context, f Fault, v *victim, inj *Injection
 		err = v.fd.Signal(syscall.SIGSTOP)
 		inj.ActualNs = failpoint.Now()
 		if err == nil && f.StopFor > 0 {
-			go func(fd *PidFD) {
-				// Its own pidfd: the caller closes v when run returns.
-				_ = sleepUntil(context.Background(), inj.ActualNs+int64(f.StopFor))
-				_ = signalProc(fd.Proc, syscall.SIGCONT)
-			}(v.fd)
+			in.contLater(v.fd.Proc, inj.ActualNs+int64(f.StopFor))
 		}
 	case FaultSigcont:
 		err = v.fd.Signal(syscall.SIGCONT)

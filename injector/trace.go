@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/failpoint"
@@ -17,12 +19,17 @@ import (
 
 // Trace is the harness end of the failpoint trace protocol (ARCHITECTURE §3):
 // a unixgram socket every component of the stack sends one datagram to per
-// phase hit (VMCHAOS_TRACE). It keeps every event in arrival order and wakes
-// waiters on the reader goroutine itself, so a trigger learns of a hit one
-// datagram delivery after it happened: this is the accuracy-critical path.
+// phase hit (VMCHAOS_TRACE). It keeps every event in arrival order.
+//
+// Accuracy: one reader goroutine, locked to its own OS thread (SCHED_FIFO
+// when the host allows it), reads the socket with raw syscalls and also fires
+// timed actions (the signals of `at` triggers) from the same thread, sleeping
+// in ppoll until the next one is due. So a fault never waits for the Go
+// scheduler or for CFS behind a loaded machine between the hit and the kill.
 type Trace struct {
 	path string
-	conn *net.UnixConn
+	fd   int // the bound unixgram socket
+	wake int // eventfd: wakes the reader (new timed action, close)
 	done chan struct{}
 
 	mu      sync.Mutex
@@ -32,6 +39,12 @@ type Trace struct {
 	bad     int
 	lastBad string
 	closed  bool
+	RT      bool // the reader thread runs SCHED_FIFO
+
+	posted []func() // to run on the reader thread
+
+	// reader-thread only
+	due []*timed
 }
 
 // Hit is one event as a waiter sees it.
@@ -45,6 +58,15 @@ type waiter struct {
 	match func(*failpoint.Event) bool
 	need  int // hits still to see
 	ch    chan Hit
+	// onHit, when set, runs on the reader thread at the completing hit and
+	// returns an action to fire there at its due time (nil: nothing to fire).
+	onHit func(Hit) *timed
+}
+
+// timed is an action the reader thread fires at CLOCK_MONOTONIC due.
+type timed struct {
+	due  int64
+	fire func()
 }
 
 // ErrTraceClosed is returned by waits on a closed trace.
@@ -57,64 +79,168 @@ func ListenTrace(path string) (*Trace, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		_ = os.Remove(path)
 	}
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("trace listen %s: %w", path, err)
 	}
-	// A burst of hits must not block the stack: ask for a deep receive queue
-	// (the kernel caps it at net.core.rmem_max).
-	_ = conn.SetReadBuffer(8 << 20)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("trace listen %s: %w", path, err)
+	}
+	// A burst of hits must not block the stack: a deep receive queue (root
+	// may exceed net.core.rmem_max).
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+	}
 	// Units may run as another user.
 	_ = os.Chmod(path, 0o666)
-	t := &Trace{path: path, conn: conn, done: make(chan struct{})}
-	go t.read()
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(fd)
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("trace listen %s: eventfd: %w", path, err)
+	}
+	// The reader thread needs a free P each time it returns from ppoll; on a
+	// 2-core host GOMAXPROCS=2 lets two descheduled normal threads hold both
+	// and delay a due signal by a CFS slice. Spare Ps cost nothing idle.
+	if runtime.GOMAXPROCS(0) < minProcs {
+		runtime.GOMAXPROCS(minProcs)
+	}
+	t := &Trace{path: path, fd: fd, wake: wake, done: make(chan struct{})}
+	started := make(chan struct{})
+	go t.read(started)
+	<-started
 	return t, nil
 }
 
 // Path is the socket path to put into VMCHAOS_TRACE.
 func (t *Trace) Path() string { return t.path }
 
-func (t *Trace) read() {
+// minProcs is the GOMAXPROCS floor a Trace sets (see ListenTrace).
+const minProcs = 8
+
+// rtPriority is the SCHED_FIFO priority of the timing-critical threads: low
+// among RT priorities, above every normal task. VMCHAOS_INJECTOR_RT=0 opts out.
+const rtPriority = 10
+
+// boostThread makes the calling (locked) thread SCHED_FIFO, or at least gives
+// it a 1ns timer slack. It reports whether RT was granted.
+func boostThread() bool {
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	if os.Getenv("VMCHAOS_INJECTOR_RT") == "0" {
+		return false
+	}
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: rtPriority}
+	return unix.SchedSetAttr(0, &attr, 0) == nil
+}
+
+func (t *Trace) read(started chan<- struct{}) {
+	// Never unlocked: the thread's scheduling policy changed, so it exits
+	// with this goroutine instead of returning to the pool.
+	runtime.LockOSThread()
+	rt := boostThread()
+	t.mu.Lock()
+	t.RT = rt
+	t.mu.Unlock()
+	close(started)
 	defer close(t.done)
 	buf := make([]byte, 1<<16)
+	fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.wake), Events: unix.POLLIN}}
 	for {
-		n, _, err := t.conn.ReadFromUnix(buf)
-		if err != nil {
+		// Fire what is due, then sleep until the next due action or input.
+		var tsp *unix.Timespec
+		for len(t.due) > 0 {
+			now := failpoint.Now()
+			if t.due[0].due > now {
+				ts := unix.NsecToTimespec(t.due[0].due - now)
+				tsp = &ts
+				break
+			}
+			a := t.due[0]
+			t.due = t.due[1:]
+			a.fire()
+		}
+		fds[0].Revents, fds[1].Revents = 0, 0
+		_, err := unix.Ppoll(fds, tsp, nil)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		if fds[1].Revents != 0 {
+			var b [8]byte
+			_, _ = unix.Read(t.wake, b[:])
 			t.mu.Lock()
-			closed := t.closed
+			closed, posted := t.closed, t.posted
+			t.posted = nil
 			t.mu.Unlock()
-			if closed || errors.Is(err, net.ErrClosed) {
+			if closed {
 				return
 			}
-			continue
+			for _, f := range posted {
+				f()
+			}
 		}
-		now := failpoint.Now()
-		ev, err := failpoint.ParseEvent(buf[:n])
-		t.mu.Lock()
-		if err != nil {
-			t.bad++
-			t.lastBad = err.Error()
-			t.mu.Unlock()
-			continue
+		for {
+			n, _, err := unix.Recvfrom(t.fd, buf, unix.MSG_DONTWAIT)
+			if err != nil {
+				break // EAGAIN: drained
+			}
+			t.ingest(buf[:n])
 		}
-		idx := len(t.events)
-		t.events = append(t.events, ev)
-		t.recvNs = append(t.recvNs, now)
-		if len(t.waiters) > 0 {
-			t.offer(Hit{Index: idx, Event: ev, RecvNs: now})
-		}
-		t.mu.Unlock()
 	}
 }
 
-// offer hands h to every waiter it completes; called with mu held.
-func (t *Trace) offer(h Hit) {
+// ingest records one datagram and runs the waiters it completes.
+func (t *Trace) ingest(b []byte) {
+	now := failpoint.Now()
+	ev, err := failpoint.ParseEvent(b)
+	t.mu.Lock()
+	if err != nil {
+		t.bad++
+		t.lastBad = err.Error()
+		t.mu.Unlock()
+		return
+	}
+	idx := len(t.events)
+	t.events = append(t.events, ev)
+	t.recvNs = append(t.recvNs, now)
+	var fired []*waiter
+	if len(t.waiters) > 0 {
+		fired = t.offer(Hit{Index: idx, Event: ev, RecvNs: now})
+	}
+	t.mu.Unlock()
+	for _, w := range fired {
+		t.schedule(w.onHit(Hit{Index: idx, Event: ev, RecvNs: now}))
+	}
+}
+
+// schedule queues a timed action; reader thread only.
+func (t *Trace) schedule(a *timed) {
+	if a == nil {
+		return
+	}
+	if a.due <= failpoint.Now() {
+		a.fire()
+		return
+	}
+	i := sort.Search(len(t.due), func(i int) bool { return t.due[i].due > a.due })
+	t.due = append(t.due, nil)
+	copy(t.due[i+1:], t.due[i:])
+	t.due[i] = a
+}
+
+// offer hands h to every waiter it completes and returns those with an
+// onHit callback (to be run without the lock); called with mu held.
+func (t *Trace) offer(h Hit) (fired []*waiter) {
 	kept := t.waiters[:0]
 	for _, w := range t.waiters {
 		if w.match(&h.Event) {
 			w.need--
 			if w.need == 0 {
-				w.ch <- h // buffered, exactly one send
+				if w.onHit != nil {
+					fired = append(fired, w)
+				} else {
+					w.ch <- h // buffered, exactly one send
+				}
 				continue
 			}
 		}
@@ -124,6 +250,58 @@ func (t *Trace) offer(h Hit) {
 		t.waiters[i] = nil
 	}
 	t.waiters = kept
+	return fired
+}
+
+// onHitWaiter registers a waiter whose completing hit runs onHit on the reader
+// thread (events already in the trace count, as for Wait). It returns a
+// cancel func that removes the waiter if it has not completed.
+func (t *Trace) onHitWaiter(from, n int, match func(*failpoint.Event) bool, onHit func(Hit) *timed) (cancel func(), err error) {
+	if n < 1 {
+		n = 1
+	}
+	w := &waiter{match: match, need: n, onHit: onHit}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, ErrTraceClosed
+	}
+	if from < 0 {
+		from = 0
+	}
+	for i := from; i < len(t.events); i++ {
+		if match(&t.events[i]) {
+			w.need--
+			if w.need == 0 {
+				// Already happened: run it on the reader thread all the same.
+				h := Hit{Index: i, Event: t.events[i], RecvNs: t.recvNs[i]}
+				t.mu.Unlock()
+				t.post(func() { t.schedule(onHit(h)) })
+				return func() {}, nil
+			}
+		}
+	}
+	t.waiters = append(t.waiters, w)
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for i, x := range t.waiters {
+			if x == w {
+				t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+				return
+			}
+		}
+	}, nil
+}
+
+// post runs f on the reader thread (as an action due now).
+func (t *Trace) post(f func()) {
+	t.mu.Lock()
+	t.posted = append(t.posted, f)
+	t.mu.Unlock()
+	var one = [8]byte{1}
+	_, _ = unix.Write(t.wake, one[:])
 }
 
 // Close stops reading and removes the socket file. Waiters get ErrTraceClosed.
@@ -135,12 +313,17 @@ func (t *Trace) Close() error {
 	}
 	t.closed = true
 	for _, w := range t.waiters {
-		close(w.ch)
+		if w.ch != nil {
+			close(w.ch)
+		}
 	}
 	t.waiters = nil
 	t.mu.Unlock()
-	err := t.conn.Close()
+	var one = [8]byte{1}
+	_, _ = unix.Write(t.wake, one[:])
 	<-t.done
+	err := unix.Close(t.fd)
+	unix.Close(t.wake)
 	_ = os.Remove(t.path)
 	return err
 }

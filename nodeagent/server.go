@@ -20,47 +20,34 @@ const MsgResumeInFlight = "resumed operation still in flight for %s"
 
 func (a *Agent) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/vms", a.handleList)
-	mux.HandleFunc("GET /v1/vms/{name}", a.handleGet)
-	mux.HandleFunc("PUT /v1/vms/{name}", a.handlePut)
-	mux.HandleFunc("DELETE /v1/vms/{name}", a.handleDelete)
+	mux.HandleFunc("/v1/vms", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, "GET")
+			return
+		}
+		a.handleList(w, r)
+	})
+	mux.HandleFunc("/v1/vms/{name}", func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+			a.handleGet(w, r)
+		case http.MethodPut:
+			a.handlePut(w, r)
+		case http.MethodDelete:
+			a.handleDelete(w, r)
+		default:
+			methodNotAllowed(w, "GET, PUT, DELETE")
+		}
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return methodGuard(mux)
+	return mux
 }
 
-// methodGuard answers JSON for a known path with an unsupported method.
-func methodGuard(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &statusPeek{ResponseWriter: w}
-		next.ServeHTTP(rec, r)
-	})
-}
-
-type statusPeek struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (s *statusPeek) WriteHeader(code int) {
-	if code == http.StatusMethodNotAllowed && !s.wrote {
-		s.wrote = true
-		s.Header().Set("Content-Type", "application/json")
-		s.ResponseWriter.WriteHeader(code)
-		_ = json.NewEncoder(s.ResponseWriter).Encode(APIError{Error: "method not allowed"})
-		return
-	}
-	s.wrote = true
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusPeek) Write(b []byte) (int, error) {
-	if s.wrote && s.Header().Get("Content-Type") == "application/json" && bytes.HasPrefix(b, []byte("Method Not Allowed")) {
-		return len(b), nil // the mux's plain-text body after our JSON one
-	}
-	s.wrote = true
-	return s.ResponseWriter.Write(b)
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	writeErr(w, http.StatusMethodNotAllowed, "method not allowed (allowed: "+allow+")")
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -411,3 +411,44 @@ func decodeJSONFile(t *testing.T, p string, v any) {
 		t.Fatalf("%s: %v", p, err)
 	}
 }
+
+// TestEventMonitor: --event-monitor gets CH's stream of JSON events.
+func TestEventMonitor(t *testing.T) {
+	dir := vmDir(t, "VMEVENTS")
+	g := newGuest(t, dir)
+	sock := filepath.Join(dir, "api.sock")
+	events := filepath.Join(dir, "events.json")
+	p, c := startReady(t, sock, baseEnv(), bootArgs(sock, g.path, "", "--event-monitor", "path="+events)...)
+	ctx := ctxT(t)
+	if err := c.Pause(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resume(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	p.wait()
+	b, err := os.ReadFile(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var got []string
+	for dec.More() {
+		var ev struct {
+			Timestamp struct{ Secs, Nanos int64 }
+			Source    string
+			Event     string
+		}
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("event stream %s: %v", b, err)
+		}
+		got = append(got, ev.Source+":"+ev.Event)
+	}
+	want := "vmm:starting vm:booting vm:booted vm:pausing vm:paused vm:resuming vm:resumed vm:shutdown"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("events %v, want %s", got, want)
+	}
+}

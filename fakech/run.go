@@ -112,6 +112,15 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 		}
 	}
 	vmm := NewVMM(compat, clk, vmID, log, opts.NoShutdown)
+	if opts.EventMonitor != "" {
+		em, err := openEventMonitor(opts.EventMonitor, log.start)
+		if err != nil {
+			return chainExit("Error creating event monitor", err.Error())
+		}
+		defer em.close()
+		vmm.events = em
+		em.emit("vmm", "starting", nil)
+	}
 	srv := &server{vmm: vmm}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -138,6 +147,7 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 		log.infof("received %v: shutting down", s)
 		vmm.mu.Lock()
 		if vmm.state != "" {
+			vmm.event("shutdown", nil)
 			vmm.teardown()
 			_ = vmm.hit("ch.shutdown", failpoint.Attrs{"signal": s.String()})
 		}

@@ -89,6 +89,7 @@ type VMM struct {
 	slots   int             // PCI slots handed out
 	guest   atomic.Pointer[guest]
 	nics    *nicSet
+	events  *eventMonitor // nil without --event-monitor
 }
 
 // NewVMM returns a VMM with no config.
@@ -108,6 +109,8 @@ func (v *VMM) hit(name string, attrs failpoint.Attrs) error {
 	attrs["vm"] = v.vmID
 	return failpoint.Hit(context.Background(), name, attrs)
 }
+
+func (v *VMM) event(name string, props map[string]string) { v.events.emit("vm", name, props) }
 
 func (v *VMM) sleep(d Duration) { _ = timescale.SleepRaw(context.Background(), v.clock.d(d)) }
 
@@ -157,6 +160,9 @@ func (v *VMM) dispatch(c *call) (*response, error) {
 		return jsonResponse(200, chapi.VmmPingResponse{BuildVersion: v.compat.BuildVersion(), Version: v.compat.crateVersion(),
 			Pid: int64(os.Getpid()), Features: []string{"kvm", "io_uring"}}), nil
 	case chapi.EpShutdownVMM:
+		if v.state != "" {
+			v.event("shutdown", nil)
+		}
 		v.teardown()
 		_ = v.hit("ch.shutdown", nil)
 		v.exitAfter = 0
@@ -196,6 +202,7 @@ func (v *VMM) dispatch(c *call) (*response, error) {
 			_ = v.hit("ch.shutdown", nil)
 		}
 		v.config = nil
+		v.event("deleted", nil)
 		return respNoContent, nil
 	}
 	return respNotFound, nil
@@ -326,12 +333,14 @@ func (v *VMM) boot() error {
 		v.counter = saved
 		return vmmErr(500, ctx, "Error creating VM", "Cannot create virtio-net device", err.Error())
 	}
+	v.event("booting", nil)
 	v.config = &work
 	v.slots = 3 + len(work.Disks) + len(work.Net)
 	v.guest.Store(g)
 	v.state = chapi.StateRunning
 	g.setRunning(true)
 	v.console("booted (boot id %s)", g.bootID)
+	v.event("booted", nil)
 	return wrapHit(v.hit("ch.boot", nil), ctx)
 }
 
@@ -373,6 +382,7 @@ func (v *VMM) shutdown(ctx string) error {
 	if v.state == "" {
 		return vmmErr(500, ctx, "VM is not running")
 	}
+	v.event("shutdown", nil)
 	v.sleep(v.clock.t.Shutdown)
 	v.teardown()
 	v.console("shut down")
@@ -400,6 +410,7 @@ func (v *VMM) reboot() error {
 	v.state = chapi.StateRunning
 	g.setRunning(true)
 	v.console("rebooted (boot id %s)", g.bootID)
+	v.event("rebooted", nil)
 	return nil
 }
 
@@ -418,6 +429,7 @@ func (v *VMM) powerButton() error {
 			v.log.warnf("guest poweroff: %v", err)
 		}
 	}
+	v.event("shutdown", nil)
 	v.sleep(v.clock.t.Shutdown)
 	v.teardown()
 	_ = v.hit("ch.shutdown", nil)
@@ -435,9 +447,11 @@ func (v *VMM) pause() error {
 	case chapi.StatePaused:
 		return vmmErr(500, ctx, "Cannot pause VM", "Failed to pause migratable component", "Invalid transition: InvalidStateTransition(Paused, Paused)")
 	}
+	v.event("pausing", nil)
 	v.sleep(v.clock.t.Pause)
 	v.guest.Load().setRunning(false)
 	v.state = chapi.StatePaused
+	v.event("paused", nil)
 	return wrapHit(v.hit("ch.pause", nil), ctx)
 }
 
@@ -449,9 +463,11 @@ func (v *VMM) resume() error {
 	case chapi.StateRunning:
 		return vmmErr(500, ctx, "Cannot resume VM", "Invalid transition: InvalidStateTransition(Running, Running)")
 	}
+	v.event("resuming", nil)
 	v.sleep(v.clock.t.Resume)
 	v.guest.Load().setRunning(true)
 	v.state = chapi.StateRunning
+	v.event("resumed", nil)
 	return wrapHit(v.hit("ch.resume", nil), ctx)
 }
 
@@ -521,6 +537,7 @@ func (v *VMM) snapshot(url string) error {
 	if err := v.hit("ch.snapshot.begin", failpoint.Attrs{"dir": dir}); err != nil {
 		return vmmErr(500, ctx, err.Error())
 	}
+	v.event("snapshotting", nil)
 	g := v.guest.Load()
 	mem := g.capture()
 	v.sleep(perGiB(v.clock.t.SnapshotPerGiB, v.memSize()))
@@ -538,6 +555,7 @@ func (v *VMM) snapshot(url string) error {
 	if err := writeJSON(opened["state.json"], st); err != nil {
 		return vmmErr(500, ctx, "Cannot send VM snapshot", "Error writing snapshot state file", err.Error())
 	}
+	v.event("snapshotted", nil)
 	return wrapHit(v.hit("ch.snapshot.done", failpoint.Attrs{"dir": dir}), ctx)
 }
 
@@ -600,6 +618,7 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	if err := v.hit("ch.restore.begin", failpoint.Attrs{"dir": dir}); err != nil {
 		return vmmErr(500, ctx, err.Error())
 	}
+	v.event("restoring", nil)
 	fillDefaults(&cfg)
 	for _, n := range cfg.Net {
 		if err := checkAddr(n.IP); err != nil {
@@ -628,6 +647,7 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	v.counter, v.slots = st.Counter, st.Slots
 	v.guest.Store(g)
 	v.state = chapi.StatePaused
+	v.event("restored", nil)
 	if err := v.hit("ch.restore.done", failpoint.Attrs{"dir": dir}); err != nil {
 		return vmmErr(500, ctx, err.Error())
 	}
@@ -772,6 +792,7 @@ func (v *VMM) removeDevice(id string) error {
 		}
 		v.nics.close(id)
 		v.sleep(v.clock.t.RemoveDevice)
+		v.events.emit("vm", "device-removed", map[string]string{"id": id})
 		return wrapHit(v.hit("ch.net.removed", failpoint.Attrs{"nic": id, "ip": n.IP}), ctx)
 	}
 	for i, d := range v.config.Disks {

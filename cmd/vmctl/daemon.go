@@ -33,6 +33,7 @@ VMCHAOS_TIME_SCALE. --once runs a single pass and prints its report as JSON.`,
 				}
 				return printJSON(os.Stdout, rep)
 			}
+			residentGC()
 			return m.Daemon(cmd.Context(), timescale.D(interval))
 		},
 	}

@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -26,6 +28,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 		os.Exit(1)
 	}
+	// Most verbs live for milliseconds and allocate a few MiB decoding an
+	// index: collecting that garbage costs more than the process's whole
+	// life. GC runs only near the limit; resident verbs (daemon, status)
+	// restore the default with residentGC.
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(256 << 20)
 	// SIGINT/SIGTERM cancel the verb's context (a save still resumes the
 	// guest). SIGPIPE keeps Go's default: a child whose parent died exits
 	// on its next write to the dead stdout/stderr pipe.
@@ -84,4 +92,10 @@ process; state lives in flocked, fsynced JSON indexes under --root-dir. Errors p
 	f.StringVar(&g.cfg.Identity, "identity", envOr("VMCTL_SSH_KEY", ""), "SSH private key used by `vm exec` (env VMCTL_SSH_KEY)")
 	root.AddCommand(newVMCmd(g), newSnapshotCmd(g), newDaemonCmd(g), newGCCmd(g), newCheckCmd(g))
 	return root
+}
+
+// residentGC restores Go's default collector for long-running verbs.
+func residentGC() {
+	debug.SetGCPercent(100)
+	debug.SetMemoryLimit(math.MaxInt64)
 }

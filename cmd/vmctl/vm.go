@@ -261,6 +261,9 @@ The interval is scaled by VMCHAOS_TIME_SCALE.`,
 				return err
 			}
 			d := timescale.D(time.Duration(interval * float64(time.Second)))
+			if interval > 0 {
+				residentGC()
+			}
 			if event {
 				enc := json.NewEncoder(os.Stdout)
 				return m.StatusEvents(cmd.Context(), d, func(e vmctl.StatusEvent) error {

@@ -120,6 +120,9 @@ func Decode(b []byte) (*Image, error) {
 	if img.SSHPort == 0 {
 		img.SSHPort = DefaultSSHPort
 	}
+	if img.SSHPort < 0 || img.SSHPort > 65535 {
+		return nil, fmt.Errorf("fake guest image: corrupt: ssh_port %d", img.SSHPort)
+	}
 	return &img, nil
 }
 

@@ -42,6 +42,9 @@ var Catalogue = []Point{
 	// vmctl: net
 	{"vm.net.removed", "vmctl", "net", "NICs removed through the VMM (orphaned pause converged first)", "new NICs added, record updated"},
 	{"vm.net.added", "vmctl", "net", "new NICs added through the VMM", "record updated"},
+	// vmctl: start and stop
+	{"vm.start.booted", "vmctl", "start", "VMM booted from the VM's disk under the ops lock, guest running", "record committed running with the new pid"},
+	{"vm.stop.vmm-stopped", "vmctl", "stop", "VMM shut down (or killed) under the ops lock", "record committed stopped"},
 	// vmctl: store and daemon
 	{"store.commit.before-rename", "vmctl", "store", "new index written and fsynced to a temp file", "rename over the index"},
 	{"store.commit.after-rename", "vmctl", "store", "index renamed into place", "directory fsync"},

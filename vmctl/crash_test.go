@@ -5,6 +5,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
 )
@@ -13,7 +14,7 @@ import (
 // and then runs the documented converger for that verb.
 type crashCase struct {
 	point string
-	op    string   // create | clone | save | snapshot-rm | rm | net | daemon
+	op    string   // create | clone | save | snapshot-rm | rm | net | start | stop | daemon
 	verb  []string // the verb killed (setup gives VM "a" running, snapshot "base")
 	// committed: the kill came after the verb's final commit, so its
 	// effect must be there after convergence.
@@ -46,6 +47,8 @@ var crashCases = []crashCase{
 	{"vm.rm.done", "rm", []string{"vm", "rm", "--force", "a"}, true},
 	{"vm.net.removed", "net", []string{"vm", "net", "a", "--nics", "0"}, false},
 	{"vm.net.added", "net", []string{"vm", "net", "a", "--nics", "2"}, false},
+	{"vm.start.booted", "start", []string{"vm", "start", "a"}, true},
+	{"vm.stop.vmm-stopped", "stop", []string{"vm", "stop", "a"}, true},
 	{"daemon.pass", "daemon", []string{"daemon", "--once"}, true},
 }
 
@@ -73,6 +76,9 @@ func TestCrashSafetyAtEveryPoint(t *testing.T) {
 			s := newStack(t, "0.02")
 			a := s.runVM("a")
 			s.ok("snapshot", "save", "--name", "base", "a")
+			if c.op == "start" {
+				s.ok("vm", "stop", "a")
+			}
 			verb := append([]string(nil), c.verb...)
 			for i, v := range verb {
 				if v == "IMAGE" {
@@ -83,10 +89,19 @@ func TestCrashSafetyAtEveryPoint(t *testing.T) {
 			if r.signal != syscall.SIGKILL {
 				t.Fatalf("%s was not killed at %s: %s", strings.Join(verb, " "), c.point, r)
 			}
+			t0 := time.Now()
 			converge(t, s, c)
+			t.Logf("converged in %s", time.Since(t0))
 			s.check()
+			t.Logf("checked at %s", time.Since(t0))
 
 			// The survivors work and the names are usable again.
+			if c.op == "stop" {
+				if v := s.vm("a"); v.State != StateStopped || v.Reason != "unexpected-exit" {
+					t.Fatalf("stopped VM after convergence: %+v", v)
+				}
+				s.ok("vm", "start", "a")
+			}
 			if c.op != "rm" {
 				if v := s.vm("a"); v.State != StateRunning || v.VMMState != "Running" {
 					t.Fatalf("source VM after convergence: %+v", v)
@@ -163,7 +178,9 @@ func converge(t *testing.T, s *stack, c crashCase) {
 			}
 		}
 		s.ok("gc")
-	case "snapshot-rm", "rm":
+	case "snapshot-rm", "rm", "start", "stop":
+		// One daemon pass: tombstones rolled forward, a VMM whose start
+		// died before the commit adopted, a dead VMM recorded stopped.
 		s.ok("daemon", "--once")
 	case "net":
 		s.ok(c.verb...)

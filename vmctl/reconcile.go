@@ -68,6 +68,7 @@ type PassReport struct {
 	Collected   []string `json:"collected,omitempty"`    // ownerless creating records deleted
 	Busy        []string `json:"busy,omitempty"`         // creating records with a live owner
 	Converged   []string `json:"converged,omitempty"`    // running records whose VMM died, now stopped
+	Adopted     []string `json:"adopted,omitempty"`      // stopped records whose VMM is alive (a start died before its commit), now running
 	RolledVMs   []string `json:"rolled_vms,omitempty"`   // VM tombstones completed
 	RolledSnaps []string `json:"rolled_snaps,omitempty"` // snapshot tombstones completed
 	Errors      []string `json:"errors,omitempty"`
@@ -106,6 +107,19 @@ func (m *Manager) DaemonPass(ctx context.Context) (PassReport, error) {
 			}
 		}
 	}
+	for id, pids := range m.findVMMs() {
+		v, ok := ix.VMs[id]
+		if !ok || (v.State != StateStopped && v.State != StateCreated) {
+			continue
+		}
+		adopted, err := m.adoptLive(ctx, id, pids[0])
+		if err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+		} else if adopted {
+			m.logf("daemon: VM %s has a live VMM %d: recorded running", id, pids[0])
+			rep.Adopted = append(rep.Adopted, id)
+		}
+	}
 	rolled, errs := m.rollForward(ctx)
 	rep.RolledVMs, rep.RolledSnaps = rolled.vms, rolled.snaps
 	rep.Errors = append(rep.Errors, errs...)
@@ -134,6 +148,25 @@ func (m *Manager) convergeDead(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	_, err = m.setVM(ctx, id, func(r *VM) { r.State, r.Pid, r.Reason = StateStopped, 0, "unexpected-exit" })
+	return err == nil, err
+}
+
+// adoptLive records a stopped VM whose VMM is alive as running: a start
+// that died between launching the VMM and its commit wanted exactly that.
+func (m *Manager) adoptLive(ctx context.Context, id string, pid int) (bool, error) {
+	l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
+	if errors.Is(err, ErrLocked) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer l.Unlock()
+	v, err := m.resolveVM(id)
+	if err != nil || (v.State != StateStopped && v.State != StateCreated) || !m.isOurVMM(pid, id) {
+		return false, nil
+	}
+	_, err = m.setVM(ctx, id, func(r *VM) { r.State, r.Pid, r.Reason = StateRunning, pid, "adopted live VMM" })
 	return err == nil, err
 }
 

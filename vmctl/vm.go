@@ -406,6 +406,9 @@ func (m *Manager) Start(ctx context.Context, ref string) (*VM, error) {
 		return nil, fmt.Errorf("start %s: %w", v.ID, err)
 	}
 	m.logf("start %s: VMM %d running", v.ID, pid)
+	if err := hit(ctx, "vm.start.booted", v.ID); err != nil {
+		return nil, err
+	}
 	return m.setVM(ctx, v.ID, func(r *VM) { r.State, r.Pid, r.Reason = StateRunning, pid, "" })
 }
 
@@ -427,6 +430,9 @@ func (m *Manager) Stop(ctx context.Context, ref string, force bool, timeout time
 		return nil, fmt.Errorf("stop %s: %w", v.ID, err)
 	}
 	m.logf("stop %s: stopped", v.ID)
+	if err := hit(ctx, "vm.stop.vmm-stopped", v.ID); err != nil {
+		return nil, err
+	}
 	return m.setVM(ctx, v.ID, func(r *VM) { r.State, r.Pid, r.Reason = StateStopped, 0, "stopped" })
 }
 

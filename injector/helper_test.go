@@ -60,7 +60,16 @@ func helperMain(mode string) int {
 	case "child":
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
-		<-ch
+		life, _ := time.ParseDuration(os.Getenv("HELPER_CHILD_LIFE"))
+		if life > 0 {
+			select {
+			case <-ch:
+			case <-time.After(life):
+				return 0
+			}
+		} else {
+			<-ch
+		}
 		helperLog("child %d got TERM", os.Getpid())
 		return 0
 	case "loop":

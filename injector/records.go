@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -174,13 +175,34 @@ func runProcs(r *Record, all []int) []Proc {
 		if err != nil || st.start < r.Runner.Start {
 			continue
 		}
-		inNS := r.PidNS != "" && pidNS(pid) == r.PidNS
+		// A namespace inode can be reused once freed: the pid namespace
+		// counts only together with the run's own cgroup.
+		inNS := r.PidNS != "" && pidNS(pid) == r.PidNS && inCgroupTree(pid, r.Cgroup)
 		if inNS || environHas(pid, tag) {
 			out = append(out, Proc{PID: pid, Start: st.start})
 			seen[pid] = true
 		}
 	}
 	return out
+}
+
+// inCgroupTree reports whether pid's cgroup2 path is dir or below it.
+func inCgroupTree(pid int, dir string) bool {
+	root := cgroup2Mount()
+	if dir == "" || root == "" || !strings.HasPrefix(dir, root) {
+		return false
+	}
+	rel := strings.TrimPrefix(dir, root)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(ln, "0::"); ok {
+			return p == rel || strings.HasPrefix(p, rel+"/")
+		}
+	}
+	return false
 }
 
 // CleanLeftovers kills what FindLeftovers finds (SIGKILL through verified

@@ -1,0 +1,147 @@
+package injector
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+)
+
+func TestSigkillVMMKillsOnlyThatVMsVMM(t *testing.T) {
+	s := newStack(t, KindBuiltin)
+	self, _ := os.Executable()
+	ch := filepath.Join(s.dir, "cloud-hypervisor")
+	if err := os.Symlink(self, ch); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	vmm := map[string]int{}
+	for _, vm := range []string{"VMA", "VMB"} {
+		if err := s.sup.Start(ctx, UnitSpec{Name: "vmm-" + vm, Argv: []string{ch, "--api-socket", "path=" + filepath.Join(s.dir, "run", vm, "api.sock")},
+			Env: []string{envHelper + "=child"}, RestartSec: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.sup.WaitActive(ctx, "vmm-"+vm); err != nil {
+			t.Fatal(err)
+		}
+		vmm[vm], _ = s.sup.MainPID(ctx, "vmm-"+vm)
+	}
+	// the VM comes from the trigger hit's vm
+	s.loopUnit(t, "vmctl", "VMA", "vm.clone.vmm-launched", 5*time.Millisecond)
+	a, err := s.inj.Arm(ctx, Fault{Kind: FaultSigkillVMM}, MustParseTrigger("at vm.clone.vmm-launched@vm=VMA + 1ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := a.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inj.Landed || inj.VictimPID != vmm["VMA"] {
+		t.Fatalf("sigkill-vmm: %+v, want victim %d", inj, vmm["VMA"])
+	}
+	b, _ := Identify(vmm["VMB"])
+	if !b.Alive() {
+		t.Fatal("the other VM's VMM died")
+	}
+	if inj := s.inj.Inject(ctx, Fault{Kind: FaultSigkillVMM, VM: "NOSUCHVM"}); inj.Landed || inj.Err == "" {
+		t.Fatalf("sigkill-vmm of a VM without VMM: %+v", inj)
+	}
+}
+
+func TestAfterExitTriggerFiresAfterTheChildExits(t *testing.T) {
+	s := newStack(t, KindBuiltin)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.sup.Start(ctx, UnitSpec{Name: "agent", Argv: helperArgv(t), RestartSec: 50 * time.Millisecond,
+		Env: []string{envHelper + "=exec", "HELPER_CHILD_LIFE=30ms", failpoint.EnvTrace + "=" + s.tr.Path()}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sup.WaitActive(ctx, "agent"); err != nil {
+		t.Fatal(err)
+	}
+	main, _ := s.sup.MainPID(ctx, "agent")
+	a, err := s.inj.Arm(ctx, Fault{Kind: FaultSigkillMain, Unit: "agent"}, MustParseTrigger("after-exit snapshot-save#2 + 3ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := a.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inj.Landed || inj.VictimPID != main || inj.ActualNs < inj.TriggerNs+int64(3*time.Millisecond) {
+		t.Fatalf("after-exit: %+v (main %d)", inj, main)
+	}
+	if inj.LastPhase != "agent.child.exit" && inj.LastPhase != "agent.child.exec" {
+		t.Fatalf("last phase %q", inj.LastPhase)
+	}
+}
+
+func TestTraceKeepsOrderCountsMalformedAndWaitsForPastHits(t *testing.T) {
+	dir := t.TempDir()
+	tr, err := ListenTrace(filepath.Join(dir, "t.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("unixgram", tr.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send := func(s string) {
+		if _, err := c.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"ts_ns":10,"pid":7,"proc":"vmctl","point":"a","vm":"x"}`)
+	send(`not json`)
+	send(`{"ts_ns":11,"pid":7,"proc":"vmctl"}`)
+	send(`{"ts_ns":12,"pid":7,"proc":"vmctl","point":"b","vm":"y"}`)
+	send(`{"ts_ns":13,"pid":8,"proc":"vmctl","point":"a","vm":"y"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := tr.WaitPoint(ctx, 0, "a", 2, "")
+	if err != nil || h.Event.TsNs != 13 || h.Index != 2 {
+		t.Fatalf("second hit of a: %+v %v", h, err)
+	}
+	if h, err := tr.WaitPoint(ctx, 0, "a", 1, "y"); err != nil || h.Event.Pid != 8 {
+		t.Fatalf("a@vm=y: %+v %v", h, err)
+	}
+	if n, last := tr.Malformed(); n != 2 || last == "" {
+		t.Fatalf("malformed = %d %q", n, last)
+	}
+	var pts []string
+	for _, e := range tr.Events() {
+		pts = append(pts, e.Point)
+	}
+	if len(pts) != 3 || pts[0] != "a" || pts[1] != "b" || pts[2] != "a" {
+		t.Fatalf("events %v", pts)
+	}
+	if e, ok := tr.LastOf(7, 100); !ok || e.Point != "b" {
+		t.Fatalf("LastOf(7) = %+v", e)
+	}
+	p := filepath.Join(dir, "trace.jsonl")
+	if err := tr.WriteJSONL(p); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSONL(p)
+	if err != nil || len(back) != 3 || back[2].Pid != 8 {
+		t.Fatalf("jsonl round trip: %v %v", back, err)
+	}
+	// a waiter blocked when the trace closes gets ErrTraceClosed
+	errc := make(chan error, 1)
+	go func() { _, err := tr.WaitPoint(ctx, 0, "never", 1, ""); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	tr.Close()
+	if err := <-errc; !errors.Is(err, ErrTraceClosed) {
+		t.Fatalf("wait on closed trace: %v", err)
+	}
+	if _, err := os.Stat(tr.Path()); !os.IsNotExist(err) {
+		t.Fatal("socket file left after Close")
+	}
+}

@@ -273,17 +273,6 @@ func (s *stack) signalAgent(sig syscall.Signal) {
 	s.agent = nil
 }
 
-// waitAgentExit waits until the agent died by itself (failpoint kill).
-func (s *stack) waitAgentExit() {
-	s.t.Helper()
-	select {
-	case <-s.agent.done:
-	case <-time.After(90 * time.Second):
-		s.t.Fatal("agent did not die at its failpoint")
-	}
-	s.agent = nil
-}
-
 func (s *stack) client() *http.Client {
 	sock := filepath.Join(s.state, nodeagent.SocketName)
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{

@@ -83,7 +83,7 @@ func (m *Manager) Check(ctx context.Context) CheckReport {
 		for id, pids := range m.findVMMs() {
 			v, ok := vx.VMs[id]
 			for _, pid := range pids {
-				if !ok || v.State == StateStopped || (v.State == StateRunning && v.Pid != pid) {
+				if !ok || v.State == StateStopped || v.State == StateCreated || (v.State == StateRunning && v.Pid != pid) {
 					add("no-orphan-vmm", "VMM pid %d of vm %s has no record owning it", pid, id)
 				} else if v.State == StateCreating {
 					if l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false); err == nil {

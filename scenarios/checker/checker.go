@@ -49,6 +49,7 @@ const (
 	NoFailedWrite             = "no-failed-write"
 	SaveRejectedBeforeCapture = "save-rejected-before-capture"
 	FaultLanded               = "fault-landed"
+	Stable                    = "converged-and-stable"
 )
 
 // Goal values.

@@ -51,6 +51,13 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
 		if err := st.Arm(ctx, fps); err != nil {
 			return err
 		}
+		// the armed agent adopted the setup's VMs: wait until it reports
+		// every goal again before the operation starts
+		for name := range cr.goals {
+			if err := cr.waitGoal(ctx, name, budget); err != nil {
+				return fmt.Errorf("armed agent: %w", err)
+			}
+		}
 	}
 	if s.Expect.Events {
 		if _, err := st.StartObserver(0.25); err != nil {
@@ -72,14 +79,20 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
 	for i, f := range s.Faults {
 		trig := r.triggerString(cr.c, i)
 		switch {
-		case f.Kind == "none":
 		case strings.HasPrefix(trig, "park "):
 			if _, ok := parks[trig]; !ok {
 				parkOrder = append(parkOrder, trig)
 			}
 			parks[trig] = append(parks[trig], i)
-		case f.Trigger == "now":
-			// fired after the act steps, below
+		case f.Kind == "none" || f.Trigger == "now":
+			// nothing to arm; "now" fires after the act steps, below
+		case strings.HasPrefix(trig, "after-exit "):
+			// The agent's exit events carry the child pid, not its argv:
+			// the kind is matched through the exec event of that pid.
+			i, trig := i, trig
+			waits = append(waits, pending{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
+				return cr.afterExit(ctx, mark, i, trig)
+			}})
 		case f.Kind == "failpoint":
 			i, trig := i, trig
 			waits = append(waits, pending{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
@@ -179,7 +192,7 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
 		}
 	}
 	if len(cr.rc.Injections) > 0 {
-		cr.rc.LandedPhase = cr.rc.Injections[0].LastPhase
+		cr.rc.LandedPhase = cr.stackPhase(cr.rc.Injections[0])
 	}
 	if len(waitErrs) > 0 || len(notLanded) > 0 {
 		cr.rc.Verdict = reports.Inconclusive
@@ -245,6 +258,12 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
 		}
 	}
 	cr.rc.Invariants = append(cr.rc.Invariants, invs...)
+	if convergedNs == 0 && checker.AllOK(invs) {
+		// every invariant held at the last poll but never StablePolls
+		// times in a row: the state kept flapping
+		cr.rc.Invariants = append(cr.rc.Invariants, reports.Invariant{Name: checker.Stable, OK: false,
+			Evidence: fmt.Sprintf("the state never held for %d consecutive polls within %s", cr.r.opts.StablePolls, budget)})
+	}
 	cr.rc.Invariants = append(cr.rc.Invariants, cr.history(ctx, convergedNs > 0, budget)...)
 	cr.rc.Metrics = cr.metricDeltas()
 
@@ -447,6 +466,17 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 	var firstNs int64
 	for _, i := range idx {
 		f := cr.s.Faults[i]
+		if f.Kind == "none" {
+			// the park itself is the interference (a live operation held
+			// at an exact phase while something else happens)
+			now := failpoint.Now()
+			out = append(out, reports.Injection{Fault: "none (held parked)", Trigger: trig, RequestedNs: now, ActualNs: now,
+				VictimPID: pid, LastPhase: t.Point, IntendedPhase: t.Point, Landed: true})
+			if firstNs == 0 {
+				firstNs = now
+			}
+			continue
+		}
 		in := cr.inj.Inject(ctx, cr.injFault(f))
 		rec := reports.Injection{Fault: in.Fault.String(), Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
 			Err: in.Err, VictimPID: in.VictimPID, IntendedPhase: t.Point}
@@ -511,9 +541,14 @@ func (cr *caseRun) releaseAll() {
 // waitChildExit waits until an agent child of kind (e.g. "snapshot rm")
 // started after fromNs exited.
 func (cr *caseRun) waitChildExit(ctx context.Context, mark int, fromNs int64, kind string) {
-	want := strings.ReplaceAll(kind, " ", "-")
+	_, _ = cr.st.Trace.Wait(ctx, mark, 1, childExit(fromNs, strings.ReplaceAll(kind, " ", "-"), ""))
+}
+
+// childExit matches the exit of an agent child of kind (injector.ChildKind
+// form, "snapshot-save"), pairing exit events with exec events by pid.
+func childExit(fromNs int64, kind, vm string) func(*failpoint.Event) bool {
 	kinds := map[float64]string{}
-	_, _ = cr.st.Trace.Wait(ctx, mark, 1, func(e *failpoint.Event) bool {
+	return func(e *failpoint.Event) bool {
 		if e.TsNs < fromNs {
 			return false
 		}
@@ -529,10 +564,36 @@ func (cr *caseRun) waitChildExit(ctx context.Context, mark int, fromNs int64, ki
 			}
 			kinds[pid] = injector.ChildKind(argv)
 		case "agent.child.exit":
-			return kinds[pid] == want
+			return kinds[pid] == kind && (vm == "" || e.VM == vm)
 		}
 		return false
-	})
+	}
+}
+
+// afterExit fires fault i OFFSET after the N-th exit of an agent child of
+// the trigger's kind.
+func (cr *caseRun) afterExit(ctx context.Context, mark, i int, trig string) ([]reports.Injection, error) {
+	t, err := injector.ParseTrigger(trig)
+	if err != nil {
+		return nil, err
+	}
+	hit, err := cr.st.Trace.Wait(ctx, mark, t.N, childExit(0, t.Child, t.VM))
+	if err != nil {
+		return nil, err
+	}
+	req := hit.Event.TsNs + int64(t.Offset)
+	if d := time.Duration(req - failpoint.Now()); d > 0 {
+		time.Sleep(d)
+	}
+	in := cr.inj.Inject(ctx, cr.injFault(cr.s.Faults[i]))
+	in.Trigger, in.RequestedNs, in.TriggerNs, in.TriggerPID = t, req, hit.Event.TsNs, hit.Event.Pid
+	in.IntendedPhase = "agent.child.exit"
+	time.Sleep(20 * time.Millisecond) // datagrams sent before the kill
+	if e, ok := cr.st.Trace.LastOf(hit.Event.Pid, in.ActualNs); ok {
+		in.LastPhase = e.Point
+	}
+	in.Landed = in.Err == "" && in.LastPhase != ""
+	return []reports.Injection{cr.record(i, in)}, nil
 }
 
 // waitReconcile waits until the harness's reconcile-stale-create exited, or
@@ -901,3 +962,22 @@ func violated(invs []reports.Invariant) []string {
 
 // vmmStates is used by timeline notes.
 var _ = vmctl.StateRunning
+
+// stackPhase is where the operation was when the fault landed: the victim's
+// last phase, unless that is only the agent's child bookkeeping, in which
+// case the last phase any process of the stack reached.
+func (cr *caseRun) stackPhase(in reports.Injection) string {
+	if in.LastPhase != "" && !strings.HasPrefix(in.LastPhase, "agent.child.") {
+		return in.LastPhase
+	}
+	last := in.LastPhase
+	for _, e := range cr.st.Trace.Sorted() {
+		if e.TsNs > in.ActualNs {
+			break
+		}
+		if !strings.HasPrefix(e.Point, "agent.child.") && !strings.HasPrefix(e.Point, "store.commit.") {
+			last = e.Point
+		}
+	}
+	return last
+}

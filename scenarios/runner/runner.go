@@ -69,7 +69,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	run, err := stack.NewRun(ctx, stack.RunOptions{BinDir: bin, Supervisor: o.Supervisor, Scale: o.Scale, Seed: o.Seed, Regress: o.Regress})
+	run, err := stack.NewRun(ctx, stack.RunOptions{BinDir: bin, Supervisor: o.Supervisor, Scale: o.Scale, Seed: o.Seed})
 	if err != nil {
 		return nil, err
 	}
@@ -111,22 +111,30 @@ func floor(d, min time.Duration) time.Duration {
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._@-]+`)
 
 // Repro is the one-line command that reruns a case.
-func (r *Runner) Repro(c scenarios.Case) string {
+func (r *Runner) Repro(c scenarios.Case) string { return r.repro(c, r.opts.Regress) }
+
+func (r *Runner) repro(c scenarios.Case, bugs []string) string {
 	s := "vmchaos repro --scenario " + c.Scenario.ID
 	if c.HasOff {
 		s += " --offset " + injector.FormatOffset(c.Offset)
 	}
 	s += fmt.Sprintf(" --seed %d --time-scale %s --backend %s", r.opts.Seed, strconv.FormatFloat(r.opts.Scale, 'g', -1, 64), r.opts.Backend)
-	if len(r.opts.Regress) > 0 {
-		s = "VMCHAOS_REGRESS=" + strings.Join(r.opts.Regress, ",") + " " + s
+	if len(bugs) > 0 {
+		s = "VMCHAOS_REGRESS=" + strings.Join(bugs, ",") + " " + s
 	}
 	return s
 }
 
-// RunCase runs one case and records it in the run's results.
+// RunCase runs one case with the run's regress switches and records it in
+// the run's results.
 func (r *Runner) RunCase(ctx context.Context, c scenarios.Case) reports.Case {
+	return r.RunCaseWith(ctx, c, r.opts.Regress)
+}
+
+// RunCaseWith runs one case with these regress switches (selftest).
+func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []string) reports.Case {
 	start := time.Now()
-	rc := r.runCase(ctx, c)
+	rc := r.runCase(ctx, c, bugs)
 	rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
 	r.mu.Lock()
 	r.res.Cases = append(r.res.Cases, rc)
@@ -201,14 +209,18 @@ type directProc struct {
 	exit <-chan int
 }
 
-func (r *Runner) runCase(ctx context.Context, c scenarios.Case) reports.Case {
+func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string) reports.Case {
 	s := c.Scenario
-	caseDir := filepath.Join(r.opts.ReportDir, "cases", unsafeChars.ReplaceAllString(c.ID, "_"))
+	dirName := c.ID
+	if len(bugs) > 0 {
+		dirName += "+" + strings.Join(bugs, "+")
+	}
+	caseDir := filepath.Join(r.opts.ReportDir, "cases", unsafeChars.ReplaceAllString(dirName, "_"))
 	rc := reports.Case{
 		ID: c.ID, Scenario: s.ID, Title: s.Title, SeedRef: s.SeedRef, Labels: c.Labels, Backend: r.opts.Backend,
 		Supervisor: r.run.Sup.Kind(), TimeScale: r.opts.Scale, Seed: r.opts.Seed, Operation: s.Op,
 		Fault: faultsString(s), Trigger: r.triggerString(c, 0), OffsetMs: float64(c.Offset) / float64(time.Millisecond),
-		StartedAt: time.Now().UTC(), ConvergeMs: -1, Attempts: 1, Repro: r.Repro(c),
+		StartedAt: time.Now().UTC(), ConvergeMs: -1, Attempts: 1, Repro: r.repro(c, bugs),
 	}
 	if err := os.RemoveAll(caseDir); err != nil {
 		return infra(rc, err)
@@ -222,7 +234,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case) reports.Case {
 
 	rs := r.scale(orDefault(s.Env.RestartDelay, 5*time.Second))
 	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
-		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery)})
+		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs})
 	if err != nil {
 		return infra(rc, err)
 	}

@@ -38,7 +38,6 @@ type Run struct {
 	Sup        injector.Supervisor
 	Scale      float64
 	Seed       int64
-	Regress    []string
 	next       int
 	mu         sync.Mutex
 }
@@ -49,7 +48,6 @@ type RunOptions struct {
 	Supervisor string // auto|sandbox|builtin|systemd
 	Scale      float64
 	Seed       int64
-	Regress    []string
 }
 
 // NewRun prepares the shared parts: a temp dir, the ledger key, the guest
@@ -60,7 +58,7 @@ func NewRun(ctx context.Context, o RunOptions) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stack: temp dir: %w", err)
 	}
-	r := &Run{BinDir: o.BinDir, TmpDir: tmp, Scale: o.Scale, Seed: o.Seed, Regress: o.Regress}
+	r := &Run{BinDir: o.BinDir, TmpDir: tmp, Scale: o.Scale, Seed: o.Seed}
 	fail := func(err error) (*Run, error) {
 		r.Close()
 		return nil, err
@@ -129,6 +127,7 @@ type Options struct {
 	Failpoints   string // VMCHAOS_FAILPOINTS of the armed stack
 	Daemon       bool
 	DaemonEvery  time.Duration // scaled
+	Regress      []string      // VMCHAOS_REGRESS of the stack (selftest switches bugs per case)
 }
 
 // Stack is one case's node stack.
@@ -235,8 +234,8 @@ func (s *Stack) StackEnv(failpoints string) []string {
 	if failpoints != "" {
 		env = append(env, failpoint.EnvFailpoints+"="+failpoints)
 	}
-	if len(s.run.Regress) > 0 {
-		env = append(env, "VMCHAOS_REGRESS="+strings.Join(s.run.Regress, ","))
+	if len(s.opts.Regress) > 0 {
+		env = append(env, "VMCHAOS_REGRESS="+strings.Join(s.opts.Regress, ","))
 	}
 	return env
 }
@@ -348,12 +347,14 @@ func (s *Stack) startAgent(ctx context.Context, fps string) error {
 
 // Arm replaces the setup agent by one whose environment carries the case's
 // failpoints (the setup must not park at the case's point), the way an
-// operator restarts a service with a new configuration.
+// operator restarts a service with a new configuration: `stop` (SIGTERM to
+// the main process only; the VMMs keep running, KillMode=process) and a new
+// unit with the new environment.
 func (s *Stack) Arm(ctx context.Context, failpoints string) error {
-	if err := s.run.Sup.Remove(ctx, s.AgentUnit); err != nil {
-		return fmt.Errorf("stack: re-arm agent: %w", err)
+	if err := s.run.Sup.Stop(ctx, s.AgentUnit); err != nil {
+		return fmt.Errorf("stack: re-arm agent: stop: %w", err)
 	}
-	delete(s.unitsUp, s.AgentUnit)
+	s.AgentUnit += "-armed"
 	s.armed = true
 	return s.startAgent(ctx, failpoints)
 }

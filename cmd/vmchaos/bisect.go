@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/runner"
+)
+
+func init() { register(newBisectCmd) }
+
+func newBisectCmd() *cobra.Command {
+	var f runFlags
+	var id, from, to, resolution string
+	c := &cobra.Command{
+		Use:   "bisect",
+		Short: "Binary-search the offset window in which a scenario's verdict flips",
+		Long: `bisect runs the scenario at --from and --to; if the verdicts differ it halves the interval until
+it is narrower than --resolution, then prints the window [lo, hi] where the verdict changes (and
+what it changes from and to), with a repro command for each side.`,
+		Example: `  vmchaos bisect --scenario sweep-save-sigkill --from 0ms --to 3600ms --resolution 20ms --time-scale 0.05`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lo, err := injector.ParseOffset(from)
+			if err != nil {
+				return fmt.Errorf("--from: %w", err)
+			}
+			hi, err := injector.ParseOffset(to)
+			if err != nil {
+				return fmt.Errorf("--to: %w", err)
+			}
+			res, err := injector.ParseOffset(resolution)
+			if err != nil || res <= 0 {
+				return fmt.Errorf("--resolution %q: want a positive offset", resolution)
+			}
+			if hi <= lo {
+				return fmt.Errorf("--to must be after --from")
+			}
+			bugs, err := regressFromEnv()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			dir := f.dir("bisect")
+			r, err := f.runner(ctx, dir, os.Stderr, bugs)
+			if err != nil {
+				return runInfraError{err}
+			}
+			at := func(o time.Duration) (reports.Case, error) { return runAt(ctx, r, id, o, f.backend) }
+			a, err := at(lo)
+			if err != nil {
+				return err
+			}
+			b, err := at(hi)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if a.Verdict == b.Verdict {
+				fmt.Fprintf(out, "bisect %s: %s at both %s and %s: no flip to search\n", id, a.Verdict, injector.FormatOffset(lo), injector.FormatOffset(hi))
+				return finish(cmd, r, dir)
+			}
+			for hi-lo > res && ctx.Err() == nil {
+				mid := lo + (hi-lo)/2
+				m, err := at(mid)
+				if err != nil {
+					return err
+				}
+				if m.Verdict == a.Verdict {
+					lo, a = mid, m
+				} else {
+					hi, b = mid, m
+				}
+			}
+			fmt.Fprintf(out, "bisect %s: verdict flips from %s to %s between %s and %s (real time; scaled ×%g)\n  %s\n  %s\n",
+				id, a.Verdict, b.Verdict, injector.FormatOffset(lo), injector.FormatOffset(hi), f.scale, a.Repro, b.Repro)
+			return finish(cmd, r, dir)
+		},
+	}
+	f.add(c)
+	c.Flags().StringVar(&id, "scenario", "", "scenario id (see `vmchaos run --list`)")
+	c.Flags().StringVar(&from, "from", "0ms", "low end of the offset window (real time)")
+	c.Flags().StringVar(&to, "to", "", "high end of the offset window (real time)")
+	c.Flags().StringVar(&resolution, "resolution", "10ms", "stop when the window is narrower than this")
+	_ = c.MarkFlagRequired("scenario")
+	_ = c.MarkFlagRequired("to")
+	return c
+}
+
+func runAt(ctx context.Context, r *runner.Runner, id string, o time.Duration, backend string) (reports.Case, error) {
+	cs, err := scenarios.CaseFor(id, o, true, backend)
+	if err != nil {
+		return reports.Case{}, err
+	}
+	return r.RunCase(ctx, cs), nil
+}

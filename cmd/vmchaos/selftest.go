@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/regress"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+)
+
+func init() { register(newSelftestCmd) }
+
+func newSelftestCmd() *cobra.Command {
+	var f runFlags
+	var fast, list bool
+	c := &cobra.Command{
+		Use:   "selftest",
+		Short: "Prove the catalogue catches every historical bug: fail with the bug switched on, pass without",
+		Long: `selftest runs, for every bug of the regression library (regress.Bugs), the scenarios whose
+Targets name it, once with VMCHAOS_REGRESS=<bug> (the case must fail, and its failure must name
+the invariant the bug breaks — not a timeout of the harness) and once without (it must pass).
+The table goes to the terminal and to selftest.md/selftest.json in the run dir; every case's
+results, logs and trace are kept as for run. --fast runs only the quickest scenario per bug.
+Exit status 0 only when every row holds.`,
+		Example: `  vmchaos selftest --fast --time-scale 0.05
+  vmchaos selftest --list`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			plan, err := selftestPlan(fast)
+			if err != nil {
+				return err
+			}
+			if list {
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "BUG\tSEED\tCOMPONENT\tINVARIANT\tSCENARIOS")
+				for _, b := range regress.Bugs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.Name, b.Seed, b.Component, b.Invariant, strings.Join(scenarios.ScenariosTargeting(b.Name), ", "))
+				}
+				return tw.Flush()
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			dir := f.dir("selftest")
+			r, err := f.runner(ctx, dir, os.Stderr, nil)
+			if err != nil {
+				return runInfraError{err}
+			}
+			start := time.Now()
+			without := map[string]reports.Case{}
+			var rows []reports.SelftestRow
+			for _, p := range plan {
+				if ctx.Err() != nil {
+					break
+				}
+				cs, err := scenarios.CaseFor(p.scenario, 0, false, f.backend)
+				if err != nil {
+					return err
+				}
+				with := r.RunCaseWith(ctx, cs, []string{p.bug.Name})
+				wo, ok := without[p.scenario]
+				if !ok {
+					wo = r.RunCaseWith(ctx, cs, nil)
+					without[p.scenario] = wo
+				}
+				rows = append(rows, selftestRow(p.bug, p.scenario, with, wo))
+			}
+			fmt.Fprintf(os.Stderr, "vmchaos selftest: %d row(s) in %s\n", len(rows), time.Since(start).Round(time.Second))
+			_ = reports.FormatSelftest(cmd.OutOrStdout(), rows)
+			if err := reports.WriteSelftest(dir, rows); err != nil {
+				return err
+			}
+			if err := finish(cmd, r, dir); err != nil && !reports.TallySelftest(rows).OK() {
+				return err
+			}
+			if t := reports.TallySelftest(rows); !t.OK() {
+				return fmt.Errorf("selftest: %s", t)
+			}
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().BoolVar(&fast, "fast", false, "only the quickest detecting scenario per bug (what CI runs)")
+	c.Flags().BoolVar(&list, "list", false, "list every bug with its seed, the invariant it breaks and the scenarios targeting it")
+	return c
+}
+
+type selftestItem struct {
+	bug      regress.Bug
+	scenario string
+}
+
+// selftestPlan lists (bug, scenario) pairs; fast keeps the first
+// speed:fast scenario per bug (the catalogue lists the quickest first).
+func selftestPlan(fast bool) ([]selftestItem, error) {
+	var out []selftestItem
+	for _, b := range regress.Bugs {
+		ids := scenarios.ScenariosTargeting(b.Name)
+		if len(ids) == 0 {
+			return nil, fmt.Errorf("bug %s: no scenario targets it", b.Name)
+		}
+		if fast {
+			pick := ids[0]
+			for _, id := range ids {
+				if s, _ := scenarios.Lookup(id); s != nil && s.Speed == "fast" {
+					pick = id
+					break
+				}
+			}
+			ids = []string{pick}
+		}
+		for _, id := range ids {
+			out = append(out, selftestItem{bug: b, scenario: id})
+		}
+	}
+	return out, nil
+}
+
+// selftestRow judges one bug × scenario: the bug must make the case fail
+// naming the bug's invariant, and the case must pass without it.
+func selftestRow(b regress.Bug, scenario string, with, without reports.Case) reports.SelftestRow {
+	var violated []string
+	named := false
+	for _, inv := range with.Invariants {
+		if !inv.OK {
+			violated = append(violated, inv.Name)
+			named = named || inv.Name == b.Invariant
+		}
+	}
+	row := reports.SelftestRow{Bug: b.Name, Seed: b.Seed, Scenario: scenario, WithBugVerdict: with.Verdict,
+		WithBugInvariant: strings.Join(violated, ","), WithoutBugVerdict: without.Verdict, Repro: with.Repro}
+	row.OK = with.Verdict == reports.Fail && named && without.Verdict == reports.Pass
+	switch {
+	case row.OK:
+	case with.Verdict != reports.Fail:
+		row.Note = fmt.Sprintf("with the bug the case was %s (%s): not detected", with.Verdict, with.Reason)
+	case !named:
+		row.Note = fmt.Sprintf("failed, but not on %s (the invariant the bug breaks)", b.Invariant)
+	default:
+		row.Note = fmt.Sprintf("without the bug the case was %s (%s)", without.Verdict, without.Reason)
+	}
+	return row
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/scenarios"
+)
+
+func init() { register(newSweepCmd) }
+
+func newSweepCmd() *cobra.Command {
+	var f runFlags
+	var id, offsets string
+	c := &cobra.Command{
+		Use:   "sweep",
+		Short: "Run one scenario at every offset of a range (where in the operation does the fault hurt?)",
+		Long: `sweep runs one catalogue scenario once per offset (real time, scaled by --time-scale) and writes
+the usual reports; report.html's offset × scenario matrix shows the verdict per offset. Offsets after
+the operation finished read inconclusive (the fault did not land inside it).`,
+		Example: `  vmchaos sweep --scenario sweep-save-sigkill --offsets 0ms..3600ms/120ms --time-scale 0.05
+  vmchaos sweep --scenario s002-clone-sigkill-59ms-daemon --offsets 0,20ms,59ms,100ms`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, ok := scenarios.Lookup(id)
+			if !ok {
+				return fmt.Errorf("unknown scenario %q", id)
+			}
+			if !s.TakesOffset() {
+				return fmt.Errorf("scenario %s: its trigger %q takes no offset", id, s.Faults[0].Trigger)
+			}
+			spec := offsets
+			if spec == "" {
+				spec = s.FineSweep
+			}
+			if spec == "" {
+				return fmt.Errorf("scenario %s has no sweep of its own: give --offsets", id)
+			}
+			offs, err := injector.ParseSweep(spec)
+			if err != nil {
+				return err
+			}
+			bugs, err := regressFromEnv()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			dir := f.dir("sweep")
+			r, err := f.runner(ctx, dir, os.Stderr, bugs)
+			if err != nil {
+				return runInfraError{err}
+			}
+			fmt.Fprintf(os.Stderr, "vmchaos sweep: %s at %d offset(s) → %s\n", id, len(offs), dir)
+			for _, o := range offs {
+				if ctx.Err() != nil {
+					break
+				}
+				cs, err := scenarios.CaseFor(id, o, true, f.backend)
+				if err != nil {
+					return err
+				}
+				r.RunCase(ctx, cs)
+			}
+			return finish(cmd, r, dir)
+		},
+	}
+	f.add(c)
+	c.Flags().StringVar(&id, "scenario", "", "scenario id (see `vmchaos run --list`)")
+	c.Flags().StringVar(&offsets, "offsets", "", "offsets, real time: FROM..TO/STEP or a comma list (default: the scenario's fine sweep)")
+	_ = c.MarkFlagRequired("scenario")
+	return c
+}

@@ -258,6 +258,26 @@ func (g *guest) wait(ctx context.Context) error {
 	}
 }
 
+// lockRunning takes g.mu with the guest running and booted. The gate is
+// checked again under g.mu because setRunning flips it under g.mu: a command
+// that passed wait() just before a pause must not run after it, or an acked
+// write could be missing from the snapshot taken while paused.
+func (g *guest) lockRunning(ctx context.Context) error {
+	for {
+		if err := g.wait(ctx); err != nil {
+			return err
+		}
+		g.mu.Lock()
+		g.gateMu.Lock()
+		ok := g.running && !g.gone && !time.Now().Before(g.readyAt)
+		g.gateMu.Unlock()
+		if ok {
+			return nil
+		}
+		g.mu.Unlock()
+	}
+}
+
 // remainingBoot is the guest OS boot still to run (for state capture).
 func (g *guest) remainingBoot() time.Duration {
 	g.gateMu.Lock()

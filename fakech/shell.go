@@ -164,9 +164,6 @@ func (g *guest) run(ctx context.Context, line string, stdout, stderr io.Writer) 
 		if i > 0 && (c.join == "&&" && status != 0 || c.join == "||" && status == 0) {
 			continue
 		}
-		if err := g.wait(ctx); err != nil {
-			return 255
-		}
 		status = g.exec(ctx, c, stdout, stderr)
 	}
 	return status
@@ -175,9 +172,14 @@ func (g *guest) run(ctx context.Context, line string, stdout, stderr io.Writer) 
 func (g *guest) exec(ctx context.Context, c simpleCmd, stdout, stderr io.Writer) int {
 	if c.argv[0] == "sleep" {
 		// sleep runs without the guest lock so other sessions go on.
+		if err := g.wait(ctx); err != nil {
+			return 255
+		}
 		return g.sleep(ctx, c.argv[1:], stderr)
 	}
-	g.mu.Lock()
+	if err := g.lockRunning(ctx); err != nil {
+		return 255
+	}
 	defer g.mu.Unlock()
 	out := stdout
 	var buf bytes.Buffer

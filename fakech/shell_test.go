@@ -173,3 +173,37 @@ func FuzzGuestShell(f *testing.F) {
 		}
 	})
 }
+
+// TestNoCommandRunsWhilePaused: a command that got past the gate just before
+// a pause must not run until the resume (else an acked write could miss the
+// snapshot taken while paused).
+func TestNoCommandRunsWhilePaused(t *testing.T) {
+	g, _ := testGuest(t)
+	g.mu.Lock() // a pause in progress holds g.mu while it flips the gate
+	done := make(chan int, 1)
+	go func() {
+		_, _, st := sh(g, "touch /run/late")
+		done <- st
+	}()
+	time.Sleep(20 * time.Millisecond) // let the command pass wait() and queue on g.mu
+	g.gateMu.Lock()
+	g.bootRemaining = max(0, time.Until(g.readyAt))
+	g.running = false
+	g.signal()
+	g.gateMu.Unlock()
+	g.mu.Unlock()
+	time.Sleep(50 * time.Millisecond)
+	g.mu.Lock()
+	_, ran := g.ram.Files["/run/late"]
+	g.mu.Unlock()
+	if ran {
+		t.Fatal("a command ran while the guest was paused")
+	}
+	g.setRunning(true)
+	if st := <-done; st != 0 {
+		t.Fatalf("command after resume: status %d", st)
+	}
+	if _, ok := g.ram.Files["/run/late"]; !ok {
+		t.Fatal("command did not run after resume")
+	}
+}

@@ -255,7 +255,7 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 				Title: "fault → converged: " + FormatMs(float64(convNs-faultNs)/1e6)}
 		}
 	}
-	step := niceStep(span / 5)
+	step := niceStep(span / 8)
 	for k := math.Ceil((float64(t0) - float64(ref)) / step); ; k++ {
 		ns := float64(ref) + k*step
 		if ns > float64(t1)+1 || len(tl.Ticks) > 12 {

@@ -39,7 +39,11 @@ func CountVerdicts(cases []Case) VerdictCounts {
 
 // String is the one-line tally used in summaries and report headers.
 func (c VerdictCounts) String() string {
-	s := fmt.Sprintf("%d cases: %d pass, %d fail, %d inconclusive, %d error", c.Total, c.Pass, c.Fail, c.Inconclusive, c.Error)
+	noun := "cases"
+	if c.Total == 1 {
+		noun = "case"
+	}
+	s := fmt.Sprintf("%d %s: %d pass, %d fail, %d inconclusive, %d error", c.Total, noun, c.Pass, c.Fail, c.Inconclusive, c.Error)
 	if c.Unknown > 0 {
 		s += fmt.Sprintf(", %d unknown verdict", c.Unknown)
 	}

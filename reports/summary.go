@@ -22,7 +22,9 @@ func Summary(w io.Writer, r *Results) {
 	}
 	counts := CountVerdicts(r.Cases)
 	g := Gate(r, nil, DefaultGateOptions())
-	fmt.Fprintf(w, "vmchaos run %s: %s — %s\n", orDefault(r.RunID, "(unnamed)"), strings.ToUpper(GateCodeName(g.Code)), counts)
+	// A leading blank line: the summary often follows a progress line that
+	// did not end its line (Ginkgo's "SUCCESS!" does not).
+	fmt.Fprintf(w, "\nvmchaos run %s: %s — %s\n", orDefault(r.RunID, "(unnamed)"), strings.ToUpper(GateCodeName(g.Code)), counts)
 	fmt.Fprintf(w, "  backend %s, supervisor %s, time scale %g, seed %d\n", orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), r.TimeScale, r.Seed)
 	fmt.Fprintf(w, "  %s\n", Convergence(r.Cases))
 	// Problems first by severity, capped so a bad night does not scroll the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 )
 
 // Geometry for the inline SVG figures of report.html. Everything here is
@@ -177,7 +178,10 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 		cls := fmt.Sprintf("band band%d", bandIdx[p]%2)
 		bandIdx[p]++
 		band := svgRect{X: x(prev.TsNs), Y: laneY(i) - 7, W: w, H: 14, Class: cls,
-			Title: fmt.Sprintf("%s %s: %s, lasted %s", p, prev.Point, rel(prev.TsNs), FormatMs(float64(end-prev.TsNs)/1e6))}
+			Title: fmt.Sprintf("%s %s %s, lasted %s", rel(prev.TsNs), p, prev.Point, FormatMs(float64(end-prev.TsNs)/1e6))}
+		if prev.Note != "" {
+			band.Title += ": " + truncate(prev.Note, 100)
+		}
 		// Name the phase inside its band when it fits (~5.6 px a glyph at
 		// the label's size); otherwise the tooltip and the table carry it.
 		if fit := int((w - 8) / 5.6); fit >= 6 {
@@ -192,12 +196,13 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 	for _, e := range evs {
 		rows = append(rows, timelineRow{Rel: rel(e.TsNs), Kind: e.Kind, Proc: e.Proc, Point: e.Point, VM: e.VM, Note: e.Note})
 		p := orDefault(e.Proc, "?")
-		title := fmt.Sprintf("%s %s %s %s", rel(e.TsNs), p, e.Point, e.Note)
+		title := strings.TrimSpace(fmt.Sprintf("%s %s %s %s", rel(e.TsNs), p, e.Point, truncate(e.Note, 100)))
 		switch e.Kind {
 		case "phase":
 			closeBand(p, e.TsNs)
 			lastPhase[p] = e
-			tl.Marks = append(tl.Marks, svgMark{X: x(e.TsNs), Y: laneY(laneOf[p]), Class: "phase", Title: title})
+			// The phase's band carries its tooltip (point, time, duration).
+			tl.Marks = append(tl.Marks, svgMark{X: x(e.TsNs), Y: laneY(laneOf[p]), Class: "phase"})
 		case "fault":
 			// A fault that names its victim process ends that process's
 			// phase there: a SIGKILLed process is in no phase afterwards.

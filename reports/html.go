@@ -17,6 +17,7 @@ var htmlTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 	"ms":     FormatMs,
 	"upper":  strings.ToUpper,
 	"vclass": verdictClass,
+	"num":    func(v float64) string { return fmt.Sprintf("%+.6g", v) },
 	"f":      func(v float64) string { return fmt.Sprintf("%.1f", v) },
 }).Parse(htmlTemplateText))
 

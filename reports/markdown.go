@@ -146,7 +146,7 @@ func mdCaseDetail(b *strings.Builder, c Case) {
 			}
 			fmt.Fprintf(b, "- **%s**\n", mdEscape(inv.Name))
 			if ev := strings.TrimSpace(inv.Evidence); ev != "" {
-				b.WriteString("\n" + indent(strings.TrimRight(codeBlock("", ev), "\n"), "  ") + "\n\n")
+				b.WriteString("\n" + indent(strings.TrimRight(codeBlock("", ev), "\n"), "  ") + "\n")
 			}
 		}
 	}
@@ -157,7 +157,7 @@ func mdCaseDetail(b *strings.Builder, c Case) {
 	if len(c.Metrics) > 0 {
 		var parts []string
 		for _, k := range sortedKeys(c.Metrics) {
-			parts = append(parts, fmt.Sprintf("`%s` %+g", mdCode(k), c.Metrics[k]))
+			parts = append(parts, fmt.Sprintf("`%s` %+.6g", mdCode(k), c.Metrics[k]))
 		}
 		fmt.Fprintf(b, "\nMetric deltas: %s\n", strings.Join(parts, ", "))
 	}

@@ -128,7 +128,14 @@ func HTML(r *Results) ([]byte, error) {
 	if err := htmlTemplate.Execute(&buf, d); err != nil {
 		return nil, fmt.Errorf("render html: %w", err)
 	}
-	return buf.Bytes(), nil
+	// Control characters (from a process's output in some evidence) are
+	// parse errors in HTML; the page shows U+FFFD in their place.
+	return bytes.Map(func(r rune) rune {
+		if r < 0x20 && r != '\n' && r != '\t' && r != '\r' || r == 0x7f {
+			return '\uFFFD'
+		}
+		return r
+	}, buf.Bytes()), nil
 }
 
 // buildMatrix lays cases out by scenario (rows, in run order) and offset

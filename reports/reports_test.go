@@ -501,3 +501,45 @@ func TestPercentileNearestRank(t *testing.T) {
 	sort.Float64s(sorted)
 	_ = io.Discard
 }
+
+// TestHTMLTagsBalance reads the whole page with encoding/xml in its HTML
+// mode and checks that every element the template opens is closed in order:
+// a template slip (an unclosed <td> or <details>) shows up here.
+func TestHTMLTagsBalance(t *testing.T) {
+	data, err := HTML(sampleResults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	dec.Strict = false
+	dec.AutoClose = xml.HTMLAutoClose
+	dec.Entity = xml.HTMLEntity
+	var stack []string
+	void := map[string]bool{"meta": true, "input": true, "br": true, "hr": true, "img": true, "link": true}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("page does not parse: %v", err)
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			if !void[el.Name.Local] {
+				stack = append(stack, el.Name.Local)
+			}
+		case xml.EndElement:
+			if void[el.Name.Local] {
+				continue
+			}
+			if len(stack) == 0 || stack[len(stack)-1] != el.Name.Local {
+				t.Fatalf("</%s> closes %v", el.Name.Local, stack)
+			}
+			stack = stack[:len(stack)-1]
+		}
+	}
+	if len(stack) != 0 {
+		t.Fatalf("unclosed elements: %v", stack)
+	}
+}

@@ -77,6 +77,30 @@ func BenchmarkVMInfoKeepAlive(b *testing.B) {
 	}
 }
 
+// BenchmarkVMInfoNewConnRaw: a new connection per request like chapi, but
+// without net/http's client machinery — what a connection costs fakech.
+func BenchmarkVMInfoNewConnRaw(b *testing.B) {
+	sock := bootForBench(b)
+	req := []byte("GET /api/v1/vm.info HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	for b.Loop() {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != 200 {
+			b.Fatal(resp.StatusCode, err)
+		}
+		conn.Close()
+	}
+}
+
 func bootForBench(b *testing.B) string {
 	dir := vmDir(b, "VMBKA")
 	g := newGuest(b, dir)

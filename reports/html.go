@@ -35,6 +35,7 @@ type htmlCase struct {
 
 type matrixCell struct {
 	Anchor, Class, Title string
+	Label                string // tiles show the case id
 }
 
 type matrixRow struct {
@@ -55,6 +56,7 @@ type htmlData struct {
 	Problems  []htmlCase
 	Columns   []string
 	Matrix    []matrixRow
+	Tiles     []matrixCell
 	Histogram *svgHistogram
 }
 
@@ -121,7 +123,23 @@ func HTML(r *Results) ([]byte, error) {
 		}
 		d.Broke = append(d.Broke, hg)
 	}
-	d.Columns, d.Matrix = buildMatrix(r.Cases, anchorOf)
+	// Scenarios run as several cases (offsets, park points) form the
+	// offset × scenario matrix;
+	// one-off scenarios would only add empty rows to it, so they get a wall
+	// of tiles instead.
+	perScenario := map[string]int{}
+	for _, c := range r.Cases {
+		perScenario[c.Scenario]++
+	}
+	var swept []Case
+	for _, c := range r.Cases {
+		if perScenario[c.Scenario] > 1 {
+			swept = append(swept, c)
+			continue
+		}
+		d.Tiles = append(d.Tiles, matrixCell{Anchor: anchorOf[c.ID], Class: "tile v-" + verdictClass(c.Verdict), Title: cellTitle(c), Label: c.ID})
+	}
+	d.Columns, d.Matrix = buildMatrix(swept, anchorOf)
 	d.Histogram = buildHistogram(r.Cases)
 
 	var buf bytes.Buffer
@@ -182,13 +200,7 @@ func buildMatrix(cases []Case, anchorOf map[string]string) ([]string, []matrixRo
 	for _, c := range cases {
 		row := &rows[rowIdx[c.Scenario]]
 		j := colIdx[c.OffsetLabel()]
-		title := fmt.Sprintf("%s: %s, converge %s", c.ID, c.Verdict, FormatMs(c.ConvergeMs))
-		if f := c.FailedInvariants(); len(f) > 0 {
-			title += ", violated " + strings.Join(f, ", ")
-		}
-		if c.Verdict == Inconclusive && c.Reason != "" {
-			title += ": " + oneLine(c.Reason)
-		}
+		title := cellTitle(c)
 		cls := "cell v-" + verdictClass(c.Verdict)
 		if c.Attempts > 1 {
 			cls += " flaky"
@@ -206,4 +218,19 @@ func verdictClass(v string) string {
 		return v
 	}
 	return "error"
+}
+
+// cellTitle is the hover text of a case's matrix cell or tile.
+func cellTitle(c Case) string {
+	title := fmt.Sprintf("%s: %s, converge %s", c.ID, c.Verdict, FormatMs(c.ConvergeMs))
+	if f := c.FailedInvariants(); len(f) > 0 {
+		title += ", violated " + strings.Join(f, ", ")
+	}
+	if c.Verdict == Inconclusive && c.Reason != "" {
+		title += ": " + oneLine(c.Reason)
+	}
+	if c.Attempts > 1 {
+		title += fmt.Sprintf(" (%d attempts)", c.Attempts)
+	}
+	return title
 }

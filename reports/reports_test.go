@@ -348,6 +348,13 @@ func TestHTMLIsSelfContainedEscapedAndDrawsEveryFigure(t *testing.T) {
 	if got := strings.Count(page, `<a class="cell v-`); got != len(r.Cases) {
 		t.Fatalf("%d matrix cells, want %d", got, len(r.Cases))
 	}
+	// A scenario run once is a tile, not a matrix row.
+	one := sampleResults()
+	one.Cases[2].Scenario = "one-off"
+	onePage, _ := HTML(one)
+	if !strings.Contains(string(onePage), `<a class="tile v-pass" href="#case-2"`) || strings.Count(string(onePage), `<a class="cell v-`) != len(one.Cases)-1 {
+		t.Fatal("one-off scenario not shown as a tile")
+	}
 	if !strings.Contains(page, `<a class="cell v-fail" href="#case-4"`) {
 		t.Fatal("failing case not red in the matrix")
 	}

@@ -423,32 +423,43 @@ func (b *builtin) Close() error {
 var reaper = &reaperT{sups: map[*builtin]bool{}}
 
 type reaperT struct {
-	once  sync.Once
-	mu    sync.Mutex
-	sups  map[*builtin]bool
-	ours  map[Proc]bool // children seen alive carrying a run tag
-	mains sync.Map      // pid → true: main processes, reaped by their monitor
+	mu      sync.Mutex
+	running bool
+	sups    map[*builtin]bool
+	ours    map[Proc]bool // children seen alive carrying a run tag or a unit session
+	foreign map[Proc]bool // children seen alive that belong to someone else
+	mains   sync.Map      // pid → true: main processes, reaped by their monitor
 }
 
 func (r *reaperT) add(b *builtin) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.sups[b] = true
-	r.mu.Unlock()
-	r.once.Do(func() {
-		r.ours = map[Proc]bool{}
-		ch := make(chan os.Signal, 16)
-		signal.Notify(ch, syscall.SIGCHLD)
-		go func() {
-			t := time.NewTicker(100 * time.Millisecond)
-			for {
-				select {
-				case <-ch:
-				case <-t.C:
-				}
-				r.sweep()
+	if r.running {
+		return
+	}
+	// One goroutine while any builtin supervisor (or a zombie it owned)
+	// remains; it stops itself after the last one.
+	r.running = true
+	if r.ours == nil {
+		r.ours, r.foreign = map[Proc]bool{}, map[Proc]bool{}
+	}
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, syscall.SIGCHLD)
+	go func() {
+		defer signal.Stop(ch)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ch:
+			case <-t.C:
 			}
-		}()
-	})
+			if !r.sweep() {
+				return
+			}
+		}
+	}()
 }
 
 func (r *reaperT) remove(b *builtin) {
@@ -457,13 +468,17 @@ func (r *reaperT) remove(b *builtin) {
 	r.mu.Unlock()
 }
 
-func (r *reaperT) sweep() {
+// sweep reaps attributable zombie children; it reports whether the reaper
+// should keep running.
+func (r *reaperT) sweep() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.sups) == 0 && len(r.ours) == 0 {
-		return
+		r.running = false
+		return false
 	}
 	self := os.Getpid()
+	seen := map[Proc]bool{}
 	for _, pid := range childrenOf(self) {
 		if _, isMain := r.mains.Load(pid); isMain {
 			continue
@@ -473,18 +488,34 @@ func (r *reaperT) sweep() {
 			continue
 		}
 		p := Proc{PID: pid, Start: st.start}
+		seen[p] = true
 		if st.state != 'Z' {
-			if !r.ours[p] && r.tagged(pid, st.sid) {
-				r.ours[p] = true
+			if !r.ours[p] && !r.foreign[p] {
+				if r.tagged(pid, st.sid) {
+					r.ours[p] = true
+				} else {
+					r.foreign[p] = true
+				}
 			}
 			continue
 		}
-		if r.ours[p] || r.tagged(pid, st.sid) {
+		if r.ours[p] || (!r.foreign[p] && r.tagged(pid, st.sid)) {
 			var ws unix.WaitStatus
 			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 			delete(r.ours, p)
 		}
 	}
+	for p := range r.ours {
+		if !seen[p] {
+			delete(r.ours, p)
+		}
+	}
+	for p := range r.foreign {
+		if !seen[p] {
+			delete(r.foreign, p)
+		}
+	}
+	return true
 }
 
 // tagged: the pid carries a live supervisor's run tag, or is in the session

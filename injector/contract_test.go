@@ -2,6 +2,7 @@ package injector
 
 import (
 	"context"
+	"os"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -81,7 +82,8 @@ func contract(t *testing.T, sup Supervisor) {
 		})
 		h, err := sup.HostPID(ctx, c)
 		if err != nil {
-			t.Fatal(err)
+			ul, _ := os.ReadFile(spec.LogPath)
+			t.Fatalf("child of main %d: %v\nsig.log:\n%s\nunit log:\n%s", main, err, sigLog(t, logp), ul)
 		}
 		p, err := Identify(h)
 		if err != nil {

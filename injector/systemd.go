@@ -282,7 +282,13 @@ func (s *dbusSup) MainPID(ctx context.Context, unit string) (int, error) {
 	if err != nil || ns == 0 {
 		return 0, err
 	}
-	return s.toHost(ns)
+	h, err := s.toHost(ns)
+	if errors.Is(err, ErrGone) {
+		// systemd has reaped its main process but not yet processed the
+		// exit: there is no main process right now.
+		return 0, nil
+	}
+	return h, err
 }
 
 // KillMain signals the main pid directly (not through systemd), so systemd

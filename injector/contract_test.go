@@ -2,8 +2,8 @@ package injector
 
 import (
 	"context"
-	"os"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"

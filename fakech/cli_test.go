@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -170,7 +171,7 @@ func TestDecodeCall(t *testing.T) {
 		{"PUT /api/v1/vm.info HTTP/1.1\r\n\r\n", 400, ""},
 		{"GET /api/v2/vm.info HTTP/1.1\r\n\r\n", 404, ""},
 	} {
-		rr, bad, err := readRequest(bufio.NewReader(strings.NewReader(tc.req)))
+		rr, bad, err := readRequest(bufio.NewReader(strings.NewReader(tc.req)), io.Discard)
 		if err != nil || bad != nil {
 			t.Fatalf("%q: transport %v %v", tc.req, bad, err)
 		}
@@ -246,7 +247,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		br := bufio.NewReader(bytes.NewReader(b))
 		for range 4 {
-			rr, bad, err := readRequest(br)
+			rr, bad, err := readRequest(br, io.Discard)
 			if err != nil || bad != nil {
 				if bad != nil && (bad.status != 400 || !bad.close) {
 					t.Fatalf("transport refusal %+v", bad)

@@ -73,7 +73,7 @@ type rawRequest struct {
 // readRequest reads one request. A non-nil response means the request was
 // refused at the transport level (answer it and close); io.EOF means the peer
 // closed cleanly.
-func readRequest(br *bufio.Reader) (*rawRequest, *response, error) {
+func readRequest(br *bufio.Reader, w io.Writer) (*rawRequest, *response, error) {
 	req, err := http.ReadRequest(br)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -85,6 +85,12 @@ func readRequest(br *bufio.Reader) (*rawRequest, *response, error) {
 	rr := &rawRequest{method: req.Method, path: req.URL.Path}
 	if req.ContentLength > MaxPayload {
 		return nil, parseErrorResponse(fmt.Sprintf("Request payload with size %d is larger than the limit of %d allowed by server.", req.ContentLength, MaxPayload)), nil
+	}
+	if w != nil && req.ContentLength > 0 && strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		// curl sends this for larger bodies and otherwise waits a second.
+		if _, err := io.WriteString(w, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+			return nil, nil, err
+		}
 	}
 	if len(req.TransferEncoding) > 0 {
 		// Chunked: drain it so the connection stays in sync, but it counts

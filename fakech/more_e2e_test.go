@@ -129,6 +129,11 @@ func TestFailpointActionsInsideFakech(t *testing.T) {
 	if e.Status != 500 || e.Innermost() != "disk full" {
 		t.Fatalf("snapshot with error action: %v", e)
 	}
+	// The failed attempt left nothing behind: a retry into the same dir works
+	// (the action was 1*, so it fires once).
+	if err := c.Snapshot(ctx, snap); err != nil {
+		t.Fatalf("retry after an injected failure: %v", err)
+	}
 	resumed := make(chan error, 1)
 	go func() { resumed <- c.Resume(ctx, false) }()
 	pid, err := waitParked(t, ctl, "ch.resume")

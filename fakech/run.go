@@ -294,7 +294,7 @@ func (s *server) serveConn(c net.Conn) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	for {
-		raw, bad, err := readRequest(br)
+		raw, bad, err := readRequest(br, c)
 		if err != nil {
 			return
 		}

@@ -535,6 +535,13 @@ func (v *VMM) snapshot(url string) error {
 		opened[f.name] = fd
 	}
 	if err := v.hit("ch.snapshot.begin", failpoint.Attrs{"dir": dir}); err != nil {
+		// Nothing was written: leave the directory as it was, so a retry
+		// into it is not refused with "File exists".
+		for name, f := range opened {
+			f.Close()
+			_ = os.Remove(filepath.Join(dir, name))
+		}
+		opened = nil
 		return vmmErr(500, ctx, err.Error())
 	}
 	v.event("snapshotting", nil)

@@ -274,14 +274,18 @@ func ParseSpec(spec string) ([]*rule, error) {
 			return nil, fmt.Errorf("%s: %q: want name=action", EnvFailpoints, part)
 		}
 		r := &rule{point: name}
-		if i := strings.LastIndex(act, "@vm="); i >= 0 {
+		// "@vm=" is a suffix only after the action's closing paren, so an
+		// error message may contain it.
+		if i := strings.LastIndex(act, "@vm="); i >= 0 && i > strings.LastIndex(act, ")") {
 			r.vm = act[i+4:]
 			act = act[:i]
 			if r.vm == "" {
 				return nil, fmt.Errorf("%s: %q: empty @vm=", EnvFailpoints, part)
 			}
 		}
-		if n, rest, ok := strings.Cut(act, "*"); ok {
+		// "N*" is a count only when N is all digits, so an error message may
+		// contain '*'.
+		if n, rest, ok := strings.Cut(act, "*"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
 			var lim int
 			if _, err := fmt.Sscanf(n, "%d", &lim); err != nil || lim <= 0 || fmt.Sprint(lim) != n {
 				return nil, fmt.Errorf("%s: %q: bad count %q", EnvFailpoints, part, n)

@@ -234,6 +234,8 @@ func TestParseSpec(t *testing.T) {
 		{"a=3*sleep(250)@vm=01ABC", []*rule{{point: "a", action: actSleep, arg: 250, limit: 3, vm: "01ABC"}}},
 		{"a=error(bad thing)", []*rule{{point: "a", action: actError, msg: "bad thing"}}},
 		{"a=1*kill@vm=V", []*rule{{point: "a", action: actKill, limit: 1, vm: "V"}}},
+		{"a=error(x*y)", []*rule{{point: "a", action: actError, msg: "x*y"}}},
+		{"a=2*error(p@vm=q)@vm=R", []*rule{{point: "a", action: actError, msg: "p@vm=q", limit: 2, vm: "R"}}},
 	} {
 		got, err := ParseSpec(tc.spec)
 		if err != nil {

@@ -30,7 +30,8 @@ type htmlCase struct {
 	Events     []timelineRow
 	Injections []string
 	LogNames   []string
-	Why        string // one line: why this case is not a plain pass
+	Why        string   // one line: why this case is not a plain pass
+	Held       []string // invariants that held
 }
 
 type matrixCell struct {
@@ -102,6 +103,11 @@ func HTML(r *Results) ([]byte, error) {
 			hc.Injections = append(hc.Injections, fmt.Sprintf("%s (%s): %s", inj.Fault, inj.Trigger, injectionText(inj)))
 		}
 		hc.LogNames = sortedKeys(c.Logs)
+		for _, inv := range c.Invariants {
+			if inv.OK {
+				hc.Held = append(hc.Held, inv.Name)
+			}
+		}
 		switch {
 		case c.Verdict == Fail:
 			hc.Why = oneLine(failureSummary(c))

@@ -373,6 +373,11 @@ func TestHTMLIsSelfContainedEscapedAndDrawsEveryFigure(t *testing.T) {
 			t.Fatalf("needs-attention table lacks %q", want)
 		}
 	}
+	// Violated invariants with evidence; the ones that held listed by name.
+	if !strings.Contains(page, `<td>✗ intent-goal</td><td><pre>vm-a: lifecycle failed (want ready) after 30s`) ||
+		!strings.Contains(page, `<span class="ok-mark">✓ 1 held:</span> <code>ledger-clean</code>`) {
+		t.Fatal("failing case's invariants not shown as violated + held")
+	}
 	// The "only problems" filter hides exactly the clean passes.
 	if got := strings.Count(page, `<tr class="ok">`); got != 8 {
 		t.Fatalf("%d rows marked ok, want 8", got)

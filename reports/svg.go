@@ -309,13 +309,18 @@ func buildHistogram(cases []Case) *svgHistogram {
 		return nil
 	}
 	sort.Float64s(ms)
-	nb := int(math.Ceil(math.Sqrt(float64(len(ms)))))
-	nb = min(max(nb, 5), 24)
+	// About √n bins (5..24), narrowed to a round width so edges read well
+	// (at most twice as many bins).
+	want := min(max(int(math.Ceil(math.Sqrt(float64(len(ms))))), 5), 24)
 	hi := 1.0
 	if len(ms) > 0 {
 		hi = math.Max(ms[len(ms)-1], 1)
 	}
-	width := hi / float64(nb)
+	width := niceStepDown(hi / float64(want))
+	nb := max(1, int(math.Ceil(hi/width)))
+	if float64(nb)*width <= hi {
+		nb++ // the maximum sits on an edge: give it its own bin
+	}
 	counts := make([]int, nb)
 	for _, v := range ms {
 		i := min(int(v/width), nb-1)
@@ -332,7 +337,8 @@ func buildHistogram(cases []Case) *svgHistogram {
 	}
 	plotW := h.W - h.Left - 10
 	bw := plotW / float64(slots)
-	barH := func(n int) float64 { return float64(n) / float64(h.MaxCount) * (h.AxisY - 16) }
+	// Bars stay below y=34 so the p50/p95 labels above them stay legible.
+	barH := func(n int) float64 { return float64(n) / float64(h.MaxCount) * (h.AxisY - 34) }
 	for i, n := range counts {
 		lo := width * float64(i)
 		h.Bars = append(h.Bars, svgBar{X: h.Left + float64(i)*bw + 1, Y: h.AxisY - barH(n), W: bw - 2, H: barH(n), Class: "bar", Count: n, Mid: (bw - 2) / 2,
@@ -363,8 +369,8 @@ func buildHistogram(cases []Case) *svgHistogram {
 	return h
 }
 
-// niceStep rounds a raw tick step (ns) up to 1, 2 or 5 × 10^k so that axis
-// labels read as round numbers.
+// niceStep rounds a raw step up to 1, 2 or 5 × 10^k (in whatever unit it is
+// given) so that axis labels read as round numbers.
 func niceStep(raw float64) float64 {
 	if raw <= 0 || math.IsNaN(raw) || math.IsInf(raw, 0) {
 		return 1e6
@@ -376,4 +382,18 @@ func niceStep(raw float64) float64 {
 		}
 	}
 	return 10 * p
+}
+
+// niceStepDown rounds a raw step down to 1, 2 or 5 × 10^k.
+func niceStepDown(raw float64) float64 {
+	if raw <= 0 || math.IsNaN(raw) || math.IsInf(raw, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{5, 2, 1} {
+		if m*p <= raw {
+			return m * p
+		}
+	}
+	return p
 }

@@ -398,3 +398,61 @@ func timelineExcerpt(c Case, perSide int) []string {
 	}
 	return out
 }
+
+// MarkdownSummary is a compact Markdown account of a gate decision for a CI
+// job summary or a PR comment: the verdict, the run, each reason the gate
+// gave, and a table of the cases that need attention with how to reproduce
+// them (at most limit rows; the full report.md has the rest).
+func MarkdownSummary(r *Results, g GateResult, limit int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### vmchaos: %s (exit %d)\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code)
+	fmt.Fprintf(&b, "Run `%s`: %s; backend %s, supervisor %s, time scale %g, seed %d; %s.\n\n", mdCode(orDefault(r.RunID, "(unnamed)")),
+		mdEscape(CountVerdicts(r.Cases).String()), mdEscape(orDefault(r.Backend, "?")), mdEscape(orDefault(r.Supervisor, "?")),
+		r.TimeScale, r.Seed, mdEscape(Convergence(r.Cases).String()))
+	var notes []string
+	for _, l := range g.Lines[:max(len(g.Lines)-1, 0)] { // the last line is the tally, said above
+		if strings.HasPrefix(l, "REGRESSION") || strings.HasPrefix(l, "NOTE") || strings.HasPrefix(l, "FIXED") ||
+			strings.HasPrefix(l, "convergence") || strings.Contains(l, "shard") || strings.Contains(l, "no cases") {
+			notes = append(notes, l)
+		}
+	}
+	for _, n := range notes {
+		fmt.Fprintf(&b, "- %s\n", mdEscape(n))
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n")
+	}
+	var problems []Case
+	for _, c := range r.Cases {
+		if c.Problem() || c.Attempts > 1 {
+			problems = append(problems, c)
+		}
+	}
+	if len(problems) == 0 {
+		return b.String()
+	}
+	rank := map[string]int{Fail: 0, Error: 1, Inconclusive: 2, Pass: 3}
+	sort.SliceStable(problems, func(i, j int) bool { return rank[problems[i].Verdict] < rank[problems[j].Verdict] })
+	b.WriteString("| verdict | case | why | reproduce |\n|---|---|---|---|\n")
+	for i, c := range problems {
+		if limit > 0 && i == limit {
+			fmt.Fprintf(&b, "\n… and %d more; see report.md in the run dir.\n", len(problems)-limit)
+			break
+		}
+		why := ""
+		switch {
+		case c.Verdict == Fail:
+			why = failureSummary(c)
+		case c.Verdict == Pass:
+			why = fmt.Sprintf("passed only after %d attempts", c.Attempts)
+		default:
+			why = orDefault(c.Reason, "no reason recorded")
+		}
+		repro := "-"
+		if c.Repro != "" {
+			repro = "`" + mdCode(c.Repro) + "`"
+		}
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", strings.ToUpper(c.Verdict), mdCode(c.ID), mdEscape(truncate(oneLine(why), 300)), repro)
+	}
+	return b.String()
+}

@@ -555,3 +555,25 @@ func TestHTMLTagsBalance(t *testing.T) {
 		t.Fatalf("unclosed elements: %v", stack)
 	}
 }
+
+func TestMarkdownSummaryForCIJobs(t *testing.T) {
+	r := sampleResults()
+	base := sampleResults()
+	base.Cases[4].Verdict = Pass
+	g := Gate(r, base, DefaultGateOptions())
+	md := MarkdownSummary(r, g, 2)
+	for _, want := range []string{"### vmchaos: INVARIANT VIOLATED (exit 1)", "backend fake", "REGRESSION clone-sigkill-sweep@25ms passed in baseline",
+		"| FAIL | `clone-sigkill-sweep@25ms` | invariant(s) intent-goal, one-vm-per-name", "`" + r.Cases[4].Repro + "`",
+		"| ERROR | `save-stop-sweep@75ms`", "… and 2 more"} {
+		if !strings.Contains(md, want) {
+			t.Fatalf("summary lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Index(md, "| FAIL") > strings.Index(md, "| ERROR") {
+		t.Fatal("failures are not listed first")
+	}
+	clean := MarkdownSummary(run(Pass), Gate(run(Pass), nil, DefaultGateOptions()), 10)
+	if !strings.Contains(clean, "PASS (exit 0)") || strings.Contains(clean, "| verdict |") {
+		t.Fatalf("clean run summary:\n%s", clean)
+	}
+}

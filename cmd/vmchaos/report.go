@@ -31,7 +31,7 @@ truth) and the junit.xml, report.md and report.html rendered from it.
 }
 
 func newReportGateCmd() *cobra.Command {
-	var baseline, tolerance, slack string
+	var baseline, tolerance, slack, stepSummary string
 	var flakyFails bool
 	c := &cobra.Command{
 		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] RUN_DIR|results.json",
@@ -47,7 +47,8 @@ func newReportGateCmd() *cobra.Command {
 When several apply the most severe wins: 1, then 3, then 2. Every reason is printed,
 one line each, with the repro command of the case.`,
 		Example: `  vmchaos report gate vmchaos-results/fast
-  vmchaos report gate --baseline last-release/results.json --p95-tolerance 25% run/results.json`,
+  vmchaos report gate --baseline last-release/results.json --p95-tolerance 25% run/results.json
+  vmchaos report gate --step-summary "$GITHUB_STEP_SUMMARY" vmchaos-results/nightly`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opt := reports.DefaultGateOptions()
@@ -75,6 +76,11 @@ one line each, with the repro command of the case.`,
 			}
 			g := reports.Gate(cur, base, opt)
 			fmt.Fprintln(cmd.OutOrStdout(), g.String())
+			if stepSummary != "" {
+				if err := appendFile(stepSummary, reports.MarkdownSummary(cur, g, 30)); err != nil {
+					return reports.InfraError{Err: fmt.Errorf("--step-summary: %w", err)}
+				}
+			}
 			return g.Err()
 		},
 	}
@@ -82,7 +88,22 @@ one line each, with the repro command of the case.`,
 	c.Flags().StringVar(&tolerance, "p95-tolerance", "20%", `allowed growth of convergence p95 against the baseline: "20%", a fraction "0.2", or "off"`)
 	c.Flags().StringVar(&slack, "p95-slack", "", "absolute p95 growth always allowed on top of the tolerance, e.g. 50ms (default: none)")
 	c.Flags().BoolVar(&flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
+	c.Flags().StringVar(&stepSummary, "step-summary", "", `append a compact Markdown verdict (reasons, cases needing attention, repro commands) to this file, e.g. "$GITHUB_STEP_SUMMARY" (default: none)`)
 	return c
+}
+
+// appendFile appends text to path (created if missing), as CI job-summary
+// files expect: every step adds its part.
+func appendFile(path, text string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(text + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // parseTolerance reads "20%", "0.2" or "off" (disabled, as -1).

@@ -130,6 +130,23 @@ func TestReportMergeThenGateAndRender(t *testing.T) {
 	}
 }
 
+func TestReportGateAppendsStepSummary(t *testing.T) {
+	tmp := t.TempDir()
+	fail := writeRun(t, filepath.Join(tmp, "fail"), "", map[string]string{"a@0": reports.Pass, "b@0": reports.Fail}, 100)
+	summary := filepath.Join(tmp, "summary.md")
+	if err := os.WriteFile(summary, []byte("earlier step\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := runReport(t, "gate", "--step-summary", summary, fail); code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	got, _ := os.ReadFile(summary)
+	if !strings.HasPrefix(string(got), "earlier step\n### vmchaos: INVARIANT VIOLATED (exit 1)") ||
+		!strings.Contains(string(got), "`vmchaos repro --scenario b@0`") {
+		t.Fatalf("step summary:\n%s", got)
+	}
+}
+
 func TestParseTolerance(t *testing.T) {
 	for in, want := range map[string]float64{"20%": 0.2, "0.2": 0.2, "0": 0, "off": -1, " 5% ": 0.05} {
 		if got, err := parseTolerance(in); err != nil || got != want {

@@ -82,10 +82,24 @@ type Client struct {
 	hc     *http.Client
 }
 
-// New returns a client for the socket at path. Each request gets its own
-// connection: CH handles one request at a time anyway, and a stale keep-alive
-// connection to a killed VMM must not be reused.
-func New(socket string) *Client {
+// Option configures a Client.
+type Option func(*http.Transport)
+
+// KeepAlive reuses one connection across requests. Use it for tight polling
+// of a VMM that is known to be alive (the checker, benchmarks): a connection to
+// a VMM that was since killed fails the next request, which the caller sees as
+// a dead VMM, exactly as with a fresh connection.
+func KeepAlive() Option {
+	return func(t *http.Transport) {
+		t.DisableKeepAlives = false
+		t.MaxIdleConnsPerHost = 1
+	}
+}
+
+// New returns a client for the socket at path. By default each request gets
+// its own connection: CH handles one request at a time anyway, and a
+// short-lived CLI must not hold a connection to a VMM another process drives.
+func New(socket string, opts ...Option) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -93,8 +107,14 @@ func New(socket string) *Client {
 		},
 		DisableKeepAlives: true,
 	}
+	for _, o := range opts {
+		o(tr)
+	}
 	return &Client{Socket: socket, hc: &http.Client{Transport: tr}}
 }
+
+// Close releases idle connections of a KeepAlive client.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // Do sends one request. body nil means no body; otherwise it is JSON-encoded
 // and sent with Content-Length (CH treats chunked bodies as absent). out, if

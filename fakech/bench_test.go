@@ -145,3 +145,17 @@ func BenchmarkVMInfoRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkVMInfoRoundTripKeepAlive: vm.info through chapi.Client with the
+// KeepAlive option (what a poller such as the convergence checker uses).
+func BenchmarkVMInfoRoundTripKeepAlive(b *testing.B) {
+	sock := bootForBench(b)
+	c := chapi.New(sock, chapi.KeepAlive())
+	defer c.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := c.Info(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -21,6 +21,7 @@ func FuzzParse(f *testing.F) {
 		`{"cases":[{"id":"a","verdict":"fail","converge_ms":-1,"timeline":[{"ts_ns":-9223372036854775808,"kind":"fault"},{"ts_ns":9223372036854775807,"kind":"converged"}]}]}`,
 		`{"cases":[{"id":"<x>","verdict":"inconclusive","offset_ms":1e308,"trigger":"park ]]>","attempts":-3}]}`,
 		`{"shards":["1/2"],"missing_shards":["2/2"],"cases":null}`,
+		`{"cases":[{"id":"e","verdict":"error","reason":"\u0001\ufffe]]>\ud800","repro":"x ]]> y","invariants":[{"name":"n","ok":false,"evidence":"a]]]]>>\u001b[31m"}]}]}`,
 		`[1,2]`, `null`, "\xff\xfe", `{"cases":[{"id":"a","verdict":"pass"}]} x`,
 	} {
 		f.Add([]byte(s))

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // JUnit XML shapes, in the dialect Jenkins, GitLab, GitHub test reporters and
@@ -53,13 +54,19 @@ type junitCase struct {
 	Skipped    *junitMessage `xml:"skipped,omitempty"`
 	Error      *junitMessage `xml:"error,omitempty"`
 	Failure    *junitMessage `xml:"failure,omitempty"`
-	SystemOut  string        `xml:"system-out,omitempty"`
+	SystemOut  *junitText    `xml:"system-out,omitempty"`
 }
 
 type junitMessage struct {
 	Message string `xml:"message,attr"`
 	Type    string `xml:"type,attr,omitempty"`
-	Body    string `xml:",chardata"`
+	Body    string `xml:",cdata"`
+}
+
+// junitText is multi-line text kept readable in the raw file (CDATA rather
+// than &#xA; escapes).
+type junitText struct {
+	Text string `xml:",cdata"`
 }
 
 // JUnit renders junit.xml: one testsuite for the run, one testcase per case
@@ -161,7 +168,13 @@ func junitTestcase(c Case) junitCase {
 	for _, k := range sortedKeys(c.Logs) {
 		fmt.Fprintf(&out, "log %s: %s\n", k, c.Logs[k])
 	}
-	jc.SystemOut = out.String()
+	jc.SystemOut = &junitText{xmlSafe(out.String())}
+	if jc.Failure != nil {
+		jc.Failure.Body = xmlSafe(jc.Failure.Body)
+	}
+	if jc.Error != nil {
+		jc.Error.Body = xmlSafe(jc.Error.Body)
+	}
 	return jc
 }
 
@@ -237,4 +250,21 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// xmlSafe replaces what XML 1.0 cannot carry at all (most control
+// characters, invalid UTF-8, U+FFFE/U+FFFF) with U+FFFD. encoding/xml does
+// this for attributes and escaped text but not inside CDATA.
+func xmlSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r':
+			return r
+		case r < 0x20, r == 0xFFFE, r == 0xFFFF, r == utf8.RuneError:
+			return '\uFFFD'
+		case r >= 0xD800 && r <= 0xDFFF:
+			return '\uFFFD'
+		}
+		return r
+	}, s)
 }

@@ -84,8 +84,9 @@ func Shard(ids []string, i, n int) []string {
 // backend, time scale, seed, label filter and regress switches — or the merge
 // is refused: a report mixing them would compare apples with pears. Host and
 // supervisor may differ between CI runners; they are recorded as a sorted,
-// comma-separated list. A case id present in two shards is refused (the shards
-// overlap). Cases are ordered by scenario, offset and id. When every input
+// comma-separated list. A case id present in two inputs is refused (the shards
+// overlap; within one input an id may repeat, as in a selftest run). Cases
+// are ordered by scenario, offset and id. When every input
 // carries an "I/N" shard of one N, the shards present and missing are recorded
 // (Gate treats missing shards as inconclusive).
 func Merge(rs ...*Results) (*Results, error) {
@@ -131,8 +132,8 @@ func Merge(rs ...*Results) (*Results, error) {
 		Regress:   slices.Clone(first.Regress),
 	}
 	var runIDs, hosts, sups []string
-	owner := map[string]string{}
-	for _, r := range rs {
+	owner := map[string]int{} // case id → index of the input holding it
+	for k, r := range rs {
 		runIDs = append(runIDs, r.RunID)
 		hosts = append(hosts, r.Host)
 		sups = append(sups, r.Supervisor)
@@ -143,10 +144,10 @@ func Merge(rs ...*Results) (*Results, error) {
 			out.FinishedAt = r.FinishedAt
 		}
 		for _, c := range r.Cases {
-			if prev, dup := owner[c.ID]; dup {
-				return nil, fmt.Errorf("merge: case %q is in both %s and %s: shards overlap", c.ID, prev, name(r))
+			if prev, dup := owner[c.ID]; dup && prev != k {
+				return nil, fmt.Errorf("merge: case %q is in both %s and %s: shards overlap", c.ID, name(rs[prev]), name(r))
 			}
-			owner[c.ID] = name(r)
+			owner[c.ID] = k
 			out.Cases = append(out.Cases, c)
 		}
 	}

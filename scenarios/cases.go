@@ -109,10 +109,12 @@ func CaseFor(id string, off time.Duration, hasOff bool, backend string) (Case, e
 	if speed == "" {
 		speed = "slow"
 	}
-	if !hasOff && s.TakesOffset() {
-		hasOff = true
-		if len(s.Offsets) > 0 {
-			off = s.Offsets[0]
+	if !hasOff && len(s.Offsets) > 0 {
+		hasOff, off = true, s.Offsets[0]
+	}
+	if !hasOff && s.Sweep != "" {
+		if offs, err := injector.ParseSweep(s.Sweep); err == nil && len(offs) > 0 {
+			hasOff, off = true, offs[0]
 		}
 	}
 	return Case{ID: caseID(s, off, hasOff), Scenario: s, Offset: off, HasOff: hasOff, Speed: speed,
@@ -213,7 +215,7 @@ var FaultKinds = map[string]bool{"sigkill-main": true, "stop": true, "restart": 
 // StepKinds are the step kinds the runner implements.
 var StepKinds = map[string]bool{StepCreate: true, StepHibernate: true, StepWake: true, StepDelete: true,
 	StepLedgerWrite: true, StepDirectClone: true, StepReconcile: true, StepKillVMM: true,
-	StepWipeStatus: true, StepCounterClaim: true}
+	StepWipeStatus: true, StepCounterClaim: true, StepDirectSave: true, StepHoldLease: true}
 
 func contains(xs []string, x string) bool {
 	for _, y := range xs {

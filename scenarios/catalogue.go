@@ -38,6 +38,8 @@ const (
 	StepKillVMM      = "kill-vmm"      // SIGKILL the VM's cloud-hypervisor (the way an OOM kill does)
 	StepWipeStatus   = "wipe-status"   // delete the agent's local status markers (agent stopped)
 	StepCounterClaim = "counter-claim" // PUT a counter-intent inside a resume claim; expect the 4xx, retry until accepted
+	StepDirectSave   = "direct-save"   // the harness runs `vmctl snapshot save --name VM-manual VM` itself (an operator's manual save)
+	StepHoldLease    = "hold-lease"    // a harness `vm clone --name reader VM` parked at vm.clone.reserved holds snapshot VM's lease shared until the agent's next `snapshot rm` exited
 )
 
 // Step is one harness action on one VM name.
@@ -111,7 +113,9 @@ type Scenario struct {
 	Setup   []Step
 	Act     []Step
 	Faults  []Fault
-	// WhileStopped runs between a `stop` fault and the operator's start.
+	// WhileStopped runs between the fault and the agent's return: before
+	// the operator's start after a `stop`, otherwise right after the
+	// injection (within RestartSec).
 	WhileStopped []Step
 	// After runs once the operator restored service (e.g. the wake of a
 	// VM whose agent lost its status markers, or a counter-intent).
@@ -163,12 +167,11 @@ var seedScenarios = []Scenario{
 	},
 	{
 		ID: "s001-2-stop-in-pause-window", SeedRef: "001 #2", Op: OpSave, Speed: "fast",
-		Title:   "systemctl stop inside the pause window of a snapshot save leaves the VMM Paused: the resumed hibernate must converge the orphaned pause",
-		Setup:   readyA,
-		Act:     []Step{{Kind: StepHibernate, VM: vmA}},
-		Faults:  []Fault{{Kind: "stop", Trigger: "park snapshot.save.paused", StopFor: 2 * time.Second}},
-		Expect:  Expect{Ledger: true},
-		Targets: []string{"net-refuses-paused"},
+		Title:  "systemctl stop inside the pause window of a snapshot save leaves the VMM Paused: the resumed hibernate must converge the orphaned pause",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{{Kind: "stop", Trigger: "park snapshot.save.paused", StopFor: 2 * time.Second}},
+		Expect: Expect{Ledger: true},
 	},
 	{
 		ID: "s001-3-pending-holder", SeedRef: "001 #3", Op: OpSave, Speed: "fast",
@@ -184,15 +187,20 @@ var seedScenarios = []Scenario{
 		Targets: []string{"save-match-already-exists-only", "save-rm-by-name", "save-preflight-ignores-pending"},
 	},
 	{
-		ID: "s001-3-lease-held-orphan-save", SeedRef: "001 #3", Op: OpSave, Speed: "fast",
-		Title: "agent SIGKILLed mid-save, the orphaned save child still holds the lease when the resumed save tries rm: the refusal is transient, no failed write",
+		ID: "s001-3-lease-held-holder", SeedRef: "001 #3", Op: OpSave, Speed: "fast",
+		Title: "SIGKILL after a save, and a live reader holds the held snapshot's lease when the resumed save's recovery runs rm: the refusal is transient, wait for the lease, no failed write",
 		Setup: readyA,
 		Act:   []Step{{Kind: StepHibernate, VM: vmA}},
-		Faults: []Fault{{Kind: "sigkill-main", Trigger: "park snapshot.save.pending",
-			ReleaseAfterChild: "snapshot rm"}},
-		Env:     Env{RestartDelay: 1 * time.Second},
-		Expect:  Expect{NoFailedWrite: true, Ledger: true},
-		Targets: []string{"save-no-lease-wait"},
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "after-exit snapshot-save", VM: vmA,
+			Window: [2]string{"agent.child.exit", "agent.hibernate.saved"}}},
+		Offsets: []time.Duration{0},
+		// the bundled vmctl holds the VM's ops lock for a whole save, so a
+		// lease held while the ops lock is free comes from a reader: a
+		// clone of the holder (an orphaned clone/restore/export in the field)
+		WhileStopped: []Step{{Kind: StepHoldLease, VM: vmA}},
+		Env:          Env{RestartDelay: 5 * time.Second},
+		Expect:       Expect{NoFailedWrite: true, Ledger: true, DirectVMs: []string{"reader"}},
+		Targets:      []string{"save-no-lease-wait"},
 	},
 	{
 		ID: "s001-3-sigkill-6s-into-save", SeedRef: "001 #3", Op: OpSave, Speed: "slow",
@@ -213,6 +221,23 @@ var seedScenarios = []Scenario{
 		Offsets: []time.Duration{28 * time.Millisecond},
 		Env:     Env{RestartDelay: 1 * time.Second},
 		Expect:  Expect{Ledger: true},
+	},
+	{
+		// Known failing on the bundled stack (speed:slow until fixed): the
+		// agent's hibernate starts with the guest DHCP release over SSH,
+		// which a Paused guest cannot answer, so it never reaches the `vm
+		// net` that would converge the pause.
+		ID: "s001-2-orphaned-pause-then-hibernate", SeedRef: "001 #2", Op: OpHibernate, Speed: "slow",
+		Title:  "a snapshot save SIGKILLed inside its pause window leaves the VMM Paused under a running record: the next hibernate's NIC drop must converge the orphaned pause",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepDirectSave, VM: vmA}},
+		Faults: []Fault{{Kind: "sigkill-direct", Trigger: "park snapshot.save.paused"}},
+		After:  []Step{{Kind: StepHibernate, VM: vmA}},
+		Expect: Expect{Ledger: true},
+		// the agent's resumed hibernate never redoes a done NIC drop, so the
+		// orphaned pause reaches `vm net` only from a save the agent did not
+		// own (an operator's, or a crashed earlier tool)
+		Targets: []string{"net-refuses-paused"},
 	},
 	{
 		ID: "s001-4-owed-hibernate-dead-vmm", SeedRef: "001 #4", Op: OpHibernate, Speed: "fast",
@@ -261,7 +286,10 @@ var seedScenarios = []Scenario{
 		Offsets: []time.Duration{144 * time.Millisecond},
 	},
 	{
-		ID: "s001-h-delete-restart-park", SeedRef: "001 held", Op: OpDelete, Speed: "fast",
+		// Known failing on the bundled stack (speed:slow until fixed): the
+		// resumed delete looks the VM up by name, finds the tombstoned record
+		// gone and forgets the intent, leaving the tombstone and its VMM.
+		ID: "s001-h-delete-restart-park", SeedRef: "001 held", Op: OpDelete, Speed: "slow",
 		Title:  "delete interrupted exactly inside vm rm (tombstoned) + restart: VM and intent gone, unrelated snapshots untouched",
 		Setup:  readyA,
 		Act:    []Step{{Kind: StepDelete, VM: vmA}},

@@ -214,7 +214,19 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
 	}
 
 	// Restore service like an operator: a stopped unit is started again
-	// (after the WhileStopped steps and StopFor).
+	// (after the WhileStopped steps and StopFor). Without a stop, the
+	// WhileStopped steps run at once, while the agent is down for RestartSec.
+	stopped := false
+	for _, f := range s.Faults {
+		stopped = stopped || f.Kind == "stop"
+	}
+	if !stopped {
+		for _, step := range s.WhileStopped {
+			if err := cr.step(ctx, step, budget); err != nil {
+				return fmt.Errorf("while down %s %s: %w", step.Kind, step.VM, err)
+			}
+		}
+	}
 	for _, f := range s.Faults {
 		if f.Kind != "stop" {
 			continue
@@ -477,6 +489,28 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 			}
 			continue
 		}
+		if f.Kind == "sigkill-direct" {
+			// a vmctl the harness started itself, parked: kill it there
+			rec := reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: failpoint.Now(), VictimPID: pid, IntendedPhase: t.Point}
+			if !cr.isDirect(pid) {
+				rec.Err = fmt.Sprintf("parked pid %d is not a process the harness started", pid)
+			} else if err := stack.KillProc(pid); err != nil {
+				rec.Err = err.Error()
+			}
+			rec.ActualNs = failpoint.Now()
+			if e, ok := cr.st.Trace.LastOf(hit.Event.Pid, rec.ActualNs); ok {
+				rec.LastPhase = e.Point
+			}
+			rec.Landed = rec.Err == "" && rec.LastPhase == t.Point
+			if firstNs == 0 {
+				firstNs = rec.ActualNs
+			}
+			cr.mu.Lock()
+			cr.victims[pid] = true
+			cr.mu.Unlock()
+			out = append(out, rec)
+			continue
+		}
 		in := cr.inj.Inject(ctx, cr.injFault(f))
 		rec := reports.Injection{Fault: in.Fault.String(), Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
 			Err: in.Err, VictimPID: in.VictimPID, IntendedPhase: t.Point}
@@ -698,9 +732,6 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		hib := step.Kind == scenarios.StepHibernate
 		for _, n := range names {
 			if hib {
-				if err := cr.ledgerBaseline(ctx, n); err != nil {
-					return err
-				}
 				cr.cycles[n] = true
 			}
 			if err := cr.put(ctx, n, nodeagent.Intent{Snapshot: baseSnapshot, Hibernate: hib}); err != nil {
@@ -731,6 +762,12 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		if _, err := st.Ledger.WriteMarkers(ctx, g, cr.ledger[step.VM]); err != nil {
 			return err
 		}
+		// the baseline the next wake's boot id and RAM markers are
+		// compared against (recorded now: the guest may be unreachable,
+		// e.g. paused, right before the hibernate)
+		if _, err := st.Ledger.RecordBootID(ctx, g); err != nil {
+			return err
+		}
 	case scenarios.StepDirectClone:
 		cmd, exit, err := st.StartProc("direct-clone-"+step.VM, "vm", "clone", "--name", step.VM, baseSnapshot)
 		if err != nil {
@@ -739,6 +776,20 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		cr.mu.Lock()
 		cr.direct[step.VM] = &directProc{pid: cmd.Process.Pid, exit: exit}
 		cr.mu.Unlock()
+	case scenarios.StepDirectSave:
+		v, ok, err := st.VMByName(ctx, step.VM)
+		if err != nil || !ok {
+			return fmt.Errorf("direct-save: no vm %s (%v)", step.VM, err)
+		}
+		cmd, exit, err := st.StartProc("direct-save-"+step.VM, "snapshot", "save", "--name", step.VM+"-manual", v.ID)
+		if err != nil {
+			return err
+		}
+		cr.mu.Lock()
+		cr.direct["save-"+step.VM] = &directProc{pid: cmd.Process.Pid, exit: exit}
+		cr.mu.Unlock()
+	case scenarios.StepHoldLease:
+		return cr.holdLease(ctx, step.VM)
 	case scenarios.StepReconcile:
 		// the record exists (creating) once the clone reserved it
 		var id string
@@ -849,20 +900,6 @@ func (cr *caseRun) guest(ctx context.Context, name string) (ledger.Guest, error)
 		return ledger.Guest{}, fmt.Errorf("ledger: vm %s has no guest address", name)
 	}
 	return ledger.Guest{Name: name, Addr: v.GuestAddress()}, nil
-}
-
-// ledgerBaseline records the boot id right before a hibernate of a guest
-// that carries markers: the wake must bring back this boot.
-func (cr *caseRun) ledgerBaseline(ctx context.Context, name string) error {
-	if cr.ledger[name] == 0 {
-		return nil
-	}
-	g, err := cr.guest(ctx, name)
-	if err != nil {
-		return err
-	}
-	_, err = cr.st.Ledger.RecordBootID(ctx, g)
-	return err
 }
 
 // wipeStatus removes the agent's local status markers of name (intent and
@@ -980,4 +1017,46 @@ func (cr *caseRun) stackPhase(in reports.Injection) string {
 		}
 	}
 	return last
+}
+
+// isDirect reports whether pid is a vmctl the harness started.
+func (cr *caseRun) isDirect(pid int) bool {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	for _, d := range cr.direct {
+		if d.pid == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// holdLease starts a clone of snapshot name as VM "reader", parked at
+// vm.clone.reserved (the snapshot's lease held shared), and releases it once
+// an agent `snapshot rm` child started after now has exited.
+func (cr *caseRun) holdLease(ctx context.Context, name string) error {
+	const point = "vm.clone.reserved"
+	from := cr.st.Trace.Mark()
+	fromNs := failpoint.Now()
+	cmd, exit, err := cr.st.StartProcFP("hold-lease-reader", point+"=pause", "vm", "clone", "--name", "reader", name)
+	if err != nil {
+		return err
+	}
+	cr.mu.Lock()
+	cr.direct["reader"] = &directProc{pid: cmd.Process.Pid, exit: exit}
+	cr.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pid, err := failpoint.WaitParked(wctx, cr.st.CtlDir, point)
+	if err != nil {
+		return fmt.Errorf("hold-lease: %w", err)
+	}
+	if pid != cmd.Process.Pid {
+		return fmt.Errorf("hold-lease: parked pid %d is not the reader %d", pid, cmd.Process.Pid)
+	}
+	cr.mu.Lock()
+	cr.held = append(cr.held, point)
+	cr.mu.Unlock()
+	go cr.releaseWhen(ctx, point, func(ctx context.Context) { cr.waitChildExit(ctx, from, fromNs, "snapshot rm") })
+	return nil
 }

@@ -382,12 +382,17 @@ func (s *Stack) Scale() float64 { return s.run.Scale }
 // with the stack environment, logging to logs/<name>.log; the caller waits
 // it through the returned channel (exit code, -1 if killed by a signal).
 func (s *Stack) StartProc(name string, args ...string) (*exec.Cmd, <-chan int, error) {
+	return s.StartProcFP(name, s.armedFailpoints(), args...)
+}
+
+// StartProcFP is StartProc with its own VMCHAOS_FAILPOINTS.
+func (s *Stack) StartProcFP(name, failpoints string, args ...string) (*exec.Cmd, <-chan int, error) {
 	f, err := os.OpenFile(filepath.Join(s.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, err
 	}
 	cmd := exec.Command(filepath.Join(s.run.BinDir, "vmctl"), args...)
-	cmd.Env = s.StackEnv(s.armedFailpoints())
+	cmd.Env = s.StackEnv(failpoints)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()

@@ -59,6 +59,7 @@ type htmlData struct {
 	Matrix    []matrixRow
 	Tiles     []matrixCell
 	Histogram *svgHistogram
+	Selftest  *htmlSelftest
 }
 
 type htmlGroup struct {
@@ -72,7 +73,21 @@ type htmlGroup struct {
 // convergence-time histogram, the table of cases, and per case its details
 // with an SVG timeline of phases, the fault and the convergence point.
 // html/template escapes every value.
-func HTML(r *Results) ([]byte, error) {
+func HTML(r *Results) ([]byte, error) { return renderHTML(r, nil) }
+
+type htmlSelftest struct {
+	Tally SelftestTally
+	OK    bool
+	Rows  []htmlSelftestRow
+}
+
+type htmlSelftestRow struct {
+	SelftestRow
+	Expected string
+}
+
+// renderHTML is HTML with a selftest section when rows are given.
+func renderHTML(r *Results, selftest []SelftestRow) ([]byte, error) {
 	d := htmlData{
 		R:      r,
 		Title:  "vmchaos report — " + orDefault(r.RunID, "(unnamed run)"),
@@ -81,6 +96,14 @@ func HTML(r *Results) ([]byte, error) {
 		Conv:   Convergence(r.Cases),
 	}
 	d.GateName = GateCodeName(d.Gate.Code)
+	if len(selftest) > 0 {
+		st := &htmlSelftest{Tally: TallySelftest(selftest)}
+		st.OK = st.Tally.OK()
+		for _, row := range selftest {
+			st.Rows = append(st.Rows, htmlSelftestRow{SelftestRow: row, Expected: expectedInvariant(row.Bug)})
+		}
+		d.Selftest = st
+	}
 	d.Meta = [][2]string{{"backend", r.Backend}, {"supervisor", r.Supervisor}, {"time scale", fmt.Sprint(r.TimeScale)},
 		{"seed", fmt.Sprint(r.Seed)}, {"host", r.Host}, {"started", formatTime(r.StartedAt)}, {"wall time", wallTime(r)}}
 	for _, e := range [][2]string{{"shard", r.Shard}, {"shards merged", strings.Join(r.Shards, ", ")},

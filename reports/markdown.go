@@ -11,7 +11,10 @@ import (
 // Markdown renders report.md for a release manager: the verdict first, what
 // broke grouped by invariant, the one table of every case, then for each case
 // that did not pass the evidence and the command that reproduces it.
-func Markdown(r *Results) ([]byte, error) {
+func Markdown(r *Results) ([]byte, error) { return renderMarkdown(r, nil) }
+
+// renderMarkdown is Markdown with a selftest table when rows are given.
+func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 	var b strings.Builder
 	counts := CountVerdicts(r.Cases)
 	g := Gate(r, nil, DefaultGateOptions())
@@ -20,6 +23,17 @@ func Markdown(r *Results) ([]byte, error) {
 	fmt.Fprintf(&b, "# vmchaos report — %s\n\n", mdEscape(orDefault(r.RunID, "(unnamed run)")))
 	fmt.Fprintf(&b, "**Verdict: %s** (gate exit %d) — %s.\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code, mdEscape(counts.String()))
 
+	if len(selftest) > 0 {
+		t := TallySelftest(selftest)
+		status := "PASS"
+		if !t.OK() {
+			status = "FAIL"
+		}
+		fmt.Fprintf(&b, "This is a selftest run: cases ran with historical bugs switched back on, so failures are expected. **Selftest: %s** — %s (every check: %s).\n\n",
+			status, mdEscape(t.String()), SelftestMarkdownFile)
+		selftestTrackRecord(&b, selftest)
+		b.WriteString("\n")
+	}
 	b.WriteString("| backend | supervisor | time scale | seed | host | started | wall time |")
 	row := []string{orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), fmt.Sprint(r.TimeScale), fmt.Sprint(r.Seed),
 		orDefault(r.Host, "?"), formatTime(r.StartedAt), wallTime(r)}

@@ -599,3 +599,33 @@ func TestMarkdownSummaryForCIJobs(t *testing.T) {
 		t.Fatalf("clean run summary:\n%s", clean)
 	}
 }
+
+// In a selftest run dir the reports lead with the selftest table, whichever
+// of results.json and selftest.json was written first.
+func TestSelftestTableHeadsTheRunReports(t *testing.T) {
+	rows := []SelftestRow{{Bug: "failed-sticky", Seed: "001 #5", Scenario: "s001-5-transient-failed", WithBugVerdict: Fail,
+		WithBugInvariant: "intent-goal", WithoutBugVerdict: Pass, OK: true, Repro: "VMCHAOS_REGRESS=failed-sticky vmchaos repro --scenario s001-5-transient-failed"}}
+	for _, selftestFirst := range []bool{false, true} {
+		dir := t.TempDir()
+		steps := []func() error{
+			func() error { return WriteAll(dir, run(Fail, Pass)) },
+			func() error { return WriteSelftest(dir, rows) },
+		}
+		if selftestFirst {
+			steps[0], steps[1] = steps[1], steps[0]
+		}
+		for _, s := range steps {
+			if err := s(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		page, _ := os.ReadFile(filepath.Join(dir, HTMLFile))
+		md, _ := os.ReadFile(filepath.Join(dir, MarkdownFile))
+		if !strings.Contains(string(page), "SELFTEST PASS — selftest: 1/1 bugs caught") || !strings.Contains(string(page), htmlEsc(rows[0].Repro)) {
+			t.Fatalf("selftestFirst=%v: html lacks the selftest section", selftestFirst)
+		}
+		if !strings.Contains(string(md), "**Selftest: PASS**") || !strings.Contains(string(md), "| `failed-sticky` | 001 #5 |") {
+			t.Fatalf("selftestFirst=%v: report.md lacks the selftest table:\n%s", selftestFirst, md)
+		}
+	}
+}

@@ -145,7 +145,19 @@ func WriteSelftest(dir string, rows []SelftestRow) error {
 	if err := durable.WriteFile(filepath.Join(dir, SelftestJSONFile), append(data, '\n'), 0o644); err != nil {
 		return err
 	}
-	return durable.WriteFile(filepath.Join(dir, SelftestMarkdownFile), []byte(SelftestMarkdown(rows)), 0o644)
+	if err := durable.WriteFile(filepath.Join(dir, SelftestMarkdownFile), []byte(SelftestMarkdown(rows)), 0o644); err != nil {
+		return err
+	}
+	// When the run's results are already there, re-render its reports so
+	// they carry the selftest table whichever was written first.
+	if _, err := os.Stat(filepath.Join(dir, ResultsFile)); err == nil {
+		r, err := Load(dir)
+		if err != nil {
+			return fmt.Errorf("write selftest: %w", err)
+		}
+		return Render(dir, r)
+	}
+	return nil
 }
 
 // SelftestMarkdown renders the self-test as a Markdown page: the track
@@ -162,40 +174,8 @@ func SelftestMarkdown(rows []SelftestRow) string {
 	fmt.Fprintf(&b, "# vmchaos selftest — %s\n\n%s.\n\n", status, mdEscape(t.String()))
 	b.WriteString("Each historical bug is switched back on (`VMCHAOS_REGRESS=<bug>`); its scenarios must fail naming the invariant the bug breaks, and pass with the switch off.\n\n")
 
-	b.WriteString("## Track record\n\n| bug | seed | what the bug did | caught by | invariant | reproduce |\n|---|---|---|---|---|---|\n")
-	seen := map[string]bool{}
-	for _, r := range rows {
-		if seen[r.Bug] {
-			continue
-		}
-		seen[r.Bug] = true
-		best := r
-		for _, o := range rows {
-			if o.Bug == r.Bug && o.OK {
-				best = o
-				break
-			}
-		}
-		what := ""
-		if bug := regress.Lookup(r.Bug); bug != nil {
-			what = bug.What
-		}
-		caught := "`" + mdCode(best.Scenario) + "`"
-		if !best.OK {
-			caught = "**not caught** (" + caught + ")"
-		}
-		repro := "-"
-		if best.Repro != "" {
-			repro = "`" + mdCode(best.Repro) + "`"
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n", mdCode(r.Bug), mdEscape(r.Seed), mdEscape(what), caught,
-			mdEscape(expectedInvariant(r.Bug)), repro)
-	}
-	for _, name := range t.Untested {
-		fmt.Fprintf(&b, "| `%s` | %s | %s | **not run** | %s | - |\n", mdCode(name), mdEscape(regress.Lookup(name).Seed),
-			mdEscape(regress.Lookup(name).What), mdEscape(expectedInvariant(name)))
-	}
-
+	b.WriteString("## Track record\n\n")
+	selftestTrackRecord(&b, rows)
 	b.WriteString("\n## Every check\n\n")
 	b.WriteString("| bug | seed | scenario | with bug | violated invariant | expected | without bug | ok |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
@@ -231,4 +211,59 @@ func SelftestMarkdown(rows []SelftestRow) string {
 		}
 	}
 	return b.String()
+}
+
+// selftestTrackRecord writes the track-record table: one line per bug with
+// what it did, the scenario that catches it, the invariant it breaks and a
+// command that reproduces it (the README's table).
+func selftestTrackRecord(b *strings.Builder, rows []SelftestRow) {
+	t := TallySelftest(rows)
+	b.WriteString("| bug | seed | what the bug did | caught by | invariant | reproduce |\n|---|---|---|---|---|---|\n")
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.Bug] {
+			continue
+		}
+		seen[r.Bug] = true
+		best := r
+		for _, o := range rows {
+			if o.Bug == r.Bug && o.OK {
+				best = o
+				break
+			}
+		}
+		what := ""
+		if bug := regress.Lookup(r.Bug); bug != nil {
+			what = bug.What
+		}
+		caught := "`" + mdCode(best.Scenario) + "`"
+		if !best.OK {
+			caught = "**not caught** (" + caught + ")"
+		}
+		repro := "-"
+		if best.Repro != "" {
+			repro = "`" + mdCode(best.Repro) + "`"
+		}
+		fmt.Fprintf(b, "| `%s` | %s | %s | %s | %s | %s |\n", mdCode(r.Bug), mdEscape(r.Seed), mdEscape(what), caught,
+			mdEscape(expectedInvariant(r.Bug)), repro)
+	}
+	for _, name := range t.Untested {
+		fmt.Fprintf(b, "| `%s` | %s | %s | **not run** | %s | - |\n", mdCode(name), mdEscape(regress.Lookup(name).Seed),
+			mdEscape(regress.Lookup(name).What), mdEscape(expectedInvariant(name)))
+	}
+}
+
+// LoadSelftest reads the rows of selftest.json in dir.
+func LoadSelftest(dir string) ([]SelftestRow, error) {
+	data, err := os.ReadFile(filepath.Join(dir, SelftestJSONFile))
+	if err != nil {
+		return nil, fmt.Errorf("load selftest: %w", err)
+	}
+	var doc struct {
+		Rows []SelftestRow `json:"rows"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("load selftest %s: %w", dir, err)
+	}
+	return doc.Rows, nil
 }

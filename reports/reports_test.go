@@ -621,7 +621,7 @@ func TestSelftestTableHeadsTheRunReports(t *testing.T) {
 		}
 		page, _ := os.ReadFile(filepath.Join(dir, HTMLFile))
 		md, _ := os.ReadFile(filepath.Join(dir, MarkdownFile))
-		if !strings.Contains(string(page), "SELFTEST PASS — selftest: 1/1 bugs caught") || !strings.Contains(string(page), htmlEsc(rows[0].Repro)) {
+		if !strings.Contains(string(page), "SELFTEST PASS — 1 of 1 bugs caught, 1 of 1 checks ok") || !strings.Contains(string(page), htmlEsc(rows[0].Repro)) {
 			t.Fatalf("selftestFirst=%v: html lacks the selftest section", selftestFirst)
 		}
 		if !strings.Contains(string(md), "**Selftest: PASS**") || !strings.Contains(string(md), "| `failed-sticky` | 001 #5 |") {

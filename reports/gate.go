@@ -185,6 +185,9 @@ func compareBaseline(cur, base *Results, opt GateOptions) []gateLine {
 		if b.Verdict == Fail && c.Verdict == Pass {
 			note("FIXED %s failed in the baseline and passes now", c.ID)
 		}
+		if b.Verdict == Pass && (c.Verdict == Inconclusive || c.Verdict == Error) {
+			note("NOTE %s passed in the baseline and is %s now: its coverage is lost for this run", c.ID, c.Verdict)
+		}
 		if (b.Verdict == Pass || b.Verdict == Fail) && (c.Verdict == Pass || c.Verdict == Fail) &&
 			b.ConvergeMs >= 0 && c.ConvergeMs >= 0 {
 			curMs = append(curMs, c.ConvergeMs)

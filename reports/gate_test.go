@@ -111,6 +111,7 @@ func TestGateAgainstBaseline(t *testing.T) {
 		{"slack absorbs small growth", withMs(run(Pass, Pass, Pass, Pass), 100, 100, 100, 1300), GateOptions{P95Tolerance: 0.2, P95SlackMs: 150}, GatePass, "ok"},
 		{"negative tolerance disables", withMs(run(Pass, Pass, Pass, Pass), 100, 100, 100, 9000), GateOptions{P95Tolerance: -1}, GatePass, "baseline r"},
 		{"missing cases are noted", run(Pass, Pass), DefaultGateOptions(), GatePass, "NOTE 2 baseline case(s) are not in this run"},
+		{"lost coverage is noted", run(Pass, Inconclusive, Pass, Pass), DefaultGateOptions(), GateInconclusive, "NOTE c1 passed in the baseline and is inconclusive now"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := Gate(tc.cur, base(), tc.opt)

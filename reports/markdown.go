@@ -93,7 +93,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 		if c.Trigger != "" {
 			fault += " @ " + c.Trigger
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", mdCaseLink(c), mdEscape(fault), mdEscape(orDefault(c.LandedPhase, "-")),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", mdCaseLink(c), mdEscape(fault), mdEscape(c.LandedLabel()),
 			verdict, FormatMs(c.ConvergeMs), mdEscape(strings.Join(c.FailedInvariants(), ", ")))
 	}
 	b.WriteString("\n")

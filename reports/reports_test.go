@@ -244,7 +244,8 @@ func TestMarkdownHasOneTableRowPerCaseAndReproForEachProblem(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"**Verdict: INVARIANT VIOLATED**", "backend", "fake", "builtin", "0.05", "ci-runner-3",
-		"p50", "p95", "## What broke", "`intent-goal` violated in 1 case(s)"} {
+		"p50", "p95", "## What broke", "`intent-goal` violated in 1 case(s)",
+		"| vm.clone.committed (intended vm.clone.files-copied) | **INCONCLUSIVE** |"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("report.md lacks %q", want)
 		}

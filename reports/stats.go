@@ -158,3 +158,16 @@ func formatOffset(ms float64) string {
 
 // Problem says whether a case needs a person's attention in a report.
 func (c *Case) Problem() bool { return c.Verdict != Pass }
+
+// LandedLabel is the landed phase as reports show it: with the intended
+// phase beside it when a fault missed, so a reader sees at once where it
+// should have landed.
+func (c *Case) LandedLabel() string {
+	l := orDefault(c.LandedPhase, "-")
+	for _, inj := range c.Injections {
+		if !inj.Landed && inj.IntendedPhase != "" && inj.IntendedPhase != c.LandedPhase {
+			return l + " (intended " + inj.IntendedPhase + ")"
+		}
+	}
+	return l
+}

@@ -52,6 +52,24 @@ func ppid(pid int) int {
 	return p
 }
 
+// childWith returns a child of parent whose argv contains word, or 0.
+func childWith(parent int, word string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || ppid(pid) != parent {
+			continue
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		for _, a := range strings.Split(string(b), "\x00") {
+			if a == word {
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
 func (s *stack) waitDead(pid int, what string) {
 	s.t.Helper()
 	s.eventually(what+" exits", budget, func() error {
@@ -129,7 +147,14 @@ func TestSIGKILLLeavesChildrenRunning(t *testing.T) {
 	s.waitAPI()
 	s.put("web", nodeagent.Intent{Snapshot: s.base})
 	child := s.parked("vm.clone.files-copied")
+	watcher := childWith(s.agent.cmd.Process.Pid, "status")
+	if watcher == 0 {
+		t.Fatal("no vm status watcher child")
+	}
 	s.killAgent()
+	// The watcher is a pure observer that writes only on VM changes; it
+	// dies with the agent instead of lingering until the next change.
+	s.waitDead(watcher, "watcher child")
 	time.Sleep(time.Second) // longer than SIGTERM's whole teardown
 	if !alive(child) {
 		t.Fatalf("vmctl child %d died with the SIGKILLed agent", child)

@@ -37,7 +37,7 @@ const testScale = "0.05"
 // stack is one node: a vmctl store with a base snapshot, an agent state dir,
 // a registry dir and a failpoint control dir.
 type stack struct {
-	t        *testing.T
+	t        testing.TB
 	bin      string
 	dir      string
 	root     string
@@ -48,6 +48,7 @@ type stack struct {
 	agent    *agentProc
 	base     string // base snapshot name intents clone from
 	flags    []string
+	httpc    *http.Client
 }
 
 type agentProc struct {
@@ -62,7 +63,7 @@ func randomPool() string {
 	return fmt.Sprintf("127.%d.%d.0/24", 100+a.Int64(), 1+b.Int64())
 }
 
-func newStack(t *testing.T) *stack {
+func newStack(t testing.TB) *stack {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end: real processes")
@@ -274,12 +275,17 @@ func (s *stack) signalAgent(sig syscall.Signal) {
 }
 
 func (s *stack) client() *http.Client {
+	if s.httpc != nil {
+		return s.httpc
+	}
 	sock := filepath.Join(s.state, nodeagent.SocketName)
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+	s.httpc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true, // an agent restart must never meet a stale connection
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		}}}
+	return s.httpc
 }
 
 // api sends one request; body may be a string (raw) or a value (JSON).

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
@@ -31,6 +33,14 @@ func (a *Agent) watchOnce(ctx context.Context) error {
 	secs := fmt.Sprintf("%g", a.watchN)
 	args := []string{"vm", "status", "--event", "--format", "json", "-n", secs}
 	cmd := exec.CommandContext(ctx, a.cfg.VMCtl, args...)
+	// Unlike operation children, the watcher writes only when a VM changes,
+	// so after a SIGKILL of the agent it could wait forever for the write
+	// that would kill it, and every restart would add one. It is a pure
+	// observer, so it dies with the agent: PR_SET_PDEATHSIG fires when the
+	// forking thread exits, hence the thread stays locked for its lifetime.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err

@@ -166,7 +166,16 @@ func (s *stack) runEnv(env []string, args ...string) result {
 	cmd := s.command(env, args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
+	// A safety net, not a timing assert: a verb stuck on a lock fails the
+	// test with its output instead of hanging the package.
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("vmctl %v: %v", args, err)
+	}
+	timer := time.AfterFunc(2*time.Minute, func() { _ = cmd.Process.Kill() })
+	err := cmd.Wait()
+	if !timer.Stop() {
+		s.t.Fatalf("vmctl %v: still running after 2 minutes (killed); stderr: %s", args, e.String())
+	}
 	r := result{stdout: o.String(), stderr: e.String()}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

@@ -1,0 +1,119 @@
+package vmctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+)
+
+// TestStartIsIdempotentAndRebootsDeadVMM: start on a live VM changes
+// nothing; after kill -9 the record reads stopped (stale) and start boots the
+// VM again from its disk (synced data kept, RAM lost).
+func TestStartIsIdempotentAndRebootsDeadVMM(t *testing.T) {
+	s := newStack(t, "0.02")
+	a := s.runVM("a")
+	s.ok("vm", "exec", "a", "--", "touch /var/lib/disk-file && sync && touch /run/ram-file")
+	s.ok("vm", "start", "a")
+	if v := s.vm("a"); v.Pid != a.Pid || v.State != StateRunning {
+		t.Fatalf("start on a live VM changed it: %+v", v)
+	}
+	if err := syscall.Kill(a.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "stale", func() bool { return s.list()[0].State == StateStale })
+	if r := s.run("check"); r.code == 0 || !strings.Contains(r.stdout, "no-running-with-dead-vmm") {
+		t.Fatalf("check should flag the dead VMM: %s", r)
+	}
+	s.ok("vm", "start", "a")
+	s.waitGuest("a")
+	if v := s.vm("a"); v.Pid == a.Pid || v.VMMState != "Running" {
+		t.Fatalf("not rebooted: %+v", v)
+	}
+	out := s.ok("vm", "exec", "a", "--", "ls /var/lib /run")
+	if !strings.Contains(out, "disk-file") || strings.Contains(out, "ram-file") {
+		t.Fatalf("after a cold boot want the synced file and not the RAM one: %q", out)
+	}
+	s.check()
+}
+
+// TestGCRemovesWhatNoOwnerHolds: pending records and staging dirs whose
+// lease is free, unreferenced VM dirs (and their VMMs), temp index files;
+// a pending record whose save is alive is left alone.
+func TestGCRemovesWhatNoOwnerHolds(t *testing.T) {
+	s := newStack(t, "0.02")
+	s.runVM("a")
+	// A dead save's pending record and a dead save's staging dir.
+	if r := s.runEnv([]string{failpoint.EnvFailpoints + "=snapshot.save.pending=kill"}, "snapshot", "save", "--name", "p", "a"); r.signal != syscall.SIGKILL {
+		t.Fatal(r)
+	}
+	if r := s.runEnv([]string{failpoint.EnvFailpoints + "=snapshot.save.captured=kill"}, "snapshot", "save", "--name", "c", "a"); r.signal != syscall.SIGKILL {
+		t.Fatal(r)
+	}
+	s.ok("vm", "net", "a", "--nics", "1") // the captured-kill left the VMM paused
+	// A live save parked after its pending insert (it holds a's ops lock).
+	pid, wait := s.park("snapshot.save.pending", nil, "snapshot", "save", "--name", "live", "a")
+	// Unreferenced VM dirs and a temp file of a commit that died.
+	junk := newID()
+	os.MkdirAll(s.m.vmDir(junk), 0o755)
+	os.MkdirAll(s.m.vmRunDir(junk), 0o755)
+	tmp := filepath.Join(s.root, ".vms.json.tmp-123")
+	os.WriteFile(tmp, []byte("x"), 0o644)
+
+	var rep GCReport
+	if err := json.Unmarshal([]byte(s.ok("gc")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Pending) != 1 || len(rep.Staging) != 1 || len(rep.Orphans) != 1 || rep.Orphans[0] != junk || len(rep.TempFile) != 1 {
+		t.Fatalf("gc report: %+v", rep)
+	}
+	names := map[string]string{}
+	for _, sn := range s.snaps() {
+		names[sn.Name] = sn.State
+	}
+	if len(names) != 1 || names["live"] != SnapPending {
+		t.Fatalf("gc must keep only the live save's pending record: %v", names)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	wait()
+	s.ok("gc")
+	if len(s.snaps()) != 0 {
+		t.Fatalf("pending record of the dead save survived: %+v", s.snaps())
+	}
+	s.check()
+}
+
+// TestExportImportThroughPipes: export to stdout, import from stdin.
+func TestExportImportThroughPipes(t *testing.T) {
+	s := newStack(t, "0.02")
+	s.runVM("a")
+	s.ok("snapshot", "save", "--name", "base", "a")
+	archive := s.ok("snapshot", "export", "base", "-o", "-")
+	s2 := newStack(t, "0.02", "VMCTL_SSH_KEY="+s.key)
+	cmd := s2.command(nil, "snapshot", "import", "-", "-o", "json")
+	cmd.Stdin = strings.NewReader(archive)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("import: %v %s", err, errb.String())
+	}
+	var sn Snapshot
+	if err := json.Unmarshal(out.Bytes(), &sn); err != nil || sn.Name != "base" || sn.State != SnapReady {
+		t.Fatalf("import: %+v %v", sn, err)
+	}
+	// The name is taken now: a second import of it is refused by name.
+	cmd = s2.command(nil, "snapshot", "import", "-")
+	cmd.Stdin = strings.NewReader(archive)
+	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), `already exists (held by `+sn.ID+`)`) {
+		t.Fatalf("second import: %v %s", err, b)
+	}
+	s2.ok("vm", "clone", "--name", "b", "base")
+	s2.waitGuest("b")
+	s2.check()
+	s.check()
+}

@@ -60,6 +60,7 @@ type htmlData struct {
 	Tiles     []matrixCell
 	Histogram *svgHistogram
 	Selftest  *htmlSelftest
+	Sweeps    []svgSweep
 }
 
 type htmlGroup struct {
@@ -170,6 +171,7 @@ func renderHTML(r *Results, selftest []SelftestRow) ([]byte, error) {
 	}
 	d.Columns, d.Matrix = buildMatrix(swept, anchorOf)
 	d.Histogram = buildHistogram(r.Cases)
+	d.Sweeps = buildSweeps(r.Cases, anchorOf)
 
 	var buf bytes.Buffer
 	if err := htmlTemplate.Execute(&buf, d); err != nil {

@@ -360,6 +360,24 @@ func TestHTMLIsSelfContainedEscapedAndDrawsEveryFigure(t *testing.T) {
 			}
 		}
 	}
+	// Sweeps: the two scenarios run at five offsets, one dot per case, and
+	// a landed-phase strip (the sample's offsets all landed in one phase,
+	// except the inconclusive one).
+	sweeps := 0
+	for _, s := range svgs {
+		if strings.Contains(s, `aria-label="sweep"`) {
+			sweeps++
+			if n := strings.Count(s, `<circle class="pt v-`); n != 5 {
+				t.Fatalf("sweep with %d dots, want 5", n)
+			}
+			if !strings.Contains(s, "landed in vm.clone.files-copied") {
+				t.Fatal("sweep without its landed-phase strip")
+			}
+		}
+	}
+	if sweeps != 2 {
+		t.Fatalf("%d sweep charts, want 2", sweeps)
+	}
 	if timelines != len(r.Cases) || histograms != 1 {
 		t.Fatalf("%d timelines (want %d), %d histograms", timelines, len(r.Cases), histograms)
 	}

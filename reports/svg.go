@@ -23,9 +23,10 @@ type svgRect struct {
 }
 
 type svgMark struct {
-	X, Y  float64
-	Class string
-	Title string
+	X, Y   float64
+	Class  string
+	Title  string
+	Anchor string // the case it links to, if any
 }
 
 type svgVLine struct {

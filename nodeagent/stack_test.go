@@ -433,3 +433,5 @@ func (s *stack) vmByName(name string) *vmctl.VM {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }

@@ -50,7 +50,7 @@ func SandboxPreflight() string {
 	if cgroup2Mount() == "" {
 		return "no cgroup2 mount"
 	}
-	for _, b := range []string{systemdBin, proxydBin, "/bin/sh", "/bin/mount"} {
+	for _, b := range []string{systemdBin, proxydBin, "/bin/sh", "/bin/mount", nsenterBin} {
 		if _, err := os.Stat(b); err != nil {
 			return "missing " + b + " (apt-get install systemd mount)"
 		}
@@ -322,3 +322,19 @@ exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin co
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Command returns a command that sees the system as sup's units do. For a
+// sandbox that means inside its pid and mount namespaces (through nsenter):
+// the stack records pids as it sees them (vmctl's VMM pid, agent children),
+// and only a process in the same namespaces reads /proc consistently with
+// them. For other kinds it is exec.CommandContext.
+func Command(ctx context.Context, sup Supervisor, argv ...string) *exec.Cmd {
+	if s, ok := sup.(*dbusSup); ok && s.kind == KindSandbox && s.rec.Init != nil {
+		args := append([]string{"--target", strconv.Itoa(s.rec.Init.PID), "--all", "--"}, argv...)
+		return exec.CommandContext(ctx, nsenterBin, args...)
+	}
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
+}
+
+// nsenterBin is util-linux's nsenter (preinstalled with mount).
+const nsenterBin = "/usr/bin/nsenter"

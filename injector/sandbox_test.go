@@ -180,3 +180,34 @@ func BenchmarkSandboxStart(b *testing.B) {
 	b.ReportMetric(float64(up.Milliseconds())/float64(b.N), "ms-start")
 	b.ReportMetric(float64(down.Milliseconds())/float64(b.N), "ms-teardown")
 }
+
+// TestCommandSeesTheUnitsView: a command run through Command reads /proc as
+// the sandbox's units do (a pid a unit reports is that unit there).
+func TestCommandSeesTheUnitsView(t *testing.T) {
+	for _, kind := range []string{KindSandbox, KindBuiltin} {
+		t.Run(kind, func(t *testing.T) {
+			sup := newSup(t, kind)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			dir := t.TempDir()
+			logp := filepath.Join(dir, "sig.log")
+			if err := sup.Start(ctx, UnitSpec{Name: "svc", Argv: helperArgv(t), Env: []string{envHelper + "=svc", "HELPER_SIGLOG=" + logp}}); err != nil {
+				t.Fatal(err)
+			}
+			var main int
+			waitFor(t, "the unit's log line", 30*time.Second, func() bool {
+				m, _ := sup.MainPID(ctx, "svc")
+				main = nsView(m)
+				_, ok := startedChild(sigLog(t, logp), main)
+				return m != 0 && ok
+			})
+			out, err := Command(ctx, sup, "/bin/sh", "-c", "tr '\\0' ' ' </proc/"+itoa(main)+"/environ").CombinedOutput()
+			if err != nil {
+				t.Fatalf("command: %v %s", err, out)
+			}
+			if !strings.Contains(string(out), envHelper+"=svc") {
+				t.Fatalf("pid %d as the unit reports it is not the unit here: %q", main, out)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/fakech/guestimg"
 )
 
 // TestLifecycleOnFakech walks a VM through every verb with the real binaries:
@@ -100,4 +101,28 @@ func TestLifecycleOnFakech(t *testing.T) {
 		t.Fatalf("snapshots left: %+v", ss)
 	}
 	s.check()
+}
+
+// TestExecPinsTheGuestHostKey: vm exec trusts only the host key inside the
+// VM's own disk; a guest presenting another key is refused.
+func TestExecPinsTheGuestHostKey(t *testing.T) {
+	s := newStack(t, "0.02")
+	a := s.runVM("a")
+	// Replace the disk's host key behind the running guest's back.
+	img, err := guestimg.Load(s.m.vmDisk(a.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := guestimg.New(guestimg.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img.Files[guestimg.HostKeyPath] = other.Files[guestimg.HostKeyPath]
+	if err := img.Save(s.m.vmDisk(a.ID)); err != nil {
+		t.Fatal(err)
+	}
+	r := s.fails("ssh: handshake failed", "vm", "exec", "a", "--", "hostname")
+	if !strings.Contains(r.stderr, "host key mismatch") {
+		t.Fatalf("want a host key mismatch: %s", r)
+	}
 }

@@ -132,6 +132,10 @@ func (m *Manager) Check(ctx context.Context) CheckReport {
 		}
 		ents, _ := os.ReadDir(m.stagingDir())
 		for _, e := range ents {
+			if !validID(e.Name()) {
+				add("no-leftover-staging", "staging entry %s is not a build", e.Name())
+				continue
+			}
 			if l, err := lockFile(ctx, m.leasePath(e.Name()), exclusive, false); err == nil || !errors.Is(err, ErrLocked) {
 				l.Unlock()
 				add("no-leftover-staging", "staging dir %s without a live builder", e.Name())

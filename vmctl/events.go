@@ -26,6 +26,7 @@ const (
 // old side against the same dead PID, so a VMM killed with -9 never shows
 // as a change (seed 000).
 func (m *Manager) StatusEvents(ctx context.Context, interval time.Duration, emit func(StatusEvent) error) error {
+	interval = max(interval, minInterval)
 	pointers := regress.On("event-stream-pointer-snapshot")
 	prevVals := map[string]VM{}
 	prevRecs := map[string]*VM{}

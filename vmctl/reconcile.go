@@ -221,6 +221,11 @@ func (m *Manager) rollForward(ctx context.Context) (rolledIDs, []string) {
 	return out, errs
 }
 
+// minInterval floors the daemon and status intervals: a scale applied
+// twice (a caller passing an already scaled value) must not become a busy
+// loop over /proc and the indexes.
+const minInterval = 10 * time.Millisecond
+
 // ErrDaemonRunning is returned when another daemon holds the instance lock.
 var ErrDaemonRunning = errors.New("vmctl daemon already running")
 
@@ -235,6 +240,7 @@ func (m *Manager) Daemon(ctx context.Context, interval time.Duration) error {
 		return err
 	}
 	defer l.Unlock()
+	interval = max(interval, minInterval)
 	m.logf("daemon: supervising %s every %s", m.cfg.RootDir, interval)
 	for {
 		rep, err := m.DaemonPass(ctx)

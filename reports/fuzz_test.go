@@ -22,6 +22,7 @@ func FuzzParse(f *testing.F) {
 		`{"cases":[{"id":"<x>","verdict":"inconclusive","offset_ms":1e308,"trigger":"park ]]>","attempts":-3}]}`,
 		`{"shards":["1/2"],"missing_shards":["2/2"],"cases":null}`,
 		`{"cases":[{"id":"e","verdict":"error","reason":"\u0001\ufffe]]>\ud800","repro":"x ]]> y","invariants":[{"name":"n","ok":false,"evidence":"a]]]]>>\u001b[31m"}]}]}`,
+		`{"cases":[{"id":"a","scenario":"s","verdict":"pass","offset_ms":-1e308,"converge_ms":1e308},{"id":"b","scenario":"s","verdict":"fail","offset_ms":0,"converge_ms":-1},{"id":"c","scenario":"s","verdict":"pass","offset_ms":1e308,"converge_ms":0.001,"landed_phase":"x"}]}`,
 		`[1,2]`, `null`, "\xff\xfe", `{"cases":[{"id":"a","verdict":"pass"}]} x`,
 	} {
 		f.Add([]byte(s))

@@ -351,3 +351,52 @@ func TestNetConvergesOrphanedPause(t *testing.T) {
 	s.ok("gc")
 	s.check()
 }
+
+// TestOrphanDiesOnItsNextWriteToADeadPipe: Go's default SIGPIPE behaviour is
+// kept. A save whose parent died (its stderr pipe has no reader) runs on
+// until its next progress line and dies there with SIGPIPE — here right
+// after the pause, leaving the VMM Paused, which vm net then converges
+// (seed 001, method note and #2).
+func TestOrphanDiesOnItsNextWriteToADeadPipe(t *testing.T) {
+	s := newStack(t, "0.02")
+	s.runVM("a")
+	const point = "snapshot.save.locked"
+	os.Remove(filepath.Join(s.ctl, point+".release"))
+	cmd := s.command([]string{failpoint.EnvFailpoints + "=" + point + "=pause"}, "snapshot", "save", "--name", "o", "a")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := failpoint.WaitParked(ctx, s.ctl, point); err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the parent is gone: nobody reads the pipe any more
+	s.release(point)
+	var werr error
+	select {
+	case werr = <-done:
+		done <- werr
+	case <-time.After(time.Minute):
+		t.Fatal("orphaned save did not die")
+	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGPIPE {
+		t.Fatalf("want death by SIGPIPE, got %v", werr)
+	}
+	if v := s.vm("a"); v.VMMState != "Paused" {
+		t.Fatalf("the pause line was the fatal write, so the VMM should be left Paused: %+v", v)
+	}
+	s.ok("vm", "net", "a", "--nics", "1")
+	s.ok("gc")
+	s.check()
+}

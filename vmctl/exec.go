@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"golang.org/x/crypto/ssh"
@@ -43,6 +44,9 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	}
 	if len(v.Network) == 0 {
 		return 0, fmt.Errorf("exec: vm %s has no network interface", v.ID)
+	}
+	if err := m.unpauseIfOwnerless(ctx, v.ID); err != nil {
+		return 0, fmt.Errorf("exec: %w", err)
 	}
 	if m.cfg.Identity == "" {
 		return 0, fmt.Errorf("exec: no SSH identity (set --identity or VMCTL_SSH_KEY)")
@@ -104,6 +108,27 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	default:
 		return 0, fmt.Errorf("exec %s: %w", v.ID, err)
 	}
+}
+
+// unpauseIfOwnerless converges an orphaned pause before talking to the
+// guest (a Paused guest cannot answer SSH). Only with the ops lock free: a
+// held lock may be a live capture (which resumes by itself, and whose long
+// vm.snapshot would stall our vm.info), and a free lock proves the pause
+// has no owner.
+func (m *Manager) unpauseIfOwnerless(ctx context.Context, id string) error {
+	l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
+	if err != nil {
+		return nil
+	}
+	defer l.Unlock()
+	c := chapi.New(m.apiSocket(id))
+	actx, cancel := context.WithTimeout(ctx, apiTimeout())
+	defer cancel()
+	info, err := c.Info(actx)
+	if err != nil || info.State != chapi.StatePaused {
+		return nil
+	}
+	return m.convergeOrphanedPause(actx, c, id)
 }
 
 func (m *Manager) hostKeyCallback(v *VM) (ssh.HostKeyCallback, error) {

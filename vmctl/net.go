@@ -9,6 +9,22 @@ import (
 	"github.com/vmchaos/vmchaos/regress"
 )
 
+// convergeOrphanedPause resumes a VMM found Paused. The caller holds the VM's
+// ops lock: every pause window (snapshot save) runs under that lock end to
+// end, so a Paused VMM seen by a lock holder was left by a capture that died.
+// With net-refuses-paused (the pre-fix vmctl) nothing converges it: the verb
+// refuses with the §4.5 message instead.
+func (m *Manager) convergeOrphanedPause(ctx context.Context, c *chapi.Client, id string) error {
+	if regress.On("net-refuses-paused") {
+		return fmt.Errorf("%s", MsgVMPaused)
+	}
+	if err := c.Resume(ctx, true); err != nil {
+		return fmt.Errorf("vm %s: converge orphaned pause: %w", id, err)
+	}
+	m.logf("vm %s: resumed a VMM left paused by a dead capture", id)
+	return nil
+}
+
 // Net converges a running VM to n NICs through its VMM. The record is
 // written first (the intent: which addresses the VM owns), then the VMM is
 // brought to it; re-running the verb finishes an interrupted change.
@@ -39,13 +55,9 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 		return nil, fmt.Errorf("net %s: %w", v.ID, err)
 	}
 	if info.State == chapi.StatePaused {
-		if regress.On("net-refuses-paused") {
-			return nil, fmt.Errorf("%s", MsgVMPaused)
+		if err := m.convergeOrphanedPause(actx, c, v.ID); err != nil {
+			return nil, err
 		}
-		if err := c.Resume(actx, true); err != nil {
-			return nil, fmt.Errorf("net %s: converge orphaned pause: %w", v.ID, err)
-		}
-		m.logf("net %s: resumed a VMM left paused by a dead capture", v.ID)
 		if info, err = c.Info(actx); err != nil {
 			return nil, fmt.Errorf("net %s: %w", v.ID, err)
 		}

@@ -322,33 +322,87 @@ func TestSaveNameCollisions(t *testing.T) {
 	s.check()
 }
 
-// TestNetConvergesOrphanedPause is seed 001 #2: a save killed while the VMM
-// is paused leaves it Paused; vm net resumes it (it holds the ops lock, so
-// the pause's owner is dead). With net-refuses-paused it refuses instead.
-func TestNetConvergesOrphanedPause(t *testing.T) {
+// TestVerbsConvergeOrphanedPause is seed 001 #2: a save killed while the VMM
+// is paused leaves it Paused under a running record. vm net and vm start
+// (holding the ops lock) and vm exec (finding it free) resume it: every pause
+// window runs under that lock, so the pause's owner is dead. With
+// net-refuses-paused nothing converges it and net answers the §4.5 message.
+func TestVerbsConvergeOrphanedPause(t *testing.T) {
 	s := newStack(t, "0.02")
 	s.runVM("a")
-	r := s.runEnv([]string{failpoint.EnvFailpoints + "=snapshot.save.paused=kill"}, "snapshot", "save", "--name", "h", "a")
-	if r.signal != syscall.SIGKILL {
-		t.Fatalf("save not killed: %s", r)
+	orphanPause := func() {
+		t.Helper()
+		r := s.runEnv([]string{failpoint.EnvFailpoints + "=snapshot.save.paused=kill"}, "snapshot", "save", "--name", "h", "a")
+		if r.signal != syscall.SIGKILL {
+			t.Fatalf("save not killed: %s", r)
+		}
+		if v := s.vm("a"); v.State != StateRunning || v.VMMState != "Paused" {
+			t.Fatalf("want record running with VMM Paused, got %+v", v)
+		}
 	}
-	if v := s.vm("a"); v.State != StateRunning || v.VMMState != "Paused" {
-		t.Fatalf("want record running with VMM Paused, got %+v", v)
+	orphanPause()
+	bug := []string{regress.Env + "=net-refuses-paused"}
+	for _, verb := range [][]string{{"vm", "net", "a", "--nics", "0"}, {"vm", "exec", "a", "--", "hostname"}, {"vm", "start", "a"}} {
+		r := s.runEnv(bug, verb...)
+		if r.code != 1 || !strings.Contains(r.stderr, MsgVMPaused) {
+			t.Fatalf("bug: %v: want %q, got %s", verb, MsgVMPaused, r)
+		}
 	}
-	r = s.runEnv([]string{regress.Env + "=net-refuses-paused"}, "vm", "net", "a", "--nics", "0")
-	if r.code != 1 || strings.TrimSpace(r.stderr) != "Error: "+MsgVMPaused {
-		t.Fatalf("bug: want %q, got %s", MsgVMPaused, r)
+	if r := s.runEnv(bug, "vm", "net", "a", "--nics", "0"); strings.TrimSpace(r.stderr) != "Error: "+MsgVMPaused {
+		t.Fatalf("bug: net must answer exactly %q: %s", MsgVMPaused, r)
 	}
 	if v := s.vm("a"); v.VMMState != "Paused" {
 		t.Fatalf("bug: VMM should stay paused: %+v", v)
 	}
+
 	s.ok("vm", "net", "a", "--nics", "0")
 	if v := s.vm("a"); v.VMMState != "Running" || len(v.Network) != 0 {
-		t.Fatalf("fixed: %+v", v)
+		t.Fatalf("net: %+v", v)
 	}
 	s.ok("vm", "net", "a", "--nics", "1")
 	s.waitGuest("a")
+
+	orphanPause()
+	if out := s.ok("vm", "exec", "a", "--", "hostname"); strings.TrimSpace(out) == "" {
+		t.Fatal("exec after converging printed nothing")
+	}
+	if v := s.vm("a"); v.VMMState != "Running" {
+		t.Fatalf("exec: %+v", v)
+	}
+
+	orphanPause()
+	s.ok("vm", "start", "a")
+	if v := s.vm("a"); v.VMMState != "Running" {
+		t.Fatalf("start: %+v", v)
+	}
 	s.ok("gc")
+	s.check()
+}
+
+// TestRmFinishesAnInterruptedDelete: rm of a VM (or snapshot) whose rm died
+// after the tombstone completes that delete itself, by id or by name.
+func TestRmFinishesAnInterruptedDelete(t *testing.T) {
+	s := newStack(t, "0.02")
+	a := s.runVM("a")
+	s.ok("snapshot", "save", "--name", "base", "a")
+	kill := func(point string, args ...string) {
+		t.Helper()
+		if r := s.runEnv([]string{failpoint.EnvFailpoints + "=" + point + "=kill"}, args...); r.signal != syscall.SIGKILL {
+			t.Fatalf("%v not killed: %s", args, r)
+		}
+	}
+	kill("vm.rm.tombstoned", "vm", "rm", "--force", "a")
+	if len(s.m.findVMMs()[a.ID]) != 1 {
+		t.Fatal("the VMM should outlive the tombstone")
+	}
+	s.ok("vm", "rm", "--force", "a")
+	if len(s.m.findVMMs()[a.ID]) != 0 {
+		t.Fatal("rm by name did not finish the delete")
+	}
+	s.fails(MsgVMNotFound, "vm", "rm", "a")
+	kill("snapshot.rm.tombstoned", "snapshot", "rm", "base")
+	s.ok("snapshot", "rm", "base")
+	s.fails(MsgSnapshotNotFound, "snapshot", "rm", "base")
 	s.check()
 }
 

@@ -289,6 +289,9 @@ func readMeta(dir string) (*snapMeta, error) {
 // is building it) owns it: refused, never waited for.
 func (m *Manager) SnapshotRemove(ctx context.Context, ref string) error {
 	s, err := m.resolveSnap(ref)
+	if errors.Is(err, ErrSnapshotNotFound) {
+		return m.finishInterruptedSnapDelete(ctx, ref, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -321,6 +324,37 @@ func (m *Manager) SnapshotRemove(ctx context.Context, ref string) error {
 	if err := hit(ctx, "snapshot.rm.tombstoned", s.ID); err != nil {
 		return err
 	}
+	return m.finishSnapDelete(ctx, tomb)
+}
+
+// finishInterruptedSnapDelete completes the tombstoned delete of ref (id or
+// name) left by a snapshot rm that died; with no tombstone it returns
+// notFound.
+func (m *Manager) finishInterruptedSnapDelete(ctx context.Context, ref string, notFound error) error {
+	ix, err := m.loadSnaps()
+	if err != nil {
+		return err
+	}
+	var tomb *Tombstone
+	for id, t := range ix.Tombstones {
+		if id == ref || t.Name == ref {
+			tc := *t
+			tomb = &tc
+			break
+		}
+	}
+	if tomb == nil || !validID(tomb.ID) {
+		return notFound
+	}
+	lease, err := lockFile(ctx, m.leasePath(tomb.ID), exclusive, false)
+	if errors.Is(err, ErrLocked) {
+		return fmt.Errorf("rm: "+MsgSnapInUse, tomb.ID)
+	}
+	if err != nil {
+		return err
+	}
+	defer lease.Unlock()
+	m.logf("snapshot rm %s: finishing an interrupted delete", tomb.ID)
 	return m.finishSnapDelete(ctx, tomb)
 }
 

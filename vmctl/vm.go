@@ -394,6 +394,16 @@ func (m *Manager) Start(ctx context.Context, ref string) (*VM, error) {
 		return nil, fmt.Errorf("start: "+MsgVMNotRunningState, v.ID, v.State)
 	}
 	if pids := m.vmmPids(v.ID, v.Pid); len(pids) > 0 {
+		// A live VMM may still be Paused by a dead capture: started means
+		// running, and we hold the lock, so that pause has no owner.
+		c := chapi.New(m.apiSocket(v.ID))
+		actx, cancel := context.WithTimeout(ctx, apiTimeout())
+		defer cancel()
+		if info, err := c.Info(actx); err == nil && info.State == chapi.StatePaused {
+			if err := m.convergeOrphanedPause(actx, c, v.ID); err != nil {
+				return nil, fmt.Errorf("start: %w", err)
+			}
+		}
 		if v.State == StateRunning && v.Pid == pids[0] {
 			return m.view(v, false), nil
 		}
@@ -458,6 +468,9 @@ func (m *Manager) gracefulStop(ctx context.Context, v *VM, timeout time.Duration
 // collect a stale create; that is reconcile-stale-create's job).
 func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 	v, err := m.resolveVM(ref)
+	if errors.Is(err, ErrVMNotFound) {
+		return m.finishInterruptedDelete(ctx, ref, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -470,6 +483,40 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 	}
 	defer l.Unlock()
 	return m.deleteVM(ctx, v.ID, "rm")
+}
+
+// finishInterruptedDelete completes the tombstoned delete of ref (id or
+// name) left by an rm that died, so rm is idempotent across crashes; with no
+// tombstone it returns notFound.
+func (m *Manager) finishInterruptedDelete(ctx context.Context, ref string, notFound error) error {
+	ix, err := m.loadVMs()
+	if err != nil {
+		return err
+	}
+	var tomb *Tombstone
+	for id, t := range ix.Tombstones {
+		if id == ref || t.Name == ref {
+			tc := *t
+			tomb = &tc
+			break
+		}
+	}
+	if tomb == nil || !validID(tomb.ID) {
+		return notFound
+	}
+	l, err := m.opsLock(ctx, tomb.ID)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	if ix, err = m.loadVMs(); err != nil {
+		return err
+	}
+	if _, ok := ix.Tombstones[tomb.ID]; !ok {
+		return nil // its owner finished it while we waited
+	}
+	m.logf("rm %s: finishing an interrupted delete", tomb.ID)
+	return m.finishVMDelete(ctx, tomb)
 }
 
 // view is the display shape: a running record whose VMM is dead reads

@@ -80,16 +80,19 @@ func newRoot() *cobra.Command {
 		Long: `vmctl manages VMs backed by one cloud-hypervisor process each. Every verb is a short-lived
 process; state lives in flocked, fsynced JSON indexes under --root-dir. Errors print
 "Error: <msg>" on stderr and exit 1. Verbs that print data take -o json.`,
+		Example: `  VMCTL_ROOT_DIR=/tmp/vmctl vmctl vm run --name a guest.img
+  vmctl snapshot save --name base a && vmctl vm clone --name b base -o json`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.CompletionOptions.DisableDefaultCmd = true
 	f := root.PersistentFlags()
 	f.StringVar(&g.cfg.RootDir, "root-dir", envOr("VMCTL_ROOT_DIR", vmctl.DefaultRootDir), "store root: indexes, locks, disks, snapshots (env VMCTL_ROOT_DIR)")
 	f.StringVar(&g.cfg.RunDir, "run-dir", envOr("VMCTL_RUN_DIR", ""), "runtime dir holding <ID>/api.sock (env VMCTL_RUN_DIR; default <root-dir>/run)")
 	f.StringVar(&g.cfg.CHBinary, "ch-binary", envOr("VMCTL_CH_BINARY", vmctl.DefaultCHBinary), "VMM binary, a name on PATH or a path (env VMCTL_CH_BINARY)")
 	f.StringVar(&g.cfg.Firmware, "firmware", envOr("VMCTL_FIRMWARE", vmctl.DefaultFirmware), "firmware passed to the VMM as --firmware on cold boots (env VMCTL_FIRMWARE)")
 	f.StringVar(&g.cfg.NetPool, "net-pool", envOr("VMCTL_NET_POOL", vmctl.DefaultNetPool), "CIDR guest addresses are allocated from; inside 127.0.0.0/8 for fake guests (env VMCTL_NET_POOL)")
-	f.StringVar(&g.cfg.Identity, "identity", envOr("VMCTL_SSH_KEY", ""), "SSH private key used by `vm exec` (env VMCTL_SSH_KEY)")
+	f.StringVar(&g.cfg.Identity, "identity", envOr("VMCTL_SSH_KEY", ""), "SSH private key file used by vm exec (env VMCTL_SSH_KEY)")
 	root.AddCommand(newVMCmd(g), newSnapshotCmd(g), newDaemonCmd(g), newGCCmd(g), newCheckCmd(g))
 	return root
 }

@@ -2,11 +2,13 @@ package nodeagent_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/nodeagent"
 )
 
@@ -53,6 +55,29 @@ func TestDeleteInterruptedByRestart(t *testing.T) {
 	}
 	if sn := s.snapshots(); len(sn) != 1 || sn[0].Name != s.base {
 		t.Fatalf("snapshots: %+v", sn)
+	}
+	s.checkStore() // no tombstone, no VMM left by the interrupted rm
+}
+
+// TestOrphanedPauseBeforeHibernate (seed 001 #2, the field form): a save the
+// agent does not own dies inside its pause window, leaving the VMM Paused
+// under a running record; the agent's next hibernate completes (its first
+// guest exec goes through vmctl, which converges an ownerless pause).
+func TestOrphanedPauseBeforeHibernate(t *testing.T) {
+	s := newStack(t)
+	v := s.readyVM("web", nil)
+	cmd := exec.Command(filepath.Join(s.bin, "vmctl"), "snapshot", "save", "--name", "side", v.Status.VMID)
+	cmd.Env = append(append(os.Environ(), s.env...), "VMCHAOS_FAILPOINTS=snapshot.save.paused=kill")
+	if err := cmd.Run(); err == nil {
+		t.Fatal("the direct save was not killed")
+	}
+	if st := s.vmmState(v.Status.VMID); st != chapi.StatePaused {
+		t.Fatalf("fault did not land: VMM %q", st)
+	}
+	s.put("web", nodeagent.Intent{Snapshot: s.base, Hibernate: true})
+	s.waitGoal("web", nodeagent.LifecycleHibernated, budget)
+	if n := sum(s.scrape()["nodeagent_lifecycle_failed_total"]); n != 0 {
+		t.Fatalf("failed writes: %v", s.scrape()["nodeagent_lifecycle_failed_total"])
 	}
 }
 

@@ -78,6 +78,7 @@ func TestLifecycleCreateHibernateWakeDelete(t *testing.T) {
 	if len(ents) != 0 {
 		t.Fatalf("registry not empty after delete: %v", names(ents))
 	}
+	s.checkStore()
 	m := s.scrape()
 	if m["nodeagent_wake_total"][`nodeagent_wake_total{result="ok"}`] != 1 {
 		t.Fatalf("wake_total: %v", m["nodeagent_wake_total"])

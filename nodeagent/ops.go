@@ -347,7 +347,7 @@ func (a *Agent) doHibernate(ctx context.Context, rec *record, resumed bool) erro
 			return err
 		}
 		if fromReady || rec.Step == stepNone {
-			a.metrics.inc(mHibernate, "start", "ok")
+			a.metrics.inc(mHibernate, "begin", "ok")
 			if err := hit(ctx, "agent.hibernate.begin", name, "hibernate_begin"); err != nil {
 				return err
 			}
@@ -476,6 +476,7 @@ func (a *Agent) doHibernate(ctx context.Context, rec *record, resumed bool) erro
 // removeVM removes the VM by id and whatever VM still holds the name.
 func (a *Agent) removeVM(ctx context.Context, name, id string) error {
 	if id != "" {
+		// vmctl's rm also finishes an interrupted tombstoned delete of id.
 		if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", id); err != nil && !isNotFound(err) {
 			return err
 		}

@@ -181,6 +181,7 @@ func TestSIGKILLAtEveryAgentPoint(t *testing.T) {
 			if ents, _ := os.ReadDir(s.registry); len(ents) != 0 {
 				t.Fatalf("registry left: %v", names(ents))
 			}
+			s.checkStore()
 			t.Logf("%s: agent killed %d time(s), last in step %s", p, k.killed, k.deadStep)
 		})
 	}

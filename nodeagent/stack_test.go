@@ -435,3 +435,12 @@ func (s *stack) vmByName(name string) *vmctl.VM {
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+// checkStore runs `vmctl check`: no tombstone, no orphan VMM, no paused
+// running VM, no pending snapshot without a lease holder, nothing leftover.
+func (s *stack) checkStore() {
+	s.t.Helper()
+	if o, e, err := s.vmctlResult("check"); err != nil {
+		s.t.Fatalf("vmctl check: %v\n%s%s", err, o, e)
+	}
+}

@@ -76,11 +76,15 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	if err != nil {
 		return 0, fmt.Errorf("exec %s: dial %s: %w", v.ID, addr, err)
 	}
+	// The handshake gets the connect budget too: a guest that accepts but
+	// never answers (paused, wedged) must not hang the verb.
+	_ = conn.SetDeadline(time.Now().Add(o.Timeout))
 	sc, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
 	if err != nil {
 		conn.Close()
 		return 0, fmt.Errorf("exec %s: ssh %s: %w", v.ID, addr, err)
 	}
+	_ = conn.SetDeadline(time.Time{})
 	client := ssh.NewClient(sc, chans, reqs)
 	defer client.Close()
 	sess, err := client.NewSession()

@@ -21,19 +21,27 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 	conv := Convergence(r.Cases)
 
 	fmt.Fprintf(&b, "# vmchaos report — %s\n\n", mdEscape(orDefault(r.RunID, "(unnamed run)")))
-	fmt.Fprintf(&b, "**Verdict: %s** (gate exit %d) — %s.\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code, mdEscape(counts.String()))
-
 	if len(selftest) > 0 {
 		t := TallySelftest(selftest)
 		status := "PASS"
 		if !t.OK() {
 			status = "FAIL"
 		}
-		fmt.Fprintf(&b, "This is a selftest run: cases ran with historical bugs switched back on, so failures are expected. **Selftest: %s** — %s (every check: %s).\n\n",
-			status, mdEscape(t.String()), SelftestMarkdownFile)
+		fmt.Fprintf(&b, "**Selftest: %s** — %d of %d bugs caught, %d of %d checks ok.", status, t.BugsCaught, t.Bugs, t.RowsOK, t.Rows)
+		if len(t.Missed) > 0 {
+			fmt.Fprintf(&b, " **Missed:** %s.", mdEscape(strings.Join(t.Missed, ", ")))
+		}
+		if len(t.Untested) > 0 {
+			fmt.Fprintf(&b, " Not run: %s.", mdEscape(strings.Join(t.Untested, ", ")))
+		}
+		fmt.Fprintf(&b, " Cases ran with historical bugs switched back on, so failing cases are the expected outcome; every check is in %s.\n\n", SelftestMarkdownFile)
 		selftestTrackRecord(&b, selftest)
 		b.WriteString("\n")
+		fmt.Fprintf(&b, "Case verdicts: %s (gate exit %d) — %s.\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code, mdEscape(counts.String()))
+	} else {
+		fmt.Fprintf(&b, "**Verdict: %s** (gate exit %d) — %s.\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code, mdEscape(counts.String()))
 	}
+
 	b.WriteString("| backend | supervisor | time scale | seed | host | started | wall time |")
 	row := []string{orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), fmt.Sprint(r.TimeScale), fmt.Sprint(r.Seed),
 		orDefault(r.Host, "?"), formatTime(r.StartedAt), wallTime(r)}

@@ -643,7 +643,7 @@ func TestSelftestTableHeadsTheRunReports(t *testing.T) {
 		if !strings.Contains(string(page), "SELFTEST PASS — 1 of 1 bugs caught, 1 of 1 checks ok") || !strings.Contains(string(page), htmlEsc(rows[0].Repro)) {
 			t.Fatalf("selftestFirst=%v: html lacks the selftest section", selftestFirst)
 		}
-		if !strings.Contains(string(md), "**Selftest: PASS**") || !strings.Contains(string(md), "| `failed-sticky` | 001 #5 |") {
+		if !strings.HasPrefix(string(md), "# vmchaos report — r\n\n**Selftest: PASS** — 1 of 1 bugs caught, 1 of 1 checks ok.") || !strings.Contains(string(md), "| `failed-sticky` | 001 #5 |") {
 			t.Fatalf("selftestFirst=%v: report.md lacks the selftest table:\n%s", selftestFirst, md)
 		}
 	}

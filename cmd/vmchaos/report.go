@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -139,6 +140,17 @@ then says inconclusive. Merge itself exits 0 whatever the verdicts; run gate on 
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("merge: -o OUT_DIR is required")
+			}
+			outAbs, err := filepath.Abs(out)
+			if err != nil {
+				return reports.InfraError{Err: fmt.Errorf("merge: %w", err)}
+			}
+			for _, dir := range args {
+				// Writing into a shard's own dir would replace that
+				// shard's results.json with the merge.
+				if a, err := filepath.Abs(dir); err == nil && (a == outAbs || a == filepath.Join(outAbs, reports.ResultsFile)) {
+					return reports.InfraError{Err: fmt.Errorf("merge: -o %s is one of the shards; write the merge elsewhere", out)}
+				}
 			}
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return reports.InfraError{Err: fmt.Errorf("merge: %w", err)}

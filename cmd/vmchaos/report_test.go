@@ -113,6 +113,10 @@ func TestReportMergeThenGateAndRender(t *testing.T) {
 	if txt, code := runReport(t, "merge", "-o", filepath.Join(tmp, "dup"), s1, s1); code == 0 {
 		t.Fatalf("overlapping merge accepted:\n%s", txt)
 	}
+	// The merge never overwrites a shard.
+	if txt, code := runReport(t, "merge", "-o", s1, s1, s2); code != 3 || !strings.Contains(txt, "is one of the shards") {
+		t.Fatalf("merge into a shard dir: exit %d:\n%s", code, txt)
+	}
 	// render rebuilds a deleted report without touching results.json.
 	before, _ := os.ReadFile(filepath.Join(out, "results.json"))
 	if err := os.Remove(filepath.Join(out, "report.html")); err != nil {

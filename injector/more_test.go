@@ -145,3 +145,38 @@ func TestTraceKeepsOrderCountsMalformedAndWaitsForPastHits(t *testing.T) {
 		t.Fatal("socket file left after Close")
 	}
 }
+
+// BenchmarkTraceIngest: datagrams the trace reader takes in (parse, append,
+// match against a pending waiter) per second, from one sender.
+func BenchmarkTraceIngest(b *testing.B) {
+	tr, err := ListenTrace(filepath.Join(b.TempDir(), "t.sock"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	c, err := net.Dial("unixgram", tr.Path())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	msg := []byte(`{"ts_ns":1234567890,"pid":4242,"proc":"vmctl","point":"snapshot.save.captured","vm":"UYUJHVIINCOFODLV4F7KJVRFJY","op":"op-1","attrs":{"i":1}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := tr.WaitPoint(ctx, 0, "never.hit", 1, ""); done <- err }()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for tr.Len() < b.N {
+		if ctx.Err() != nil {
+			b.Fatalf("read %d of %d", tr.Len(), b.N)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	cancel()
+	<-done
+}

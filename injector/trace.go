@@ -102,10 +102,9 @@ func ListenTrace(path string) (*Trace, error) {
 	}
 	// The reader thread needs a free P each time it returns from ppoll; on a
 	// 2-core host GOMAXPROCS=2 lets two descheduled normal threads hold both
-	// and delay a due signal by a CFS slice. Spare Ps cost nothing idle.
-	if runtime.GOMAXPROCS(0) < minProcs {
-		runtime.GOMAXPROCS(minProcs)
-	}
+	// and delay a due signal by a CFS slice. Spare Ps cost nothing idle; the
+	// old value comes back when the last trace closes.
+	raiseProcs()
 	t := &Trace{path: path, fd: fd, wake: wake, done: make(chan struct{})}
 	started := make(chan struct{})
 	go t.read(started)
@@ -116,8 +115,34 @@ func ListenTrace(path string) (*Trace, error) {
 // Path is the socket path to put into VMCHAOS_TRACE.
 func (t *Trace) Path() string { return t.path }
 
-// minProcs is the GOMAXPROCS floor a Trace sets (see ListenTrace).
+// minProcs is the GOMAXPROCS floor while a Trace is open (see ListenTrace).
 const minProcs = 8
+
+var procs struct {
+	sync.Mutex
+	open  int
+	saved int // the value before the first open trace raised it; 0: not raised
+}
+
+func raiseProcs() {
+	procs.Lock()
+	defer procs.Unlock()
+	procs.open++
+	if procs.open == 1 && runtime.GOMAXPROCS(0) < minProcs {
+		procs.saved = runtime.GOMAXPROCS(minProcs)
+	}
+}
+
+// restoreProcs puts GOMAXPROCS back when the last trace closes.
+func restoreProcs() {
+	procs.Lock()
+	defer procs.Unlock()
+	procs.open--
+	if procs.open == 0 && procs.saved != 0 {
+		runtime.GOMAXPROCS(procs.saved)
+		procs.saved = 0
+	}
+}
 
 // rtPriority is the SCHED_FIFO priority of the timing-critical threads: low
 // among RT priorities, above every normal task. VMCHAOS_INJECTOR_RT=0 opts out.
@@ -324,6 +349,7 @@ func (t *Trace) Close() error {
 	<-t.done
 	err := unix.Close(t.fd)
 	unix.Close(t.wake)
+	restoreProcs()
 	_ = os.Remove(t.path)
 	return err
 }

@@ -70,4 +70,3 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
-

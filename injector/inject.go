@@ -40,7 +40,7 @@ type Fault struct {
 	Kind    string        `json:"kind"`
 	Unit    string        `json:"unit,omitempty"`     // the supervised unit (all kinds but sigkill-vmm)
 	StopFor time.Duration `json:"stop_for,omitempty"` // stop / sigstop: how long before start / SIGCONT
-	VM      string        `json:"vm,omitempty"`       // sigkill-vmm: VM id (default: the trigger hit's vm)
+	VM      string        `json:"vm,omitempty"`       // sigkill-vmm: VM id (default: the trigger hit's vm); sigkill-child: only a child run for this VM (agent events carry the intent name)
 	Child   string        `json:"child,omitempty"`    // sigkill-child: only a child of this kind ("snapshot-save")
 }
 
@@ -573,7 +573,8 @@ func (in *Injector) mainVictim(ctx context.Context, unit string) (*victim, error
 // (agent.child.exec), else the latest exec'd child that has not exited.
 func (in *Injector) childVictim(ctx context.Context, f Fault, hit *Hit) (*victim, error) {
 	var pid int
-	if hit != nil && hit.Event.Point == "agent.child.exec" && childMatches(hit.Event, f.Child) {
+	forVM := func(e failpoint.Event) bool { return f.VM == "" || e.VM == f.VM }
+	if hit != nil && hit.Event.Point == "agent.child.exec" && childMatches(hit.Event, f.Child) && forVM(hit.Event) {
 		pid = childPID(hit.Event)
 	}
 	if pid == 0 {
@@ -585,7 +586,7 @@ func (in *Injector) childVictim(ctx context.Context, f Fault, hit *Hit) (*victim
 			case "agent.child.exit":
 				exited[childPID(e)] = true
 			case "agent.child.exec":
-				if c := childPID(e); c != 0 && !exited[c] && childMatches(e, f.Child) {
+				if c := childPID(e); c != 0 && !exited[c] && childMatches(e, f.Child) && forVM(e) {
 					pid = c
 				}
 			}

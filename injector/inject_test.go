@@ -152,6 +152,10 @@ func TestSigkillChildKillsTheInFlightChild(t *testing.T) {
 	if msg, _ := h.Event.Attrs["err"].(string); !strings.Contains(msg, "killed") {
 		t.Fatalf("child exit %q, want killed", msg)
 	}
+	// children run for another VM are never picked
+	if inj := s.inj.Inject(ctx, Fault{Kind: FaultSigkillChild, Unit: "agent", VM: "other-vm"}); inj.Landed || !strings.Contains(inj.Err, "no in-flight agent child") {
+		t.Fatalf("sigkill-child for a VM without children: %+v", inj)
+	}
 }
 
 func TestStopFaultStartsAgainAfterStopFor(t *testing.T) {

@@ -107,7 +107,8 @@ func appendFile(path, text string) error {
 	return f.Close()
 }
 
-// parseTolerance reads "20%", "0.2" or "off" (disabled, as -1).
+// parseTolerance reads "20%", a fraction up to 1 such as "0.2", or "off"
+// (disabled, as -1).
 func parseTolerance(s string) (float64, error) {
 	s = strings.TrimSpace(s)
 	if s == "off" || s == "none" {
@@ -119,7 +120,11 @@ func parseTolerance(s string) (float64, error) {
 		return 0, fmt.Errorf(`--p95-tolerance %q: want a percentage like "20%%", a fraction like 0.2, or "off"`, s)
 	}
 	if pct {
-		v /= 100
+		return v / 100, nil
+	}
+	if v > 1 {
+		// "20" is ambiguous (20 % or 2000 %?); make the user say which.
+		return 0, fmt.Errorf(`--p95-tolerance %q: a bare number is a fraction (0.2 = 20%%); write "%g%%" for a percentage`, s, v)
 	}
 	return v, nil
 }

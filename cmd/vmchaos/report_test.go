@@ -152,12 +152,12 @@ func TestReportGateAppendsStepSummary(t *testing.T) {
 }
 
 func TestParseTolerance(t *testing.T) {
-	for in, want := range map[string]float64{"20%": 0.2, "0.2": 0.2, "0": 0, "off": -1, " 5% ": 0.05} {
+	for in, want := range map[string]float64{"20%": 0.2, "0.2": 0.2, "0": 0, "off": -1, " 5% ": 0.05, "150%": 1.5, "1": 1} {
 		if got, err := parseTolerance(in); err != nil || got != want {
 			t.Errorf("parseTolerance(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "x", "-5%", "NaN"} {
+	for _, bad := range []string{"", "x", "-5%", "NaN", "20"} {
 		if _, err := parseTolerance(bad); err == nil {
 			t.Errorf("parseTolerance(%q) accepted", bad)
 		}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,10 +30,38 @@ import (
 // The end-to-end tests run the real vmctl and fakech binaries.
 
 var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
+	binOnce  sync.Once
+	binDir   string
+	binErr   error
+	binBuilt bool // binDir is ours to remove
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binBuilt {
+		// Safety net: nothing started from our private bin dir may outlive
+		// the package (each test already tore its own processes down).
+		killFromDir(binDir)
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// killFromDir SIGKILLs every process whose argv[0] lies in dir — only
+// binaries this test process built there, so only processes it started or
+// their descendants.
+func killFromDir(dir string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if argv := readCmdline(pid); len(argv) > 0 && filepath.Dir(argv[0]) == dir {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
 
 // stackBin returns a dir holding vmctl and cloud-hypervisor (fakech). With
 // VMCHAOS_BIN set it is stackbin's; otherwise only the two binaries this
@@ -59,7 +88,7 @@ func stackBin(t testing.TB) string {
 		if err == nil {
 			err = os.WriteFile(filepath.Join(d, "cloud-hypervisor"), b, 0o755)
 		}
-		binDir, binErr = d, err
+		binDir, binErr, binBuilt = d, err, true
 	})
 	if binErr != nil {
 		t.Fatalf("stack binaries: %v", binErr)
@@ -157,6 +186,9 @@ func (r result) String() string {
 func (s *stack) command(env []string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(s.bin, "vmctl"), args...)
 	cmd.Env = append(append(os.Environ(), s.env...), env...)
+	// If the test binary dies (a panic, the go test timeout) no vmctl it
+	// started may keep running, parked or waiting on a lock.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 

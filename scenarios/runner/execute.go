@@ -491,10 +491,11 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 		}
 		if f.Kind == "sigkill-direct" {
 			// a vmctl the harness started itself, parked: kill it there
-			rec := reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: failpoint.Now(), VictimPID: pid, IntendedPhase: t.Point}
-			if !cr.isDirect(pid) {
-				rec.Err = fmt.Sprintf("parked pid %d is not a process the harness started", pid)
-			} else if err := stack.KillProc(pid); err != nil {
+			host := cr.st.HostPID(pid)
+			rec := reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: failpoint.Now(), VictimPID: host, IntendedPhase: t.Point}
+			if !cr.isDirect(host) {
+				rec.Err = fmt.Sprintf("parked pid %d (host %d) is not a process the harness started", pid, host)
+			} else if err := stack.KillProc(host); err != nil {
 				rec.Err = err.Error()
 			}
 			rec.ActualNs = failpoint.Now()
@@ -693,8 +694,14 @@ func (cr *caseRun) killDirect(ctx context.Context, mark, i int, trig string) ([]
 	if d := time.Duration(req - failpoint.Now()); d > 0 {
 		time.Sleep(d)
 	}
-	rec := reports.Injection{Fault: "sigkill-direct", Trigger: trig, RequestedNs: req, VictimPID: hit.Event.Pid, IntendedPhase: t.Point}
-	err = stack.KillProc(hit.Event.Pid)
+	host := cr.st.HostPID(hit.Event.Pid)
+	rec := reports.Injection{Fault: "sigkill-direct", Trigger: trig, RequestedNs: req, VictimPID: host, IntendedPhase: t.Point}
+	if !cr.isDirect(host) {
+		rec.Err = fmt.Sprintf("pid %d (host %d) that hit %s is not a process the harness started", hit.Event.Pid, host, t.Point)
+		rec.ActualNs = failpoint.Now()
+		return []reports.Injection{rec}, nil
+	}
+	err = stack.KillProc(host)
 	rec.ActualNs = failpoint.Now()
 	if err != nil {
 		rec.Err = err.Error()
@@ -1019,12 +1026,17 @@ func (cr *caseRun) stackPhase(in reports.Injection) string {
 	return last
 }
 
-// isDirect reports whether pid is a vmctl the harness started.
+// isDirect reports whether host pid is a vmctl the harness started (or the
+// child of the nsenter that started it in the sandbox).
 func (cr *caseRun) isDirect(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	parent := stack.ParentOf(pid)
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
 	for _, d := range cr.direct {
-		if d.pid == pid {
+		if d.pid == pid || d.pid == parent {
 			return true
 		}
 	}
@@ -1051,8 +1063,8 @@ func (cr *caseRun) holdLease(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("hold-lease: %w", err)
 	}
-	if pid != cmd.Process.Pid {
-		return fmt.Errorf("hold-lease: parked pid %d is not the reader %d", pid, cmd.Process.Pid)
+	if !cr.isDirect(cr.st.HostPID(pid)) {
+		return fmt.Errorf("hold-lease: parked pid %d is not the reader the harness started", pid)
 	}
 	cr.mu.Lock()
 	cr.held = append(cr.held, point)

@@ -2,7 +2,9 @@ package stack
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,13 +29,14 @@ type Observer struct {
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	events []Event
+	out    io.Closer
 	done   chan struct{}
 }
 
 // StartObserver starts the event-stream observer with interval seconds
 // (vmctl scales them by the time scale).
 func (s *Stack) StartObserver(interval float64) (*Observer, error) {
-	cmd := exec.Command(filepath.Join(s.run.BinDir, "vmctl"), "vm", "status", "--event", "--format", "json",
+	cmd := s.vmctlCmd(context.Background(), "vm", "status", "--event", "--format", "json",
 		"-n", strconv.FormatFloat(interval, 'g', -1, 64))
 	cmd.Env = s.StackEnv("")
 	logf, err := os.Create(filepath.Join(s.LogDir, "observer.log"))
@@ -41,6 +44,9 @@ func (s *Stack) StartObserver(interval float64) (*Observer, error) {
 		return nil, err
 	}
 	cmd.Stderr = logf
+	// its own process group: in a sandbox the vmctl is nsenter's child,
+	// and Stop must reach both
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		logf.Close()
@@ -50,7 +56,7 @@ func (s *Stack) StartObserver(interval float64) (*Observer, error) {
 		logf.Close()
 		return nil, err
 	}
-	o := &Observer{cmd: cmd, done: make(chan struct{})}
+	o := &Observer{cmd: cmd, out: out, done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
 		defer logf.Close()
@@ -93,7 +99,8 @@ func (o *Observer) Alive() bool {
 // Stop kills the observer and waits for it.
 func (o *Observer) Stop() {
 	if o.cmd.Process != nil {
-		_ = o.cmd.Process.Signal(syscall.SIGKILL)
+		_ = syscall.Kill(-o.cmd.Process.Pid, syscall.SIGKILL)
 	}
+	_ = o.out.Close()
 	<-o.done
 }

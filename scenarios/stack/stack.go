@@ -40,6 +40,10 @@ type Run struct {
 	Seed       int64
 	next       int
 	mu         sync.Mutex
+	// nsInit is the host pid of the sandbox's PID 1 (0 without a pid
+	// namespace): vmctl records hold pids as the stack sees them, so every
+	// vmctl the harness runs must run in the stack's pid (and /proc) view.
+	nsInit int
 }
 
 // RunOptions configures NewRun.
@@ -260,7 +264,7 @@ func (s *Stack) Vmctl(ctx context.Context, args ...string) ([]byte, error) {
 func (s *Stack) vmctlEnv(ctx context.Context, env []string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(s.run.BinDir, "vmctl"), args...)
+	cmd := s.vmctlCmd(ctx, args...)
 	cmd.Env = env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -342,7 +346,11 @@ func (s *Stack) startAgent(ctx context.Context, fps string) error {
 	s.unitsUp[s.AgentUnit] = true
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return s.Agent.WaitUp(wctx)
+	if err := s.Agent.WaitUp(wctx); err != nil {
+		return err
+	}
+	s.findNamespace(ctx)
+	return nil
 }
 
 // Arm replaces the setup agent by one whose environment carries the case's
@@ -391,7 +399,7 @@ func (s *Stack) StartProcFP(name, failpoints string, args ...string) (*exec.Cmd,
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(filepath.Join(s.run.BinDir, "vmctl"), args...)
+	cmd := s.vmctlCmd(context.Background(), args...)
 	cmd.Env = s.StackEnv(failpoints)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
@@ -508,4 +516,113 @@ func LogRel(caseDir string) map[string]string {
 		}
 	}
 	return out
+}
+
+// vmctlCmd is a vmctl command in the stack's pid and mount namespaces
+// (nsenter into the sandbox) or, without a sandbox, a plain one.
+func (s *Stack) vmctlCmd(ctx context.Context, args ...string) *exec.Cmd {
+	bin := filepath.Join(s.run.BinDir, "vmctl")
+	s.run.mu.Lock()
+	init := s.run.nsInit
+	s.run.mu.Unlock()
+	if init == 0 {
+		return exec.CommandContext(ctx, bin, args...)
+	}
+	return exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(init), "--pid", "--mount", "--", bin}, args...)...)
+}
+
+// findNamespace learns the sandbox's PID 1 from the agent's main process:
+// the process of the same pid namespace whose pid there is 1.
+func (s *Stack) findNamespace(ctx context.Context) {
+	s.run.mu.Lock()
+	known := s.run.nsInit != 0
+	s.run.mu.Unlock()
+	if known {
+		return
+	}
+	pid, err := s.run.Sup.MainPID(ctx, s.AgentUnit)
+	if err != nil || pid == 0 {
+		return
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	if err != nil {
+		return
+	}
+	self, _ := os.Readlink("/proc/self/ns/pid")
+	if ns == self {
+		return
+	}
+	if init := nsPID1(ns); init > 0 {
+		s.run.mu.Lock()
+		s.run.nsInit = init
+		s.run.mu.Unlock()
+	}
+}
+
+// nsPID1 returns the host pid of PID 1 of pid namespace ns.
+func nsPID1(ns string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, _ := os.Readlink("/proc/" + e.Name() + "/ns/pid"); l != ns {
+			continue
+		}
+		if nsLocal(pid) == 1 {
+			return pid
+		}
+	}
+	return 0
+}
+
+// nsLocal is the innermost pid of a host pid (last NSpid field).
+func nsLocal(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
+			n, _ := strconv.Atoi(f[len(f)-1])
+			return n
+		}
+	}
+	return 0
+}
+
+// HostPID maps a pid as the stack reports it (trace events, park files) to
+// the host pid.
+func (s *Stack) HostPID(pid int) int {
+	s.run.mu.Lock()
+	init := s.run.nsInit
+	s.run.mu.Unlock()
+	if init == 0 {
+		return pid
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
+	if err != nil {
+		return 0
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		hp, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, _ := os.Readlink("/proc/" + e.Name() + "/ns/pid"); l == ns && nsLocal(hp) == pid {
+			return hp
+		}
+	}
+	return 0
+}
+
+// ParentOf is the host parent pid of a host pid.
+func ParentOf(pid int) int {
+	st, ok := stat(pid)
+	if !ok {
+		return 0
+	}
+	return st.ppid
 }

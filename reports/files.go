@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/vmchaos/vmchaos/durable"
 )
@@ -25,13 +26,17 @@ const (
 // report.html into dir (created if missing). results.json is written first: it
 // is the source of truth, so if rendering fails or the writer dies the reports
 // can be rebuilt with `vmchaos report render`. Every file goes through
-// durable.WriteFile, so a reader never sees a torn report. r.Dir is set to dir.
+// durable.WriteFile, so a reader never sees a torn report. r.Dir is set to
+// dir, and r.Build to this binary's BuildInfo when empty.
 func WriteAll(dir string, r *Results) error {
 	if r == nil {
 		return errors.New("write results: nil results")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write results: %w", err)
+	}
+	if r.Build == "" {
+		r.Build = BuildInfo()
 	}
 	data, err := Marshal(r)
 	if err != nil {
@@ -166,4 +171,44 @@ func checkFinite(r *Results) error {
 		}
 	}
 	return nil
+}
+
+// Version is the vmchaos version stamped at link time, e.g.
+// go build -ldflags "-X github.com/vmchaos/vmchaos/reports.Version=$(git describe --always --dirty)".
+var Version string
+
+// BuildInfo names the running binary's build so a report says which code
+// produced it: Version when stamped, else the VCS revision Go recorded (12
+// hex digits, "+dirty" for local changes), with the Go version. Empty when
+// neither is known (go test binaries, GOFLAGS=-buildvcs=false).
+func BuildInfo() string {
+	bi, ok := debug.ReadBuildInfo()
+	if Version != "" {
+		if ok {
+			return Version + " (" + bi.GoVersion + ")"
+		}
+		return Version
+	}
+	if !ok {
+		return ""
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "+dirty"
+	}
+	return rev + " (" + bi.GoVersion + ")"
 }

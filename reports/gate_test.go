@@ -209,6 +209,7 @@ func shardOf(r *Results, i, n int) *Results {
 	s := *r
 	s.Shard = fmt.Sprintf("%d/%d", i, n)
 	s.Host = fmt.Sprintf("runner-%d", i)
+	s.Build = "abc123"
 	s.Cases = nil
 	for _, c := range r.Cases {
 		if keep[c.ID] {
@@ -238,7 +239,7 @@ func TestMergeOfShardsEqualsUnshardedRun(t *testing.T) {
 			!m.StartedAt.Equal(full.StartedAt) || !m.FinishedAt.Equal(full.FinishedAt) {
 			t.Fatalf("n=%d: merged header %+v", n, m)
 		}
-		if len(m.Shards) != n || len(m.MissingShards) != 0 || !strings.Contains(m.Host, "runner-1") {
+		if len(m.Shards) != n || len(m.MissingShards) != 0 || !strings.Contains(m.Host, "runner-1") || m.Build != "abc123" {
 			t.Fatalf("n=%d: shards %v missing %v host %q", n, m.Shards, m.MissingShards, m.Host)
 		}
 		if g, w := Gate(m, nil, DefaultGateOptions()), Gate(full, nil, DefaultGateOptions()); g.Code != w.Code {

@@ -107,7 +107,7 @@ func renderHTML(r *Results, selftest []SelftestRow) ([]byte, error) {
 	}
 	d.Meta = [][2]string{{"backend", r.Backend}, {"supervisor", r.Supervisor}, {"time scale", fmt.Sprint(r.TimeScale)},
 		{"seed", fmt.Sprint(r.Seed)}, {"host", r.Host}, {"started", formatTime(r.StartedAt)}, {"wall time", wallTime(r)}}
-	for _, e := range [][2]string{{"shard", r.Shard}, {"shards merged", strings.Join(r.Shards, ", ")},
+	for _, e := range [][2]string{{"build", r.Build}, {"shard", r.Shard}, {"shards merged", strings.Join(r.Shards, ", ")},
 		{"MISSING shards", strings.Join(r.MissingShards, ", ")}, {"label filter", r.Filter}, {"regress switches", strings.Join(r.Regress, ", ")}} {
 		if e[1] != "" {
 			d.Meta = append(d.Meta, e)

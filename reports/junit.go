@@ -99,7 +99,7 @@ func JUnit(r *Results) ([]byte, error) {
 		{"run_id", r.RunID}, {"backend", r.Backend}, {"supervisor", r.Supervisor},
 		{"time_scale", fmt.Sprint(r.TimeScale)}, {"seed", fmt.Sprint(r.Seed)},
 	}
-	for _, p := range []junitProp{{"shard", r.Shard}, {"label_filter", r.Filter}, {"regress", strings.Join(r.Regress, ",")},
+	for _, p := range []junitProp{{"build", r.Build}, {"shard", r.Shard}, {"label_filter", r.Filter}, {"regress", strings.Join(r.Regress, ",")},
 		{"shards", strings.Join(r.Shards, ",")}, {"missing_shards", strings.Join(r.MissingShards, ",")}} {
 		if p.Value != "" {
 			props = append(props, p)

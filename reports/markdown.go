@@ -45,7 +45,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 	b.WriteString("| backend | supervisor | time scale | seed | host | started | wall time |")
 	row := []string{orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), fmt.Sprint(r.TimeScale), fmt.Sprint(r.Seed),
 		orDefault(r.Host, "?"), formatTime(r.StartedAt), wallTime(r)}
-	extra := [][2]string{{"shard", r.Shard}, {"shards merged", strings.Join(r.Shards, ", ")}, {"MISSING shards", strings.Join(r.MissingShards, ", ")},
+	extra := [][2]string{{"build", r.Build}, {"shard", r.Shard}, {"shards merged", strings.Join(r.Shards, ", ")}, {"MISSING shards", strings.Join(r.MissingShards, ", ")},
 		{"label filter", r.Filter}, {"regress switches", strings.Join(r.Regress, ", ")}}
 	for _, e := range extra {
 		if e[1] != "" {

@@ -82,9 +82,9 @@ func Shard(ids []string, i, n int) []string {
 
 // Merge joins shard results into one. Shards must agree on what was tested —
 // backend, time scale, seed, label filter and regress switches — or the merge
-// is refused: a report mixing them would compare apples with pears. Host and
-// supervisor may differ between CI runners; they are recorded as a sorted,
-// comma-separated list. A case id present in two inputs is refused (the shards
+// is refused: a report mixing them would compare apples with pears. Host,
+// supervisor and build may differ between CI runners; they are recorded as a
+// sorted, comma-separated list. A case id present in two inputs is refused (the shards
 // overlap; within one input an id may repeat, as in a selftest run). Cases
 // are ordered by scenario, offset and id. When every input
 // carries an "I/N" shard of one N, the shards present and missing are recorded
@@ -131,12 +131,13 @@ func Merge(rs ...*Results) (*Results, error) {
 		Filter:    first.Filter,
 		Regress:   slices.Clone(first.Regress),
 	}
-	var runIDs, hosts, sups []string
+	var runIDs, hosts, sups, builds []string
 	owner := map[string]int{} // case id → index of the input holding it
 	for k, r := range rs {
 		runIDs = append(runIDs, r.RunID)
 		hosts = append(hosts, r.Host)
 		sups = append(sups, r.Supervisor)
+		builds = append(builds, r.Build)
 		if !r.StartedAt.IsZero() && (out.StartedAt.IsZero() || r.StartedAt.Before(out.StartedAt)) {
 			out.StartedAt = r.StartedAt
 		}
@@ -153,6 +154,7 @@ func Merge(rs ...*Results) (*Results, error) {
 	}
 	out.Host = joinUnique(hosts)
 	out.Supervisor = joinUnique(sups)
+	out.Build = joinUnique(builds)
 	if ids := uniqueSorted(runIDs); len(ids) == 1 {
 		out.RunID = ids[0]
 	} else {

@@ -648,3 +648,27 @@ func TestSelftestTableHeadsTheRunReports(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteAllRecordsTheBuild(t *testing.T) {
+	old := Version
+	Version = "v9.9.9-test"
+	defer func() { Version = old }()
+	dir := t.TempDir()
+	r := run(Pass)
+	if err := WriteAll(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil || !strings.HasPrefix(got.Build, "v9.9.9-test") {
+		t.Fatalf("build %q, %v", got.Build, err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, MarkdownFile))
+	if !strings.Contains(string(md), "v9.9.9-test") {
+		t.Fatal("report.md does not name the build")
+	}
+	// A build already recorded (e.g. by the shards of a merge) is kept.
+	r.Build = "shard-build"
+	if err := WriteAll(dir, r); err != nil || r.Build != "shard-build" {
+		t.Fatalf("build overwritten: %q %v", r.Build, err)
+	}
+}

@@ -26,6 +26,7 @@ type Results struct {
 	Shard      string    `json:"shard,omitempty"` // "I/N"
 	Filter     string    `json:"label_filter,omitempty"`
 	Regress    []string  `json:"regress,omitempty"` // bug switches on during this run (selftest)
+	Build      string    `json:"build,omitempty"`   // the vmchaos build that ran it (VCS revision); WriteAll fills it in
 	Cases      []Case    `json:"cases"`
 
 	// Shards lists the "I/N" shards a merged result was joined from, and

@@ -4,8 +4,10 @@ BIN       := $(CURDIR)/bin
 SCALE     ?= 0.05
 REPORTDIR ?= $(CURDIR)/vmchaos-results
 PKGS      := ./...
+VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+LDFLAGS   := -X github.com/vmchaos/vmchaos/reports.Version=$(VERSION)
 
-.PHONY: all setup build test unit fast-suite lint fuzz-short bench chaos selftest selftest-fast clean
+.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos selftest selftest-fast clean
 
 all: build
 
@@ -14,7 +16,7 @@ setup:
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 	@# fakech is the drop-in cloud-hypervisor of the fake backend
 	@cp -f $(BIN)/fakech $(BIN)/cloud-hypervisor
 
@@ -38,6 +40,14 @@ fuzz-short:
 
 bench:
 	VMCHAOS_BIN=$(BIN) $(GO) test -run '^$$' -bench . -benchtime 2s $(PKGS)
+
+# The injector's at-trigger accuracy distribution (200 injections per supervisor).
+bench-accuracy:
+	$(GO) test ./injector -run '^$$' -bench BenchmarkAtAccuracy -benchtime 1x -v
+
+# On a KVM runner: is real CH usable here? (see docs/realch.md)
+kvm-preflight: build
+	scripts/kvm-preflight.sh
 
 # chaos: the main job — the whole catalogue on the fake backend, report written.
 chaos: setup build

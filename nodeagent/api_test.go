@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -209,5 +210,57 @@ func TestStartupAdoptsManyWithBoundedFanout(t *testing.T) {
 	}
 	if vms := s.vms(); len(vms) != n {
 		t.Fatalf("want %d VMs, got %d", n, len(vms))
+	}
+}
+
+// TestReadyVMLostWhileAgentDown: while the agent is down one ready VM's VMM
+// is kill -9'd and another VM is removed behind its back; the restart checks
+// ready VMs against the listing and brings both back.
+func TestReadyVMLostWhileAgentDown(t *testing.T) {
+	s := newStack(t)
+	s.readyVM("web", nil)
+	s.put("db", nodeagent.Intent{Snapshot: s.base})
+	db := s.waitGoal("db", nodeagent.LifecycleReady, budget)
+	s.killAgent()
+	web := s.vmByName("web")
+	_ = syscall.Kill(web.Pid, syscall.SIGKILL)
+	s.waitDead(web.Pid, "VMM")
+	s.vmctl("vm", "rm", "--force", db.Status.VMID)
+	s.startAgent(nil)
+	s.waitAPI()
+	for _, name := range []string{"web", "db"} {
+		s.eventually(name+" running again", budget, func() error {
+			v, _ := s.get(name)
+			vm := s.vmByName(name)
+			if v.Status.Lifecycle != nodeagent.LifecycleReady || v.Op != "" || vm == nil || vm.State != vmctl.StateRunning || vm.ID != v.Status.VMID {
+				return fmt.Errorf("%q op %q vm %+v", v.Status.Lifecycle, v.Op, vm)
+			}
+			if _, err := s.guest(vm.ID, "hostname"); err != nil {
+				return err
+			}
+			return nil
+		})
+	}
+}
+
+// TestSdNotifyReady: under systemd (NOTIFY_SOCKET) the agent sends READY=1
+// once its API serves.
+func TestSdNotifyReady(t *testing.T) {
+	s := newStack(t)
+	sock := filepath.Join(s.dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s.startAgent([]string{"NOTIFY_SOCKET=" + sock})
+	_ = conn.SetReadDeadline(time.Now().Add(budget))
+	buf := make([]byte, 4096)
+	n, _, err := conn.ReadFromUnix(buf)
+	if err != nil || !strings.Contains(string(buf[:n]), "READY=1") {
+		t.Fatalf("no READY=1: %q %v", buf[:n], err)
+	}
+	if _, _, err := s.api("GET", "/v1/vms", nil); err != nil {
+		t.Fatalf("READY=1 before the API serves: %v", err)
 	}
 }

@@ -27,6 +27,7 @@ func (a *Agent) startup(ctx context.Context, sem chan struct{}) error {
 			return err
 		}
 	}
+	haveListing := err == nil
 	if err != nil {
 		// Workers inspect by name themselves; a broken listing only loses
 		// the adoption shortcut, never an intent.
@@ -71,8 +72,10 @@ func (a *Agent) startup(ctx context.Context, sem chan struct{}) error {
 		}
 	}
 	byName := map[string]vmctl.VM{}
+	byID := map[string]vmctl.VM{}
 	for _, vm := range vms {
 		byName[vm.Name] = vm
+		byID[vm.ID] = vm
 	}
 	start := time.Now()
 	dispatched := 0
@@ -83,6 +86,17 @@ func (a *Agent) startup(ctx context.Context, sem chan struct{}) error {
 		}
 		if vm, ok := byName[n]; ok && rec.Status.VMID != "" && vm.ID != rec.Status.VMID {
 			a.log.Warn("startup: the VM holding the name is not the bound one", "vm", n, "bound", rec.Status.VMID, "found", vm.ID)
+		}
+		// A ready VM that died or vanished while the agent was down: the
+		// watcher reports changes from now on, so check it against the
+		// listing once (only when there is a listing to trust).
+		if haveListing && rec.Op == "" && !rec.Deleted && rec.Status.Lifecycle == LifecycleReady && rec.Status.VMID != "" {
+			if vm, ok := byID[rec.Status.VMID]; !ok || vm.State != vmctl.StateRunning {
+				a.log.Warn("startup: the ready VM is not running; verifying it", "vm", n, "id", rec.Status.VMID, "state", vm.State)
+				a.mu.Lock()
+				a.died[n] = true
+				a.mu.Unlock()
+			}
 		}
 		op := resumeOp(rec)
 		if op != "" {

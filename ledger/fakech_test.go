@@ -443,3 +443,52 @@ func TestWakeFromStaleSnapshotFails(t *testing.T) {
 	}
 	t.Log(verdict.Message)
 }
+
+// TestDialHookCarriesEveryConnection: a guest whose recorded address the
+// host cannot reach (TEST-NET-1, as a guest on a TAP inside a network
+// namespace is) is written and verified through Ledger.Dial alone; every
+// connection goes through the hook, and the journal keeps the guest's own
+// address.
+func TestDialHookCarriesEveryConnection(t *testing.T) {
+	r := newRig(t, "dialhook")
+	ctx := r.ctx()
+	v := r.boot(ctx)
+	_, port, _ := net.SplitHostPort(r.guest.Addr)
+	real := r.guest.Addr
+	r.guest.Addr = net.JoinHostPort("192.0.2.10", port)
+	var dials []string
+	r.ledger.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials = append(dials, addr)
+		if addr != r.guest.Addr {
+			return nil, fmt.Errorf("dial hook: unexpected address %s", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, real)
+	}
+	if _, err := r.ledger.WriteMarkers(ctx, r.guest, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ledger.RecordBootID(ctx, r.guest); err != nil {
+		t.Fatal(err)
+	}
+	r.wake(ctx, r.hibernate(ctx, v))
+	verdict, err := r.ledger.Verify(ctx, r.guest, VerifyOpts{ExpectRAM: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !verdict.OK || verdict.Stable != 1 {
+		t.Fatalf("verdict through the dial hook: %+v", verdict)
+	}
+	if len(dials) < 3 {
+		t.Fatalf("dial hook saw %d connections (%v), want one per guest batch (>= 3)", len(dials), dials)
+	}
+	entries, _, err := ReadJournal(r.ledger.JournalPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Addr != "" && e.Addr != r.guest.Addr {
+			t.Fatalf("journal entry %+v: address %s, want the guest's own %s", e, e.Addr, r.guest.Addr)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -63,6 +64,11 @@ type Ledger struct {
 	User string
 	// AttemptTimeout bounds one SSH attempt (DefaultAttemptTimeout).
 	AttemptTimeout time.Duration
+	// Dial opens the TCP connection to a guest's SSH address; nil means a
+	// plain net.Dialer. A runner whose guests sit on TAP devices inside a
+	// network namespace sets it to realch's Netns.DialContext, since the
+	// host namespace has no route to them. Set it before first use.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	journal string
 	key     *Key

@@ -81,8 +81,12 @@ func (l *Ledger) exec(ctx context.Context, g Guest, cmds ...string) ([]string, e
 func (l *Ledger) attempt(ctx context.Context, g Guest, cmds []string) ([]string, error) {
 	actx, cancel := context.WithTimeout(ctx, l.AttemptTimeout)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(actx, "tcp", g.Addr)
+	dial := l.Dial
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	conn, err := dial(actx, "tcp", g.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("guest %s: connect: %w", g.Name, err)
 	}

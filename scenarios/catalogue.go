@@ -132,8 +132,19 @@ type Scenario struct {
 }
 
 // Catalogue is every scenario, hand-written ones first, then the generated
-// park cases.
-var Catalogue = append(append([]Scenario{}, seedScenarios...), parkScenarios()...)
+// park cases. The seed scenarios also carry backend:real (they skip with the
+// preflight's reason where there is no KVM).
+var Catalogue = append(withReal(seedScenarios), parkScenarios()...)
+
+func withReal(ss []Scenario) []Scenario {
+	out := append([]Scenario{}, ss...)
+	for i := range out {
+		if out[i].SeedRef != "sweep" && len(out[i].Backends) == 0 {
+			out[i].Backends = []string{"fake", "real"}
+		}
+	}
+	return out
+}
 
 const (
 	vmA = "vm-a"

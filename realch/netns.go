@@ -29,6 +29,9 @@ type Netns struct {
 	mu     sync.Mutex
 	taps   []string
 	closed bool
+	// borrowed: opened by name (OpenNetns), owned by someone else; Close
+	// leaves it alone.
+	borrowed bool
 }
 
 // netnsRun is where iproute2 binds named namespaces.
@@ -65,6 +68,20 @@ func NewNetns(name string) (*Netns, error) {
 	return ns, nil
 }
 
+// OpenNetns returns an existing namespace by name without taking ownership:
+// DialContext, Listen, Do and Command work, Close does nothing. It is how a
+// short-lived process (vmctl's vm exec) reaches guests in the namespace the
+// harness created. Entering it needs CAP_SYS_ADMIN.
+func OpenNetns(name string) (*Netns, error) {
+	if !netnsNameRE.MatchString(name) {
+		return nil, fmt.Errorf("netns %q: want [A-Za-z0-9_.-], at most 64", name)
+	}
+	if _, err := os.Stat(filepath.Join(netnsRun, name)); err != nil {
+		return nil, fmt.Errorf("netns %s: %w", name, err)
+	}
+	return &Netns{Name: name, borrowed: true}, nil
+}
+
 // AddTap creates a persistent TAP device inside the namespace, gives it
 // hostCIDR (e.g. 192.168.249.1/24; empty → no address, as when CH's own
 // --net ip=,mask= sets it) and brings it up.
@@ -81,6 +98,9 @@ func (n *Netns) AddTap(name, hostCIDR string) error {
 	defer n.mu.Unlock()
 	if n.closed {
 		return fmt.Errorf("netns %s: closed", n.Name)
+	}
+	if n.borrowed {
+		return fmt.Errorf("netns %s: opened by name, not owned: refusing to add a tap Close would not remove", n.Name)
 	}
 	if err := ip("-n", n.Name, "tuntap", "add", "dev", name, "mode", "tap"); err != nil {
 		return fmt.Errorf("netns %s: tap %s: create: %w", n.Name, name, err)
@@ -110,7 +130,7 @@ func (n *Netns) Taps() []string {
 func (n *Netns) Close() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed {
+	if n.closed || n.borrowed {
 		return nil
 	}
 	var errs []error

@@ -56,7 +56,14 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if o.NICs >= 0 {
 		cfg.NICs = o.NICs
 	}
-	rec, ops, err := m.reserve(ctx, o.Name, cfg, meta.SSHPort, meta.Fake)
+	// A clone under the name the snapshot was taken from (a wake) is the
+	// same guest, whose RAM still holds that name's address: in tap mode it
+	// must get the same slots, even in a store that never saw the name.
+	var prefer []NIC
+	if o.Name != "" && o.Name == meta.SourceName {
+		prefer = meta.NICs
+	}
+	rec, ops, err := m.reserve(ctx, o.Name, cfg, meta.SSHPort, meta.Fake, prefer)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +72,7 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if err := hit(ctx, "vm.clone.reserved", rec.ID); err != nil {
 		return nil, m.abandon(ctx, rec, err)
 	}
-	if err := m.cloneFiles(rec.ID, s.Dir); err != nil {
+	if err := m.cloneFiles(rec, s.Dir); err != nil {
 		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
 	}
 	m.logf("clone %s: files copied", rec.ID)
@@ -115,7 +122,11 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 // cloneFiles copies a snapshot into VM id's dirs: its own disk, and a
 // restore dir whose config.json points at that disk and carries no NICs (the
 // source's addresses may still be live; the clone's are added after restore).
-func (m *Manager) cloneFiles(id, snapDir string) error {
+// A cloud-init seed disk (tap mode) is pointed at the clone's own seed,
+// written fresh for the clone's name and NICs: the restored guest does not
+// read it again, but a later cold boot of the clone does.
+func (m *Manager) cloneFiles(rec *VM, snapDir string) error {
+	id := rec.ID
 	rd := m.restoreDir(id)
 	if err := os.MkdirAll(rd, 0o755); err != nil {
 		return err
@@ -136,9 +147,14 @@ func (m *Manager) cloneFiles(id, snapDir string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot config: %w", err)
 	}
-	b, err = rewriteConfig(b, m.vmDisk(id))
+	b, hasSeed, err := rewriteConfig(b, m.vmDisk(id), m.vmSeed(id))
 	if err != nil {
 		return err
+	}
+	if hasSeed {
+		if err := m.writeSeed(rec); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
 	}
 	if err := durable.WriteFile(filepath.Join(rd, "config.json"), b, 0o600); err != nil {
 		return err
@@ -146,24 +162,38 @@ func (m *Manager) cloneFiles(id, snapDir string) error {
 	return syncDir(m.vmDir(id))
 }
 
-// rewriteConfig points the first disk at disk and drops the NICs, keeping
-// every other field of CH's VmConfig as it was.
-func rewriteConfig(b []byte, disk string) ([]byte, error) {
+// rewriteConfig points the first disk at disk, a later disk that is a
+// cloud-init seed (named cidata.img) at seed, and drops the NICs, keeping
+// every other field of CH's VmConfig as it was. It reports whether a seed
+// disk was there.
+func rewriteConfig(b []byte, disk, seed string) ([]byte, bool, error) {
 	var cfg map[string]any
 	if err := json.Unmarshal(b, &cfg); err != nil {
-		return nil, fmt.Errorf("snapshot config.json: %w", err)
+		return nil, false, fmt.Errorf("snapshot config.json: %w", err)
 	}
 	disks, _ := cfg["disks"].([]any)
 	if len(disks) == 0 {
-		return nil, fmt.Errorf("snapshot config.json: no disk")
+		return nil, false, fmt.Errorf("snapshot config.json: no disk")
 	}
 	d0, ok := disks[0].(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("snapshot config.json: malformed disk")
+		return nil, false, fmt.Errorf("snapshot config.json: malformed disk")
 	}
 	d0["path"] = disk
+	hasSeed := false
+	for _, d := range disks[1:] {
+		dm, ok := d.(map[string]any)
+		if !ok {
+			return nil, false, fmt.Errorf("snapshot config.json: malformed disk")
+		}
+		if p, _ := dm["path"].(string); filepath.Base(p) == seedFile {
+			dm["path"] = seed
+			hasSeed = true
+		}
+	}
 	delete(cfg, "net")
-	return json.Marshal(cfg)
+	out, err := json.Marshal(cfg)
+	return out, hasSeed, err
 }
 
 // replaceNICs removes every NIC the VMM has and adds want.
@@ -178,7 +208,7 @@ func replaceNICs(ctx context.Context, c *chapi.Client, want []NIC) error {
 		}
 	}
 	for _, n := range want {
-		if _, err := c.AddNet(ctx, chapi.NetConfig{ID: n.ID, IP: n.IP, Mask: n.Mask, Mac: n.MAC}); err != nil {
+		if _, err := c.AddNet(ctx, netConfig(n)); err != nil {
 			return fmt.Errorf("nics: add %s: %w", n.ID, err)
 		}
 	}

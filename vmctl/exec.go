@@ -71,8 +71,9 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	}
 	addr := v.Network[0].Address()
 	cfg := &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey, Timeout: o.Timeout}
-	d := net.Dialer{Timeout: o.Timeout}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	dctx, dcancel := context.WithTimeout(ctx, o.Timeout)
+	conn, err := m.dialGuest(dctx, addr)
+	dcancel()
 	if err != nil {
 		return 0, fmt.Errorf("exec %s: dial %s: %w", v.ID, addr, err)
 	}

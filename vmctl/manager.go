@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/realch"
 )
 
 // Defaults for the manager's configuration.
@@ -36,8 +37,20 @@ type Config struct {
 	RunDir   string // per-VM runtime dirs holding api.sock (default <root>/run)
 	CHBinary string // VMM binary: a name looked up on PATH or a path
 	Firmware string // passed to the VMM as --firmware on cold boots
-	NetPool  string // CIDR guest addresses are allocated from
+	NetPool  string // CIDR guest addresses (tap mode: /30s) are allocated from
 	Identity string // SSH private key for `vm exec`
+	// NetMode is NetModeFake (default: --net ip=<guest> on loopback) or
+	// NetModeTap (real CH: a TAP per NIC, guest address from a seed).
+	NetMode string
+	// SeedPubKey is the authorized_keys line (or a file holding it) the
+	// tap mode's cloud-init seed gives the guest.
+	SeedPubKey string
+	// Kernel, Cmdline, Initramfs boot a kernel directly instead of
+	// Firmware (when Kernel is set).
+	Kernel, Cmdline, Initramfs string
+	// Netns is the network namespace vm exec dials guests from (where the
+	// VMMs' TAPs are); empty = this process's namespace.
+	Netns string
 }
 
 // Manager runs the verbs against one store.
@@ -67,8 +80,21 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Firmware == "" {
 		cfg.Firmware = DefaultFirmware
 	}
+	switch cfg.NetMode {
+	case "":
+		cfg.NetMode = NetModeFake
+	case NetModeFake, NetModeTap:
+	default:
+		return nil, fmt.Errorf("%w: --net-mode %q: want %s or %s", ErrUsage, cfg.NetMode, NetModeFake, NetModeTap)
+	}
 	if cfg.NetPool == "" {
 		cfg.NetPool = DefaultNetPool
+		if cfg.NetMode == NetModeTap {
+			cfg.NetPool = realch.DefaultTapPool
+		}
+	}
+	if cfg.Kernel != "" && cfg.Cmdline == "" {
+		cfg.Cmdline = realch.DefaultCmdline
 	}
 	var err error
 	if cfg.RootDir, err = filepath.Abs(cfg.RootDir); err != nil {

@@ -78,7 +78,7 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 	}
 	have := map[string]bool{}
 	for _, cur := range info.Config.Net {
-		if w, ok := wanted[cur.ID]; ok && w.IP == cur.IP {
+		if w, ok := wanted[cur.ID]; ok && sameNIC(w, cur) {
 			have[cur.ID] = true
 			continue
 		}
@@ -94,7 +94,7 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 		if have[nic.ID] {
 			continue
 		}
-		if _, err := c.AddNet(actx, chapi.NetConfig{ID: nic.ID, IP: nic.IP, Mask: nic.Mask, Mac: nic.MAC}); err != nil {
+		if _, err := c.AddNet(actx, netConfig(nic)); err != nil {
 			return nil, fmt.Errorf("net %s: add %s: %w", v.ID, nic.ID, err)
 		}
 	}
@@ -113,6 +113,18 @@ func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, err
 		v, ok := ix.VMs[id]
 		if !ok {
 			return errVMNotFound()
+		}
+		if m.tap() {
+			// The name's slots: the first NICs stay as they are, the rest
+			// come back with the addresses they had before.
+			nics, err := m.planTapNICs(ix, v.Name, n, port, nil)
+			if err != nil {
+				return err
+			}
+			v.Network = nics
+			v.UpdatedAt = now()
+			out = *v
+			return nil
 		}
 		if len(v.Network) > n {
 			v.Network = v.Network[:n]

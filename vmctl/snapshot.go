@@ -31,6 +31,11 @@ type snapMeta struct {
 	Config   VMConfig `json:"config"`
 	SSHPort  int      `json:"ssh_port"`
 	Fake     bool     `json:"fake"`
+	// Tap mode: the source VM's name and the NICs its name owns (all its
+	// slots, attached or not: a hibernate drops the NICs before the save),
+	// so a wake in another store (import) restores the same addresses.
+	SourceName string `json:"source_name,omitempty"`
+	NICs       []NIC  `json:"nics,omitempty"`
 }
 
 func lookupSnap(ix *snapIndex, ref string) (*Snapshot, bool) {
@@ -174,6 +179,16 @@ func (m *Manager) capture(ctx context.Context, v *VM, sid, name, staging string)
 	meta := snapMeta{Name: name, SourceVM: v.ID, Config: v.Config, SSHPort: port, Fake: fake}
 	if len(v.Network) > 0 && v.Network[0].SSHPort > 0 {
 		meta.SSHPort = v.Network[0].SSHPort
+	}
+	if ix, err := m.loadVMs(); err == nil && len(ix.TapSlots[v.Name]) > 0 {
+		meta.SourceName = v.Name
+		for i, s := range ix.TapSlots[v.Name] {
+			nic, err := m.tapNIC(i, s, meta.SSHPort)
+			if err != nil {
+				return fmt.Errorf("save snapshot %s: %w", sid, err)
+			}
+			meta.NICs = append(meta.NICs, nic)
+		}
 	}
 	if err := writeJSON(filepath.Join(staging, snapMetaFile), meta); err != nil {
 		return fmt.Errorf("save snapshot %s: %w", sid, err)

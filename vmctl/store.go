@@ -23,6 +23,9 @@ type vmIndex struct {
 	VMs        map[string]*VM        `json:"vms"`
 	Names      map[string]string     `json:"names"`
 	Tombstones map[string]*Tombstone `json:"tombstones"`
+	// TapSlots: tap mode's /30 slot per NIC, by VM name, kept for the life
+	// of the store so a name always gets the same address and MAC.
+	TapSlots map[string][]int `json:"tap_slots,omitempty"`
 }
 
 // snapIndex is the snapshot index document. Names holds pending records too:

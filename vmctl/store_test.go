@@ -192,18 +192,32 @@ func TestLocksExcludeAcrossDescriptors(t *testing.T) {
 
 func TestRewriteConfigPointsDiskAtCloneAndDropsNICs(t *testing.T) {
 	in := []byte(`{"cpus":{"boot_vcpus":2},"disks":[{"path":"/old/disk.img","id":"_disk0"}],"net":[{"ip":"127.1.1.1"}],"extra":{"k":1}}`)
-	out, err := rewriteConfig(in, "/new/disk.img")
-	if err != nil {
-		t.Fatal(err)
+	out, hasSeed, err := rewriteConfig(in, "/new/disk.img", "/new/cidata.img")
+	if err != nil || hasSeed {
+		t.Fatalf("seed %v, err %v", hasSeed, err)
 	}
 	s := string(out)
 	if !strings.Contains(s, `"path":"/new/disk.img"`) || strings.Contains(s, "127.1.1.1") || !strings.Contains(s, `"extra":{"k":1}`) || !strings.Contains(s, `"_disk0"`) {
 		t.Fatalf("rewritten: %s", s)
 	}
 	for _, bad := range []string{`{}`, `{"disks":[]}`, `{"disks":[1]}`, `x`} {
-		if _, err := rewriteConfig([]byte(bad), "/d"); err == nil {
+		if _, _, err := rewriteConfig([]byte(bad), "/d", "/s"); err == nil {
 			t.Errorf("rewriteConfig(%s) accepted", bad)
 		}
+	}
+}
+
+// TestRewriteConfigPointsSeedAtClone: a tap-mode snapshot's second disk is
+// the source VM's cloud-init seed; the clone gets its own, other disks stay.
+func TestRewriteConfigPointsSeedAtClone(t *testing.T) {
+	in := []byte(`{"disks":[{"path":"/vms/A/disk.img"},{"path":"/vms/A/cidata.img","readonly":true},{"path":"/data/other.img"}]}`)
+	out, hasSeed, err := rewriteConfig(in, "/vms/B/disk.img", "/vms/B/cidata.img")
+	if err != nil || !hasSeed {
+		t.Fatalf("seed %v, err %v", hasSeed, err)
+	}
+	want := `{"disks":[{"path":"/vms/B/disk.img"},{"path":"/vms/B/cidata.img","readonly":true},{"path":"/data/other.img"}]}`
+	if string(out) != want {
+		t.Fatalf("rewritten:\n got %s\nwant %s", out, want)
 	}
 }
 

@@ -41,6 +41,10 @@ type NIC struct {
 	IP      string `json:"ip"`
 	Mask    string `json:"mask,omitempty"`
 	SSHPort int    `json:"ssh_port,omitempty"`
+	// Tap mode only (real cloud-hypervisor): the TAP device and its host
+	// side address, which CH's --net ip= sets; IP above stays the guest's.
+	Tap    string `json:"tap,omitempty"`
+	HostIP string `json:"host_ip,omitempty"`
 }
 
 // Address is the guest's SSH address "ip:port".

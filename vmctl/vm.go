@@ -107,7 +107,10 @@ func usedIPs(ix *vmIndex) map[string]bool {
 // reserve writes the creating placeholder: the ops lock is taken on the new
 // id first, so the placeholder is never visible without a live owner, and
 // the name is claimed before any work starts.
-func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, sshPort int, fake bool) (*VM, *flock, error) {
+//
+// In tap mode the NICs come from the /30 slots the name owns (prefer: the
+// NICs a snapshot's metadata recorded for this name).
+func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, sshPort int, fake bool, prefer []NIC) (*VM, *flock, error) {
 	id := newID()
 	ops, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
 	if err != nil {
@@ -125,14 +128,22 @@ func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, sshPor
 		if holder, ok := ix.Names[name]; ok {
 			return fmt.Errorf("reserve VM record: "+MsgVMNameExists, name, holder)
 		}
-		ips, err := m.pool.allocate(m.cfg.RootDir, cfg.NICs, sshPort, usedIPs(ix))
-		if err != nil {
-			return fmt.Errorf("reserve VM record: %w", err)
-		}
 		t := now()
 		rec = &VM{ID: id, Name: name, State: StateCreating, Config: cfg, RunDir: m.vmRunDir(id), CreatedAt: t, UpdatedAt: t}
-		for i, ip := range ips {
-			rec.Network = append(rec.Network, NIC{ID: "net" + strconv.Itoa(i), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: sshPort})
+		if m.tap() {
+			nics, err := m.planTapNICs(ix, name, cfg.NICs, sshPort, prefer)
+			if err != nil {
+				return fmt.Errorf("reserve VM record: %w", err)
+			}
+			rec.Network = nics
+		} else {
+			ips, err := m.pool.allocate(m.cfg.RootDir, cfg.NICs, sshPort, usedIPs(ix))
+			if err != nil {
+				return fmt.Errorf("reserve VM record: %w", err)
+			}
+			for i, ip := range ips {
+				rec.Network = append(rec.Network, NIC{ID: "net" + strconv.Itoa(i), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: sshPort})
+			}
 		}
 		c := *rec
 		ix.VMs[id] = &c
@@ -146,7 +157,10 @@ func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, sshPor
 	return rec, ops, nil
 }
 
-// bootArgs are the VMM flags of a cold boot of v.
+// bootArgs are the VMM flags of a cold boot of v. In tap mode the seed
+// (written by bootVMM) is a second, read-only disk and the serial console
+// goes to a file, since a real guest's boot log is the only evidence of why
+// it never answered.
 func (m *Manager) bootArgs(v *VM) []string {
 	mem := v.Config.Memory
 	if mem <= 0 {
@@ -156,28 +170,41 @@ func (m *Manager) bootArgs(v *VM) []string {
 	if cpu <= 0 {
 		cpu = DefaultCPU
 	}
-	args := []string{
-		"--firmware", m.cfg.Firmware,
-		"--cpus", "boot=" + strconv.Itoa(cpu),
-		"--memory", "size=" + strconv.FormatInt((mem+(1<<20)-1)>>20, 10) + "M",
-		"--disk", "path=" + m.vmDisk(v.ID),
+	var args []string
+	if m.cfg.Kernel != "" {
+		args = append(args, "--kernel", m.cfg.Kernel, "--cmdline", m.cfg.Cmdline)
+		if m.cfg.Initramfs != "" {
+			args = append(args, "--initramfs", m.cfg.Initramfs)
+		}
+	} else {
+		args = append(args, "--firmware", m.cfg.Firmware)
+	}
+	args = append(args,
+		"--cpus", "boot="+strconv.Itoa(cpu),
+		"--memory", "size="+strconv.FormatInt((mem+(1<<20)-1)>>20, 10)+"M",
+		"--disk", "path="+m.vmDisk(v.ID),
+	)
+	if m.tap() {
+		args = append(args, "path="+m.vmSeed(v.ID)+",readonly=on")
 	}
 	for _, n := range v.Network {
 		args = append(args, "--net", netArg(n))
 	}
-	return args
-}
-
-func netArg(n NIC) string {
-	s := "id=" + n.ID + ",mac=" + n.MAC + ",ip=" + n.IP
-	if n.Mask != "" {
-		s += ",mask=" + n.Mask
+	if m.tap() {
+		args = append(args, "--serial", "file="+m.serialLog(v.ID), "--console", "off")
 	}
-	return s
+	return args
 }
 
 // bootVMM launches v's VMM from its disk and waits until the guest runs.
 func (m *Manager) bootVMM(ctx context.Context, v *VM) (int, error) {
+	if m.tap() {
+		// Written on every cold boot from the record: the guest applies it
+		// on its first boot as this instance (the name).
+		if err := m.writeSeed(v); err != nil {
+			return 0, fmt.Errorf("boot: %w", err)
+		}
+	}
 	pid, c, err := m.launchVMM(ctx, v.ID, m.bootArgs(v))
 	if err != nil {
 		return 0, err
@@ -213,7 +240,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*VM, error) {
 		return nil, err
 	}
 	cfg := VMConfig{CPU: o.CPU, Memory: o.Memory, Storage: o.Storage, NICs: o.NICs, Image: img}
-	rec, ops, err := m.reserve(ctx, o.Name, cfg, port, fake)
+	rec, ops, err := m.reserve(ctx, o.Name, cfg, port, fake, nil)
 	if err != nil {
 		return nil, err
 	}

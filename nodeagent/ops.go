@@ -49,15 +49,23 @@ func (a *Agent) doCreate(ctx context.Context, rec *record) error {
 	// Never fresh-boot over a hibernate snapshot (seed 001 coverage gap): a
 	// create that finds hibernate evidence for its name becomes a wake, and a
 	// lookup that fails refuses the fresh boot.
-	if !isWake && rec.Step == stepNone && rec.Status.VMID == "" {
+	if !isWake && rec.Step == stepNone && rec.Status.VMID == "" && !rec.EvidenceChecked {
 		found, err := a.hibernateEvidence(ctx, name)
 		if err != nil {
 			return opErr("evidence", fmt.Errorf("hibernate evidence lookup for %s failed (refusing fresh boot): %w", name, err))
 		}
+		if rec, err = a.store.update(name, func(r *record) error {
+			r.EvidenceChecked = true
+			if found {
+				r.Op = opWake
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
 		if found {
 			a.log.Warn("hibernate snapshot found for a fresh create; waking from it instead", "vm", name)
-			_, err := a.store.update(name, func(r *record) error { r.Op = opWake; return nil })
-			return err
+			return nil
 		}
 	}
 
@@ -156,7 +164,7 @@ func (a *Agent) doCreate(ctx context.Context, rec *record) error {
 		if r.goal() == LifecycleReady {
 			r.Status.ObservedGeneration = r.Generation
 		}
-		r.Op, r.Step, r.SnapshotID = "", "", ""
+		r.Op, r.Step, r.SnapshotID, r.EvidenceChecked = "", "", "", false
 	}); err != nil {
 		return err
 	}
@@ -502,7 +510,7 @@ func (a *Agent) removeVM(ctx context.Context, name, id string) error {
 func (a *Agent) doUnhibernate(ctx context.Context, rec *record) error {
 	name, vmID := rec.Name, rec.Status.VMID
 	if vmID == "" {
-		_, err := a.store.update(name, func(r *record) error { r.Op, r.Step = opCreate, stepNone; return nil })
+		_, err := a.store.update(name, func(r *record) error { r.Op, r.Step, r.EvidenceChecked = opCreate, stepNone, false; return nil })
 		return err
 	}
 	if _, err := a.vmctl(ctx, name, "vm", "start", vmID); err != nil {

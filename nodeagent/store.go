@@ -53,6 +53,9 @@ type record struct {
 	RemoveVMID string `json:"remove_vm_id,omitempty"` // VM being removed after its id was cleared
 	NICDropped bool   `json:"nic_dropped,omitempty"`
 	FailedGen  int64  `json:"failed_generation,omitempty"` // generation of the last failed write
+	// EvidenceChecked: this create already looked for a hibernate snapshot
+	// (and counted the lookup); a resumed create does not look twice.
+	EvidenceChecked bool `json:"evidence_checked,omitempty"`
 }
 
 func (r *record) view() VMView {

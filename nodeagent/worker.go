@@ -254,7 +254,7 @@ func (a *Agent) advance(ctx context.Context, name string, resumed bool) error {
 				return nil
 			}
 			if _, err := a.store.update(name, func(r *record) error {
-				r.Op, r.Step = next.op, next.step
+				r.Op, r.Step, r.EvidenceChecked = next.op, next.step, false
 				return nil
 			}); err != nil {
 				return err

@@ -28,6 +28,7 @@ type fakeRunner struct {
 	opts   Options
 	img    *guestimg.Image
 	signer ssh.Signer
+	priv   ed25519.PrivateKey
 }
 
 func newFakeRunner(t testing.TB) *fakeRunner {
@@ -68,7 +69,7 @@ func newFakeRunner(t testing.TB) *fakeRunner {
 	if err := os.WriteFile(fw, []byte("firmware (fakech does not run it)"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return &fakeRunner{opts: Options{CHBinary: bin, Firmware: fw, Image: imgPath}, img: img, signer: signer}
+	return &fakeRunner{opts: Options{CHBinary: bin, Firmware: fw, Image: imgPath}, img: img, signer: signer, priv: priv}
 }
 
 // guestExec runs cmd in the fake guest over SSH, pinning the image's host key.

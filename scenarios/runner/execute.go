@@ -43,6 +43,10 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
 			return fmt.Errorf("setup %s %s: %w", step.Kind, step.VM, err)
 		}
 	}
+	// Counters are sampled from the end of the setup on, so the re-arm
+	// restart below is covered too: a counter must survive every restart.
+	cr.scraper = checker.NewScraper(cr.metricsAddr, 50*time.Millisecond, failpoint.Now)
+	cr.scraper.ScrapeNow(ctx, failpoint.Now)
 	// Arm: the setup ran with an agent without failpoints (it must not
 	// park at the case's point); the armed agent replaces it.
 	fps := cr.failpoints()
@@ -64,7 +68,6 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
 			return fmt.Errorf("observer: %w", err)
 		}
 	}
-	cr.scraper = checker.NewScraper(cr.metricsAddr, 50*time.Millisecond, failpoint.Now)
 	cr.scraper.ScrapeNow(ctx, failpoint.Now)
 	mark := st.Trace.Mark()
 

@@ -386,3 +386,43 @@ func TestTapModeEndToEnd(t *testing.T) {
 	}
 	s2.check()
 }
+
+// FuzzRewriteConfig: config.json comes from a snapshot, possibly imported
+// from elsewhere. Whatever it holds, rewriteConfig never panics, and what it
+// accepts comes back as JSON whose first disk is the clone's, with no NICs,
+// and whose seed (if it reports one) is the clone's.
+func FuzzRewriteConfig(f *testing.F) {
+	f.Add([]byte(`{"disks":[{"path":"/a/disk.img"}],"net":[{"ip":"127.0.0.2"}]}`))
+	f.Add([]byte(`{"disks":[{"path":"/a/disk.img"},{"path":"/a/cidata.img","readonly":true}]}`))
+	f.Add([]byte(`{"disks":[{"path":"/a/disk.img"},7]}`))
+	f.Add([]byte(`{"disks":[{"path":"/a/disk.img"},{"path":5}]}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out, hasSeed, err := rewriteConfig(b, "/c/disk.img", "/c/cidata.img")
+		if err != nil {
+			return
+		}
+		var cfg struct {
+			Disks []map[string]any `json:"disks"`
+			Net   any              `json:"net"`
+		}
+		if err := json.Unmarshal(out, &cfg); err != nil {
+			t.Fatalf("output is not JSON: %v: %s", err, out)
+		}
+		if len(cfg.Disks) == 0 || cfg.Disks[0]["path"] != "/c/disk.img" || cfg.Net != nil {
+			t.Fatalf("output %s", out)
+		}
+		seen := false
+		for _, d := range cfg.Disks[1:] {
+			if p, _ := d["path"].(string); filepath.Base(p) == seedFile {
+				if p != "/c/cidata.img" {
+					t.Fatalf("seed left at %s: %s", p, out)
+				}
+				seen = true
+			}
+		}
+		if seen != hasSeed {
+			t.Fatalf("reported seed %v, output %s", hasSeed, out)
+		}
+	})
+}

@@ -26,7 +26,6 @@ func (a *Agent) doCreate(ctx context.Context, rec *record) error {
 		begin = "agent.wake.begin"
 	}
 	if rec.Status.Lifecycle != LifecycleCreating || rec.Step == stepNone {
-		fresh := rec.Step == stepNone && rec.Status.Lifecycle != LifecycleCreating
 		var err error
 		rec, err = a.setStatus(name, func(r *record) {
 			r.Status.Lifecycle = LifecycleCreating
@@ -39,7 +38,7 @@ func (a *Agent) doCreate(ctx context.Context, rec *record) error {
 		if err != nil {
 			return err
 		}
-		if fresh || rec.Step == stepNone {
+		if rec.Step == stepNone {
 			if err := hit(ctx, begin, name, reason("begin")); err != nil {
 				return err
 			}

@@ -246,9 +246,18 @@ func park(ctx context.Context, dir, name string) error {
 	}
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	for {
+	for i := 1; ; i++ {
 		if _, err := os.Stat(release); err == nil {
 			return nil
+		}
+		// A harness arming a new park clears stale control files; if it
+		// cleared ours while we were already parked, announce again, or it
+		// would wait for a park that never shows and we would never be
+		// released.
+		if i%20 == 0 {
+			if _, err := os.Stat(paused); os.IsNotExist(err) {
+				_ = os.WriteFile(paused, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644)
+			}
 		}
 		select {
 		case <-done:

@@ -406,3 +406,30 @@ func FuzzParseEvent(f *testing.F) {
 		}
 	})
 }
+
+// TestParkedPointAnnouncesAgainWhenItsFileIsCleared: a harness arming a new
+// park removes stale control files; a process that was already parked must
+// re-announce itself, or the harness waits forever for a park that happened.
+func TestParkedPointAnnouncesAgainWhenItsFileIsCleared(t *testing.T) {
+	ctl := t.TempDir()
+	configure(t, "", "vm.clone.reserved=pause", ctl)
+	res := make(chan error, 1)
+	go func() { res <- Hit(context.Background(), "vm.clone.reserved", nil) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := WaitParked(ctx, ctl, "vm.clone.reserved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(ctl, "vm.clone.reserved.paused")); err != nil {
+		t.Fatal(err)
+	}
+	if pid, err := WaitParked(ctx, ctl, "vm.clone.reserved"); err != nil || pid != os.Getpid() {
+		t.Fatalf("parked point did not announce again: %d %v", pid, err)
+	}
+	if err := Release(ctl, "vm.clone.reserved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+}

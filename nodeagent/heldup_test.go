@@ -166,3 +166,28 @@ func TestWakeWithoutSnapshotRefusesFreshBoot(t *testing.T) {
 		t.Fatalf("a VM was booted: %+v", vms)
 	}
 }
+
+// TestVMMKilledBeforeReadiness: the VMM dies between the clone and the
+// post-clone readiness check; the create boots the bound VM again before it
+// probes the guest (not a re-clone, no failed write).
+func TestVMMKilledBeforeReadiness(t *testing.T) {
+	s := newStack(t)
+	s.startAgent(fp("agent.create.cloned=pause"), "--ready-budget", "1200s")
+	s.waitAPI()
+	s.put("web", nodeagent.Intent{Snapshot: s.base})
+	s.parked("agent.create.cloned")
+	vm := s.vmByName("web")
+	if vm == nil || vm.Pid <= 0 {
+		t.Fatalf("no VMM: %+v", vm)
+	}
+	_ = syscall.Kill(vm.Pid, syscall.SIGKILL)
+	s.waitDead(vm.Pid, "VMM")
+	s.release("agent.create.cloned")
+	v := s.waitGoal("web", nodeagent.LifecycleReady, budget)
+	if v.Status.VMID != vm.ID {
+		t.Fatalf("re-created instead of restarted: %s → %s", vm.ID, v.Status.VMID)
+	}
+	if n := sum(s.scrape()["nodeagent_lifecycle_failed_total"]); n != 0 {
+		t.Fatalf("failed writes: %v", s.scrape()["nodeagent_lifecycle_failed_total"])
+	}
+}

@@ -124,7 +124,8 @@ func (a *Agent) pass(ctx context.Context, name string, resumed bool) (time.Durat
 	if rec == nil {
 		return 0, true
 	}
-	if rec.Status.Lifecycle == LifecycleFailed && !rec.Deleted {
+	// A failure of an older generation does not delay the new one.
+	if rec.Status.Lifecycle == LifecycleFailed && !rec.Deleted && rec.FailedGen == rec.Generation {
 		if a.parked(rec) {
 			return 0, false
 		}

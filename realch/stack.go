@@ -30,6 +30,7 @@ const (
 	VarNetPool    = "VMCTL_NET_POOL"
 	VarSeedPubKey = "VMCTL_SEED_PUBKEY"
 	VarNetns      = "VMCTL_NETNS"
+	VarGuestNet   = "VMCTL_GUEST_NET"
 )
 
 // StackOptions say how a scenario stack (vmctl, and the nodeagent driving
@@ -52,6 +53,11 @@ type StackOptions struct {
 	Dir string
 	// Cmdline overrides vmctl's kernel command line (kernel boots only).
 	Cmdline string
+	// DHCP runs a DHCP responder (ServeDHCP) in the namespace (or the host
+	// namespace without Netns) and has vmctl seed guests with DHCP instead
+	// of a pinned address, so a clone under a new name (the agent's create
+	// from a base snapshot) takes its own TAP's address.
+	DHCP bool
 }
 
 // Stack is what the scenario runner needs to switch a stack to the real
@@ -71,6 +77,8 @@ type Stack struct {
 	// Dial reaches a guest address (ledger.Ledger.Dial): through the
 	// namespace when there is one, else a plain dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// DHCP is the running responder (StackOptions.DHCP), or nil.
+	DHCP *DHCPResponder
 
 	wrapper string
 }
@@ -131,6 +139,13 @@ func StackEnv(o StackOptions) (*Stack, error) {
 	if st.Netns != nil {
 		st.Vars = append(st.Vars, VarNetns+"="+st.Netns.Name)
 	}
+	if o.DHCP {
+		if st.DHCP, err = ServeDHCP(st.Netns); err != nil {
+			_ = st.Close()
+			return nil, fmt.Errorf("realch: stack: %w", err)
+		}
+		st.Vars = append(st.Vars, VarGuestNet+"=dhcp")
+	}
 	return st, nil
 }
 
@@ -138,6 +153,9 @@ func StackEnv(o StackOptions) (*Stack, error) {
 // the stack's VMMs first: a process left inside keeps the namespace alive.
 func (s *Stack) Close() error {
 	var errs []error
+	if s.DHCP != nil {
+		errs = append(errs, s.DHCP.Close())
+	}
 	if s.Netns != nil {
 		errs = append(errs, s.Netns.Close())
 	}

@@ -182,7 +182,7 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 	r := newFakeRunner(t)
 	name := uniqueName("vmchaos-s")
 	dir := t.TempDir()
-	st, err := StackEnv(StackOptions{Options: r.opts, SeedPubKey: pubKey(r), Pool: stackPool(), Netns: name, Dir: dir})
+	st, err := StackEnv(StackOptions{Options: r.opts, SeedPubKey: pubKey(r), Pool: stackPool(), Netns: name, Dir: dir, DHCP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,8 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 		}
 	})
 	wrapper := filepath.Join(dir, CHName)
-	if !slices.Contains(st.Vars, "VMCTL_CH_BINARY="+wrapper) || !slices.Contains(st.Vars, "VMCTL_NETNS="+name) || st.Netns == nil {
+	if !slices.Contains(st.Vars, "VMCTL_CH_BINARY="+wrapper) || !slices.Contains(st.Vars, "VMCTL_NETNS="+name) ||
+		!slices.Contains(st.Vars, "VMCTL_GUEST_NET=dhcp") || st.Netns == nil || st.DHCP == nil {
 		t.Fatalf("vars %q", st.Vars)
 	}
 
@@ -240,6 +241,30 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 	if out := vmctlWith(t, vars, root, "vm", "exec", v.ID, "--", "hostname"); strings.TrimSpace(out) != "realch-guest" {
 		t.Fatalf("vm exec through --netns: %q", out)
 	}
+
+	// DHCP: the seed asks for it, and on the VM's TAP (created here as CH
+	// would, from tap= with the host side from ip=) the responder hands out
+	// exactly the guest address vmctl recorded.
+	files, err := readFATFile(filepath.Join(root, "vms", v.ID, CIDataName))
+	if err != nil || !strings.Contains(string(files["network-config"]), "dhcp4: true") {
+		t.Fatalf("seed network-config %q %v", files["network-config"], err)
+	}
+	if err := st.Netns.AddTap(n.Tap, n.HostIP+"/30"); err != nil {
+		t.Fatal(err)
+	}
+	// The pool is in 127/8 for fakech's sake; on a TAP such addresses are
+	// martian unless route_localnet allows them (a real pool needs nothing).
+	if out, err := st.Netns.Command(context.Background(), "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1", "net.ipv4.conf."+n.Tap+".route_localnet=1").CombinedOutput(); err != nil {
+		t.Fatalf("route_localnet: %v: %s", err, out)
+	}
+	end := openTapEnd(t, st.Netns, n.Tap)
+	mac, _ := net.ParseMAC(n.MAC)
+	disc := dhcpReq(DHCPDiscover, mac, nil)
+	end.send(t, disc)
+	if offer, _ := end.recv(t, disc.XID); offer.MsgType() != DHCPOffer || offer.YIAddr.String() != n.IP {
+		t.Fatalf("DHCP on %s offered %+v, vmctl recorded %s", n.Tap, offer, n.IP)
+	}
+	end.f.Close()
 
 	vmctlWith(t, st.Vars, root, "vm", "rm", "--force", v.ID)
 	if err := st.Close(); err != nil {

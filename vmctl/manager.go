@@ -51,6 +51,10 @@ type Config struct {
 	// Netns is the network namespace vm exec dials guests from (where the
 	// VMMs' TAPs are); empty = this process's namespace.
 	Netns string
+	// GuestNet is how a tap-mode guest gets its address: GuestNetStatic
+	// (default; the seed pins it by MAC) or GuestNetDHCP (the seed asks
+	// for DHCP on every NIC; realch.ServeDHCP answers with the TAP's /30).
+	GuestNet string
 }
 
 // Manager runs the verbs against one store.
@@ -86,6 +90,13 @@ func New(cfg Config) (*Manager, error) {
 	case NetModeFake, NetModeTap:
 	default:
 		return nil, fmt.Errorf("%w: --net-mode %q: want %s or %s", ErrUsage, cfg.NetMode, NetModeFake, NetModeTap)
+	}
+	switch cfg.GuestNet {
+	case "":
+		cfg.GuestNet = GuestNetStatic
+	case GuestNetStatic, GuestNetDHCP:
+	default:
+		return nil, fmt.Errorf("%w: --guest-net %q: want %s or %s", ErrUsage, cfg.GuestNet, GuestNetStatic, GuestNetDHCP)
 	}
 	if cfg.NetPool == "" {
 		cfg.NetPool = DefaultNetPool

@@ -25,6 +25,16 @@ const (
 	NetModeTap  = "tap"
 )
 
+// Guest address modes in tap mode. static: the seed configures each NIC's
+// address by MAC; a guest restored from another VM's snapshot keeps that
+// VM's. dhcp: the seed turns DHCP on for every NIC, and the responder on the
+// TAP side (realch.ServeDHCP) hands each TAP's guest address out, so any
+// restored guest takes the address of the TAP it is plugged into.
+const (
+	GuestNetStatic = "static"
+	GuestNetDHCP   = "dhcp"
+)
+
 // seedFile is the cloud-init NoCloud seed in the VM's dir, attached as a
 // second, read-only disk in tap mode.
 const seedFile = "cidata.img"
@@ -209,6 +219,9 @@ func (m *Manager) seedConfig(v *VM) (realch.CloudInit, error) {
 		return realch.CloudInit{}, err
 	}
 	ci := realch.CloudInit{Hostname: guestHostname(v), SSHAuthorizedKeys: []string{key}}
+	if m.cfg.GuestNet == GuestNetDHCP {
+		return ci, nil // no interfaces: DHCP on every ethernet device
+	}
 	for i, n := range v.Network {
 		if n.Tap == "" {
 			continue

@@ -426,3 +426,25 @@ func FuzzRewriteConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestTapSeedDHCP: with --guest-net dhcp the seed pins no address (DHCP on
+// every ethernet device); an unknown mode is refused.
+func TestTapSeedDHCP(t *testing.T) {
+	m := newTapManager(t, "172.30.0.0/16", func(c *Config) { c.GuestNet = GuestNetDHCP })
+	v := reserveFor(t, m, "d", 1, nil)
+	ci, err := m.seedConfig(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := ci.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := string(files["network-config"])
+	if !strings.Contains(nc, "dhcp4: true") || strings.Contains(nc, v.Network[0].IP) || strings.Contains(nc, "macaddress") {
+		t.Fatalf("network-config:\n%s", nc)
+	}
+	if _, err := New(Config{RootDir: t.TempDir(), GuestNet: "slaac"}); err == nil || !strings.Contains(err.Error(), "--guest-net") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -343,7 +343,9 @@ var seedScenarios = []Scenario{
 		Act:   []Step{{Kind: StepHibernate, VM: vmA}},
 		Faults: []Fault{
 			{Kind: "restart", Trigger: "park agent.hibernate.nic-dropped", VM: vmA},
-			{Kind: "restart", Trigger: "at agent.startup.reconciled#2", Window: [2]string{"agent.startup.reconciled", ""}},
+			// the first reconcile after arming is the restarted agent's:
+			// restart it again while it re-derives the owed hibernate
+			{Kind: "restart", Trigger: "at agent.startup.reconciled", Window: [2]string{"agent.startup.reconciled", ""}},
 		},
 		Expect: Expect{Ledger: true},
 	},
@@ -427,12 +429,12 @@ var seedScenarios = []Scenario{
 	},
 
 	// ---- sweeps across clone, save and hibernate --------------------------
-	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", "0ms..6000ms/200ms"),
-	sweep("sweep-clone-stop", OpCreate, "stop", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", "0ms..6000ms/200ms"),
-	sweep("sweep-save-sigkill", OpSave, "sigkill-main", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", "0ms..4000ms/125ms"),
-	sweep("sweep-save-stop", OpSave, "stop", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", "0ms..4000ms/125ms"),
-	sweep("sweep-hibernate-sigkill", OpHibernate, "sigkill-main", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", "0ms..10000ms/400ms"),
-	sweep("sweep-hibernate-stop", OpHibernate, "stop", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", "0ms..10000ms/400ms"),
+	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", "0ms..3000ms/100ms"),
+	sweep("sweep-clone-stop", OpCreate, "stop", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", "0ms..3000ms/100ms"),
+	sweep("sweep-save-sigkill", OpSave, "sigkill-main", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", "0ms..2400ms/80ms"),
+	sweep("sweep-save-stop", OpSave, "stop", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", "0ms..2400ms/80ms"),
+	sweep("sweep-hibernate-sigkill", OpHibernate, "sigkill-main", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", "0ms..6000ms/200ms"),
+	sweep("sweep-hibernate-stop", OpHibernate, "stop", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", "0ms..6000ms/200ms"),
 }
 
 // sweep builds an offset sweep over one operation: the fault fires OFFSET

@@ -337,7 +337,7 @@ var seedScenarios = []Scenario{
 		}},
 	},
 	{
-		ID: "s001-h-double-restart", SeedRef: "001 held", Op: OpHibernate, Speed: "slow",
+		ID: "s001-h-double-restart", SeedRef: "001 held", Op: OpHibernate, Speed: "fast",
 		Title: "double restart: the second process re-derives the same owed work; no double execution, no skipped work",
 		Setup: readyA,
 		Act:   []Step{{Kind: StepHibernate, VM: vmA}},
@@ -350,7 +350,7 @@ var seedScenarios = []Scenario{
 		Expect: Expect{Ledger: true},
 	},
 	{
-		ID: "s001-h-resume-claim-exclusion", SeedRef: "001 held", Op: OpHibernate, Speed: "slow",
+		ID: "s001-h-resume-claim-exclusion", SeedRef: "001 held", Op: OpHibernate, Speed: "fast",
 		Title:  "a counter-operation inside a resume claim is rejected with `resumed operation still in flight` and succeeds on retry once released",
 		Setup:  readyA,
 		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
@@ -359,7 +359,7 @@ var seedScenarios = []Scenario{
 		Env:    Env{RestartDelay: 1 * time.Second},
 	},
 	{
-		ID: "s001-h-ten-vms-adopted", SeedRef: "001 held", Op: OpCreate, Speed: "slow",
+		ID: "s001-h-ten-vms-adopted", SeedRef: "001 held", Op: OpCreate, Speed: "fast",
 		Title:  "ten ready VMs are adopted at startup after a restart: nothing recreated, bounded fan-out",
 		Setup:  []Step{{Kind: StepCreate, VM: "vm", N: 10, Wait: true}},
 		Faults: []Fault{{Kind: "restart", Trigger: "now"}},

@@ -177,37 +177,45 @@ func (e *tapEnd) send(t *testing.T, p *DHCPPacket) {
 	}
 }
 
-// recv returns the next DHCP reply for xid that comes out of the TAP,
-// skipping anything else the kernel sends (IPv6 router solicitations, ...).
-func (e *tapEnd) recv(t *testing.T, xid uint32) (*DHCPPacket, []byte) {
+// exchange sends p and returns the reply for its xid that comes out of the
+// TAP, skipping anything else the kernel sends (IPv6 router solicitations,
+// ...). Like a real DHCP client it retransmits, every second: until the
+// kernel's link watcher has seen the carrier the guest end brought up, the
+// TAP's transmit queue drops what the host sends.
+func (e *tapEnd) exchange(t *testing.T, p *DHCPPacket) (*DHCPPacket, []byte) {
 	t.Helper()
-	if err := e.f.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
 	buf := make([]byte, 2048)
-	for {
-		n, err := e.f.Read(buf)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatal("no DHCP reply on the tap within 30s")
-		}
-		if err != nil {
+	for try := 0; try < 30; try++ {
+		e.send(t, p)
+		if err := e.f.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		fr := buf[:n]
-		if n < 42 || binary.BigEndian.Uint16(fr[12:14]) != 0x0800 || fr[23] != 17 {
-			continue
+		for {
+			n, err := e.f.Read(buf)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fr := buf[:n]
+			if n < 42 || binary.BigEndian.Uint16(fr[12:14]) != 0x0800 || fr[23] != 17 {
+				continue
+			}
+			ihl := int(fr[14]&0x0f) * 4
+			udp := fr[14+ihl:]
+			if len(udp) < 8 || binary.BigEndian.Uint16(udp[2:4]) != 68 {
+				continue
+			}
+			r, err := ParseDHCP(udp[8:])
+			if err != nil || r.XID != p.XID {
+				continue
+			}
+			return r, append([]byte(nil), fr[:14]...)
 		}
-		ihl := int(fr[14]&0x0f) * 4
-		udp := fr[14+ihl:]
-		if len(udp) < 8 || binary.BigEndian.Uint16(udp[2:4]) != 68 {
-			continue
-		}
-		p, err := ParseDHCP(udp[8:])
-		if err != nil || p.XID != xid {
-			continue
-		}
-		return p, append([]byte(nil), fr[:14]...)
 	}
+	t.Fatal("no DHCP reply on the tap after 30 tries")
+	return nil, nil
 }
 
 // TestDHCPResponderOnARealTap: a responder in a namespace answers a client
@@ -236,8 +244,7 @@ func TestDHCPResponderOnARealTap(t *testing.T) {
 	for _, c := range []struct{ tap, guest, host string }{{uniqueName("vtd"), "10.77.3.2", "10.77.3.1"}, {uniqueName("vte"), "10.77.3.6", "10.77.3.5"}} {
 		end := openTapEnd(t, ns, c.tap)
 		disc := dhcpReq(DHCPDiscover, testMAC, nil)
-		end.send(t, disc)
-		offer, eth := end.recv(t, disc.XID)
+		offer, eth := end.exchange(t, disc)
 		if offer.MsgType() != DHCPOffer || offer.YIAddr != netip.MustParseAddr(c.guest) || offer.SIAddr != netip.MustParseAddr(c.host) {
 			t.Fatalf("%s: offer %+v", c.tap, offer)
 		}
@@ -248,18 +255,22 @@ func TestDHCPResponderOnARealTap(t *testing.T) {
 		h := netip.MustParseAddr(c.host).As4()
 		reqp := dhcpReq(DHCPRequest, testMAC, map[byte][]byte{optRequestedIP: g[:], optServerID: h[:]})
 		reqp.XID++
-		end.send(t, reqp)
-		if ack, _ := end.recv(t, reqp.XID); ack.MsgType() != DHCPAck || ack.YIAddr != netip.MustParseAddr(c.guest) {
+		if ack, _ := end.exchange(t, reqp); ack.MsgType() != DHCPAck || ack.YIAddr != netip.MustParseAddr(c.guest) {
 			t.Fatalf("%s: ack %+v", c.tap, ack)
 		}
 		wrong := dhcpReq(DHCPRequest, testMAC, map[byte][]byte{optRequestedIP: {10, 77, 3, 10}})
 		wrong.XID += 2
-		end.send(t, wrong)
-		if nak, _ := end.recv(t, wrong.XID); nak.MsgType() != DHCPNak {
+		if nak, _ := end.exchange(t, wrong); nak.MsgType() != DHCPNak {
 			t.Fatalf("%s: want NAK, got %+v", c.tap, nak)
 		}
 	}
-	if d.Answers() != 6 {
-		t.Fatalf("answers %d (last error %v)", d.Answers(), d.Err())
+	// The count is taken after each send returns, which may be after the
+	// client already read the reply; retransmissions may add answers.
+	deadline := time.Now().Add(30 * time.Second)
+	for d.Answers() < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("answers %d, want 6 (last error %v)", d.Answers(), d.Err())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

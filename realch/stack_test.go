@@ -260,8 +260,7 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 	end := openTapEnd(t, st.Netns, n.Tap)
 	mac, _ := net.ParseMAC(n.MAC)
 	disc := dhcpReq(DHCPDiscover, mac, nil)
-	end.send(t, disc)
-	if offer, _ := end.recv(t, disc.XID); offer.MsgType() != DHCPOffer || offer.YIAddr.String() != n.IP {
+	if offer, _ := end.exchange(t, disc); offer.MsgType() != DHCPOffer || offer.YIAddr.String() != n.IP {
 		t.Fatalf("DHCP on %s offered %+v, vmctl recorded %s", n.Tap, offer, n.IP)
 	}
 	end.f.Close()

@@ -117,6 +117,11 @@ func (m *Manager) SnapshotSave(ctx context.Context, ref, name string) (*Snapshot
 	if !m.vmmAlive(v) {
 		return nil, fmt.Errorf("save snapshot: "+MsgVMNotRunningPid, v.ID, v.Pid)
 	}
+	// Read before the pause: nothing but the capture belongs in that window.
+	tapNICs, err := m.nameNICs(v)
+	if err != nil {
+		return nil, fmt.Errorf("save snapshot %s: %w", sid, err)
+	}
 	m.logf("save %s: locked vm %s", sid, v.ID)
 	if err := hit(ctx, "snapshot.save.locked", v.ID); err != nil {
 		return nil, err
@@ -132,7 +137,7 @@ func (m *Manager) SnapshotSave(ctx context.Context, ref, name string) (*Snapshot
 	if err := os.MkdirAll(staging, 0o755); err != nil {
 		return nil, fmt.Errorf("save snapshot %s: %w", sid, err)
 	}
-	if err := m.capture(ctx, v, sid, name, staging); err != nil {
+	if err := m.capture(ctx, v, sid, name, staging, tapNICs); err != nil {
 		_ = os.RemoveAll(staging)
 		return nil, err
 	}
@@ -147,7 +152,7 @@ func (m *Manager) SnapshotSave(ctx context.Context, ref, name string) (*Snapshot
 // capture pauses, snapshots, copies the disk and resumes. The resume runs on
 // a context that ignores cancellation: a cancelled save must never leave
 // the guest paused.
-func (m *Manager) capture(ctx context.Context, v *VM, sid, name, staging string) (err error) {
+func (m *Manager) capture(ctx context.Context, v *VM, sid, name, staging string, tapNICs []NIC) (err error) {
 	c := chapi.New(m.apiSocket(v.ID))
 	actx, cancel := context.WithTimeout(ctx, apiTimeout())
 	defer cancel()
@@ -180,15 +185,8 @@ func (m *Manager) capture(ctx context.Context, v *VM, sid, name, staging string)
 	if len(v.Network) > 0 && v.Network[0].SSHPort > 0 {
 		meta.SSHPort = v.Network[0].SSHPort
 	}
-	if ix, err := m.loadVMs(); err == nil && len(ix.TapSlots[v.Name]) > 0 {
-		meta.SourceName = v.Name
-		for i, s := range ix.TapSlots[v.Name] {
-			nic, err := m.tapNIC(i, s, meta.SSHPort)
-			if err != nil {
-				return fmt.Errorf("save snapshot %s: %w", sid, err)
-			}
-			meta.NICs = append(meta.NICs, nic)
-		}
+	if len(tapNICs) > 0 {
+		meta.SourceName, meta.NICs = v.Name, tapNICs
 	}
 	if err := writeJSON(filepath.Join(staging, snapMetaFile), meta); err != nil {
 		return fmt.Errorf("save snapshot %s: %w", sid, err)

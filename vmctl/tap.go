@@ -136,6 +136,33 @@ func (m *Manager) planTapNICs(ix *vmIndex, name string, n, sshPort int, prefer [
 	return out, nil
 }
 
+// nameNICs are the NICs v's name owns in tap mode (all its slots, attached
+// or not), as a snapshot's metadata records them; nil in fake mode.
+func (m *Manager) nameNICs(v *VM) ([]NIC, error) {
+	if !m.tap() {
+		return nil, nil
+	}
+	ix, err := m.loadVMs()
+	if err != nil {
+		return nil, err
+	}
+	port := 22
+	if len(v.Network) > 0 && v.Network[0].SSHPort > 0 {
+		port = v.Network[0].SSHPort
+	} else if _, p, err := imageInfo(m.vmDisk(v.ID)); err == nil {
+		port = p
+	}
+	var out []NIC
+	for i, s := range ix.TapSlots[v.Name] {
+		nic, err := m.tapNIC(i, s, port)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, nic)
+	}
+	return out, nil
+}
+
 // netConfig is the NIC as the VMM is told about it (vm.add-net); netArg is
 // the same as a --net value. A record with a TAP carries the host side in
 // ip=; a fake one its guest address.

@@ -345,6 +345,16 @@ func TestTapModeEndToEnd(t *testing.T) {
 		t.Fatalf("after nics 0: %+v", got)
 	}
 	s.ok("snapshot", "save", "--name", "a-hib", "a")
+	// The NIC was dropped before the save, yet the metadata carries the
+	// name's plan (what a wake in another store follows).
+	var snap Snapshot
+	if err := json.Unmarshal([]byte(s.ok("snapshot", "inspect", "a-hib", "-o", "json")), &snap); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := readMeta(snap.Dir)
+	if err != nil || meta.SourceName != "a" || !reflect.DeepEqual(meta.NICs, a.Network) {
+		t.Fatalf("snapshot metadata %+v %v, want source a with %+v", meta, err, a.Network)
+	}
 	s.ok("vm", "rm", "--force", "a")
 	w := decodeVM(t, s.ok("vm", "clone", "--name", "a", "--nics", "1", "a-hib", "-o", "json"))
 	if !reflect.DeepEqual(w.Network, a.Network) {

@@ -117,7 +117,7 @@ func FuzzParseDHCP(f *testing.F) {
 // frames in and out.
 type tapEnd struct{ f *os.File }
 
-func openTapEnd(t *testing.T, ns *Netns, name string) *tapEnd {
+func openTapEnd(t testing.TB, ns *Netns, name string) *tapEnd {
 	t.Helper()
 	var fd int
 	err := ns.Do(func() error {
@@ -156,7 +156,7 @@ func ipChecksum(h []byte) uint16 {
 
 // send writes a DHCP client packet as the guest's kernel would: broadcast
 // from 0.0.0.0:68 to 255.255.255.255:67.
-func (e *tapEnd) send(t *testing.T, p *DHCPPacket) {
+func (e *tapEnd) send(t testing.TB, p *DHCPPacket) {
 	t.Helper()
 	payload := p.Marshal()
 	f := make([]byte, 14+20+8, 14+20+8+len(payload))
@@ -182,7 +182,7 @@ func (e *tapEnd) send(t *testing.T, p *DHCPPacket) {
 // ...). Like a real DHCP client it retransmits, every second: until the
 // kernel's link watcher has seen the carrier the guest end brought up, the
 // TAP's transmit queue drops what the host sends.
-func (e *tapEnd) exchange(t *testing.T, p *DHCPPacket) (*DHCPPacket, []byte) {
+func (e *tapEnd) exchange(t testing.TB, p *DHCPPacket) (*DHCPPacket, []byte) {
 	t.Helper()
 	buf := make([]byte, 2048)
 	for try := 0; try < 30; try++ {

@@ -95,9 +95,6 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 			if len(cases) == 0 {
 				return fmt.Errorf("no case matches --label-filter %q (shard %q)", filter, shard)
 			}
-			if parallel > 1 {
-				fmt.Fprintln(os.Stderr, "note: --parallel > 1 is not supported yet; running sequentially (2-core CI runs cases one at a time anyway)")
-			}
 			bugs, err := regressFromEnv()
 			if err != nil {
 				return err
@@ -111,7 +108,12 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 			}
 			fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d → %s\n",
 				len(cases), f.backend, r.Supervisor(), f.scale, f.seed, dir)
-			runErr := suite.Run(ctx, r, cases, filter, dir, f.seed)
+			var runErr error
+			if parallel > 1 {
+				runErr = suite.RunParallel(ctx, r, cases, parallel, dir, f.seed)
+			} else {
+				runErr = suite.Run(ctx, r, cases, filter, dir, f.seed)
+			}
 			res, werr := r.WriteAll()
 			if cerr := r.Close(); cerr != nil {
 				fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
@@ -134,7 +136,7 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 	f.add(c)
 	c.Flags().StringVar(&filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
 	c.Flags().StringVar(&shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
-	c.Flags().IntVar(&parallel, "parallel", 1, "cases run at once (sequential by default: timing-sensitive cases on 2 cores)")
+	c.Flags().IntVar(&parallel, "parallel", 1, "cases run at once; >1 runs worker goroutines outside Ginkgo's scheduler and writes the same ginkgo.json (default 1: timing-sensitive cases on 2 cores)")
 	c.Flags().BoolVar(&list, "list", false, "list the selected cases with their labels and exit")
 	return c
 }

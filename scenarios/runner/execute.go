@@ -437,8 +437,9 @@ func (cr *caseRun) now(ctx context.Context, i int) reports.Injection {
 		if err != nil || !ok {
 			return reports.Injection{Fault: f.Kind, Trigger: "now", RequestedNs: req, Err: fmt.Sprintf("no vm %s: %v", f.VM, err), IntendedPhase: "steady state"}
 		}
+		sent := failpoint.Now()
 		pid, err := cr.st.KillVMM(ctx, v.ID)
-		out := reports.Injection{Fault: f.Kind, Trigger: "now", RequestedNs: req, ActualNs: failpoint.Now(), VictimPID: pid,
+		out := reports.Injection{Fault: f.Kind, Trigger: "now", RequestedNs: req, ActualNs: sent, VictimPID: pid,
 			LastPhase: "steady state", IntendedPhase: "steady state", Landed: err == nil}
 		if err != nil {
 			out.Err = err.Error()
@@ -502,9 +503,7 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 				rec.Err = err.Error()
 			}
 			rec.ActualNs = failpoint.Now()
-			if e, ok := cr.st.Trace.LastOf(hit.Event.Pid, rec.ActualNs); ok {
-				rec.LastPhase = e.Point
-			}
+			rec.LastPhase = cr.lastPhase(hit.Event, rec.ActualNs)
 			rec.Landed = rec.Err == "" && rec.LastPhase == t.Point
 			if firstNs == 0 {
 				firstNs = rec.ActualNs
@@ -523,9 +522,7 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 		}
 		// The parked process cannot have moved on: its last phase is the
 		// point unless the fault hit something else.
-		if e, ok := cr.st.Trace.LastOf(hit.Event.Pid, in.ActualNs); ok {
-			rec.LastPhase = e.Point
-		}
+		rec.LastPhase = cr.lastPhase(hit.Event, in.ActualNs)
 		rec.Landed = in.Err == "" && rec.LastPhase == t.Point
 		if in.VictimPID > 0 {
 			cr.mu.Lock()
@@ -826,11 +823,12 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		if err != nil || !ok {
 			return fmt.Errorf("kill-vmm: no vm %s (%v)", step.VM, err)
 		}
+		sent := failpoint.Now() // events must be stamped after the signal, not after we saw the death
 		if _, err := st.KillVMM(ctx, v.ID); err != nil {
 			return err
 		}
 		cr.mu.Lock()
-		cr.kills = append(cr.kills, vmmKill{ID: v.ID, Name: step.VM, TsNs: failpoint.Now()})
+		cr.kills = append(cr.kills, vmmKill{ID: v.ID, Name: step.VM, TsNs: sent})
 		cr.mu.Unlock()
 	case scenarios.StepWipeStatus:
 		return wipeStatus(st.State, step.VM)
@@ -1074,4 +1072,25 @@ func (cr *caseRun) holdLease(ctx context.Context, name string) error {
 	cr.mu.Unlock()
 	go cr.releaseWhen(ctx, point, func(ctx context.Context) { cr.waitChildExit(ctx, from, fromNs, "snapshot rm") })
 	return nil
+}
+
+// lastPhase is the last phase the parked operation reached by tsNs: the last
+// event of the parked process for the same VM, ignoring the agent's child
+// bookkeeping (the agent is many goroutines: its watcher keeps emitting
+// agent.child.* while one operation is parked).
+func (cr *caseRun) lastPhase(parked failpoint.Event, tsNs int64) string {
+	last := ""
+	for _, e := range cr.st.Trace.Sorted() {
+		if e.TsNs > tsNs {
+			break
+		}
+		if e.Pid != parked.Pid || strings.HasPrefix(e.Point, "agent.child.") {
+			continue
+		}
+		if parked.VM != "" && e.VM != "" && e.VM != parked.VM {
+			continue
+		}
+		last = e.Point
+	}
+	return last
 }

@@ -2,16 +2,21 @@ package nodeagent
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/regress"
@@ -67,27 +72,47 @@ type metricsState struct {
 	Orphans    map[string]bool                  `json:"orphans"`    // VM ids already counted
 }
 
-// metrics is the agent's own metric state, exposed through a Collector and
-// persisted to <state>/metrics.json after every change, so the counters
-// survive the very restart they describe (seed 001, observability).
+// metrics is the agent's own metric state. The counters are client_golang
+// CounterVecs in a private registry, served with promhttp; st mirrors them
+// and is persisted to <state>/metrics.json after every change, so the
+// counters survive the very restart they describe (seed 001, observability):
+// at start each persisted value is Added to its counter. client_golang has no
+// way to seed a Histogram's buckets, so the duration histogram is a
+// Collector of ours that emits const histograms from st.
 type metrics struct {
-	path string
-	mu   sync.Mutex
-	st   metricsState
-	err  error // last persist error, reported once
+	path     string
+	reg      *prometheus.Registry
+	counters map[string]*prometheus.CounterVec
+	handler  http.Handler
+
+	mu  sync.Mutex // guards st, err and keeps each counter in step with its mirror
+	st  metricsState
+	err error // last persist error, reported once
 }
 
 func newMetrics(stateDir string) (*metrics, error) {
-	m := &metrics{path: filepath.Join(stateDir, metricsFile)}
+	m := &metrics{path: filepath.Join(stateDir, metricsFile), reg: prometheus.NewRegistry(),
+		counters: map[string]*prometheus.CounterVec{}}
 	m.st = metricsState{Format: metricsFormat, Counters: map[string]map[string]float64{},
 		Histograms: map[string]map[string]*histState{}, Orphans: map[string]bool{}}
+	for _, d := range counterDefs {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: d.name, Help: d.help}, d.labels)
+		if len(d.labels) == 0 {
+			v.WithLabelValues() // a label-less counter is exposed from the start, at 0
+		}
+		m.counters[d.name] = v
+		m.reg.MustRegister(v)
+	}
+	m.reg.MustRegister(durationCollector{m: m, desc: prometheus.NewDesc(histDef.name, histDef.help, histDef.labels, nil)})
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
+
 	// metrics-process-local: the historical bug kept counters in process
 	// memory only, so every restart reset them.
 	if regress.On("metrics-process-local") {
 		return m, nil
 	}
 	b, err := os.ReadFile(m.path)
-	if os.IsNotExist(err) {
+	if errors.Is(err, os.ErrNotExist) {
 		return m, nil
 	}
 	if err != nil {
@@ -97,16 +122,49 @@ func newMetrics(stateDir string) (*metrics, error) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("metrics: %s is corrupt: %w", m.path, err)
 	}
-	if st.Counters != nil {
-		m.st.Counters = st.Counters
-	}
-	if st.Histograms != nil {
-		m.st.Histograms = st.Histograms
-	}
-	if st.Orphans != nil {
-		m.st.Orphans = st.Orphans
+	if err := m.restore(st); err != nil {
+		return nil, fmt.Errorf("metrics: %s is corrupt: %w", m.path, err)
 	}
 	return m, nil
+}
+
+// restore adds the persisted values to the fresh counters and takes the
+// persisted histograms as they are. A value a counter cannot take (negative,
+// NaN, wrong label count) is an error: silently dropping it would make the
+// counter go backwards.
+func (m *metrics) restore(st metricsState) error {
+	for name, vals := range st.Counters {
+		vec := m.counters[name]
+		for k, v := range vals {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return fmt.Errorf("counter %s{%s} has value %v", name, k, v)
+			}
+			if vec == nil {
+				continue // a counter this build no longer has: kept on disk, not served
+			}
+			c, err := vec.GetMetricWithLabelValues(labelValues(k)...)
+			if err != nil {
+				return fmt.Errorf("counter %s: %w", name, err)
+			}
+			c.Add(v)
+		}
+		m.st.Counters[name] = vals
+	}
+	for name, hs := range st.Histograms {
+		for k, h := range hs {
+			if h == nil || len(h.Buckets) != len(durationBuckets) {
+				return fmt.Errorf("histogram %s{%s}: want %d buckets", name, k, len(durationBuckets))
+			}
+			if name == histDef.name && len(labelValues(k)) != len(histDef.labels) {
+				return fmt.Errorf("histogram %s: label key %q: want %d labels", name, k, len(histDef.labels))
+			}
+		}
+		m.st.Histograms[name] = hs
+	}
+	for id, ok := range st.Orphans {
+		m.st.Orphans[id] = ok
+	}
+	return nil
 }
 
 func labelKey(kv []string) string {
@@ -124,12 +182,28 @@ func labelValues(key string) []string {
 func (m *metrics) inc(name string, values ...string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := m.st.Counters[name]
-	if c == nil {
-		c = map[string]float64{}
-		m.st.Counters[name] = c
+	m.addLocked(name, values)
+}
+
+func (m *metrics) addLocked(name string, values []string) {
+	vec := m.counters[name]
+	if vec == nil {
+		fmt.Fprintf(os.Stderr, "nodeagent: metrics: no counter %s\n", name)
+		return
 	}
-	c[labelKey(values)]++
+	c, err := vec.GetMetricWithLabelValues(values...)
+	if err != nil {
+		// A caller's bug; the agent keeps running and says so.
+		fmt.Fprintf(os.Stderr, "nodeagent: metrics: %s%q: %v\n", name, values, err)
+		return
+	}
+	c.Inc()
+	vals := m.st.Counters[name]
+	if vals == nil {
+		vals = map[string]float64{}
+		m.st.Counters[name] = vals
+	}
+	vals[labelKey(values)]++
 	m.persistLocked()
 }
 
@@ -141,13 +215,7 @@ func (m *metrics) orphan(id string) {
 		return
 	}
 	m.st.Orphans[id] = true
-	c := m.st.Counters[mOrphan]
-	if c == nil {
-		c = map[string]float64{}
-		m.st.Counters[mOrphan] = c
-	}
-	c[""]++
-	m.persistLocked()
+	m.addLocked(mOrphan, nil)
 }
 
 func (m *metrics) observe(op, result string, d time.Duration) {
@@ -160,7 +228,7 @@ func (m *metrics) observe(op, result string, d time.Duration) {
 	}
 	k := labelKey([]string{op, result})
 	s := h[k]
-	if s == nil || len(s.Buckets) != len(durationBuckets) {
+	if s == nil {
 		s = &histState{Buckets: make([]uint64, len(durationBuckets))}
 		h[k] = s
 	}
@@ -193,43 +261,35 @@ func (m *metrics) persistLocked() {
 	m.err = err
 }
 
-// WriteText writes every metric in the Prometheus text exposition format
-// (version 0.0.4). The client_golang registry is not used: this state is the
-// agent's own (restored from disk), and the text format is small and stable.
-func (m *metrics) WriteText(w io.Writer) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var b strings.Builder
-	for _, d := range counterDefs {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n", d.name, d.help, d.name)
-		vals := m.st.Counters[d.name]
-		if len(d.labels) == 0 {
-			fmt.Fprintf(&b, "%s %s\n", d.name, formatFloat(vals[""]))
-			continue
-		}
-		for _, k := range sortedKeys(vals) {
-			fmt.Fprintf(&b, "%s{%s} %s\n", d.name, formatLabels(d.labels, labelValues(k)), formatFloat(vals[k]))
-		}
-	}
-	d := histDef
-	fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s histogram\n", d.name, d.help, d.name)
-	hs := m.st.Histograms[d.name]
+// durationCollector emits the duration histogram from the persisted state,
+// one const histogram per (op, result).
+type durationCollector struct {
+	m    *metrics
+	desc *prometheus.Desc
+}
+
+func (c durationCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c durationCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	hs := c.m.st.Histograms[histDef.name]
+	out := make([]prometheus.Metric, 0, len(hs))
 	for _, k := range sortedKeys(hs) {
 		s := hs[k]
-		lbl := formatLabels(d.labels, labelValues(k))
+		buckets := make(map[float64]uint64, len(durationBuckets))
 		for i, ub := range durationBuckets {
-			var c uint64
-			if i < len(s.Buckets) {
-				c = s.Buckets[i]
-			}
-			fmt.Fprintf(&b, "%s_bucket{%s,le=\"%s\"} %d\n", d.name, lbl, formatFloat(ub), c)
+			buckets[ub] = s.Buckets[i]
 		}
-		fmt.Fprintf(&b, "%s_bucket{%s,le=\"+Inf\"} %d\n", d.name, lbl, s.Count)
-		fmt.Fprintf(&b, "%s_sum{%s} %s\n", d.name, lbl, formatFloat(s.Sum))
-		fmt.Fprintf(&b, "%s_count{%s} %d\n", d.name, lbl, s.Count)
+		h, err := prometheus.NewConstHistogram(c.desc, s.Count, s.Sum, buckets, labelValues(k)...)
+		if err != nil {
+			h = prometheus.NewInvalidMetric(c.desc, err)
+		}
+		out = append(out, h)
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	c.m.mu.Unlock()
+	for _, h := range out {
+		ch <- h
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -241,26 +301,23 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func formatFloat(v float64) string {
-	return strconv.FormatFloat(v, 'g', -1, 64)
-}
-
-var labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
-
-func formatLabels(names, values []string) string {
-	parts := make([]string, 0, len(names))
-	for i, n := range names {
-		v := ""
-		if i < len(values) {
-			v = values[i]
+// WriteText writes every metric in the Prometheus text exposition format
+// (version 0.0.4), as the /metrics endpoint serves it.
+func (m *metrics) WriteText(w io.Writer) error {
+	mfs, gerr := m.reg.Gather()
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return fmt.Errorf("metrics: encode %s: %w", mf.GetName(), err)
 		}
-		parts = append(parts, n+`="`+labelEscaper.Replace(v)+`"`)
 	}
-	return strings.Join(parts, ",")
+	if gerr != nil {
+		return fmt.Errorf("metrics: gather: %w", gerr)
+	}
+	return nil
 }
 
-// ServeHTTP serves /metrics.
+// ServeHTTP serves /metrics through promhttp (content negotiation, gzip).
 func (m *metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_ = m.WriteText(w)
+	m.handler.ServeHTTP(w, r)
 }

@@ -1,12 +1,15 @@
 package nodeagent
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"sort"
 	"strconv"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Sample is one line of a Prometheus text exposition.
@@ -15,6 +18,8 @@ type Sample struct {
 	Labels map[string]string
 	Value  float64
 }
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
 
 // Key renders the sample as name{k="v",...} with sorted labels.
 func (s Sample) Key() string {
@@ -33,97 +38,110 @@ func (s Sample) Key() string {
 	return s.Name + "{" + strings.Join(parts, ",") + "}"
 }
 
-// ParseMetricsText parses the Prometheus text format (0.0.4) the agent
-// serves: comments skipped, one sample per line, optional timestamp. It is a
-// parser of outside input (a scrape), so it rejects rather than guesses.
+// ParseMetricsText parses the Prometheus text format (0.0.4) with expfmt's
+// text parser and flattens the metric families back into one Sample per
+// exposition line: a histogram becomes its name_bucket{le=...}, name_sum and
+// name_count samples, a summary its name{quantile=...}, name_sum and
+// name_count. Families come sorted by name, series in the order they were
+// read. Names are held to the legacy (pre-UTF-8) rules, which every name the
+// agent serves follows; a scrape is outside input, so anything else, and a
+// label repeated within one series (which expfmt leaves to its caller), is
+// rejected rather than guessed at.
 func ParseMetricsText(r io.Reader) ([]Sample, error) {
-	var out []Sample
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		s, err := parseSampleLine(line)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %d: %w", n, err)
-		}
-		out = append(out, s)
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	return out, sc.Err()
+	var out []Sample
+	for _, name := range sortedKeys(mfs) {
+		mf := mfs[name]
+		if !validMetricName(name) {
+			return nil, fmt.Errorf("metrics: bad metric name %q", name)
+		}
+		for _, m := range mf.GetMetric() {
+			labels := make(map[string]string, len(m.GetLabel()))
+			for _, lp := range m.GetLabel() {
+				k := lp.GetName()
+				if !validMetricName(k) || strings.Contains(k, ":") {
+					return nil, fmt.Errorf("metrics: %s: bad label name %q", name, k)
+				}
+				if _, dup := labels[k]; dup {
+					return nil, fmt.Errorf("metrics: %s: duplicate label %q", name, k)
+				}
+				labels[k] = lp.GetValue()
+			}
+			s, err := flatten(name, mf.GetType(), m, labels)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s...)
+		}
+	}
+	return out, nil
 }
 
-func parseSampleLine(line string) (Sample, error) {
-	s := Sample{Labels: map[string]string{}}
-	i := strings.IndexAny(line, "{ ")
-	if i <= 0 {
-		return s, fmt.Errorf("no value in %q", line)
-	}
-	s.Name = line[:i]
-	if !validMetricName(s.Name) {
-		return s, fmt.Errorf("bad metric name %q", s.Name)
-	}
-	rest := line[i:]
-	if rest[0] == '{' {
-		rest = rest[1:]
-		for {
-			rest = strings.TrimLeft(rest, " ,")
-			if strings.HasPrefix(rest, "}") {
-				rest = rest[1:]
-				break
-			}
-			eq := strings.IndexByte(rest, '=')
-			if eq <= 0 || len(rest) < eq+2 || rest[eq+1] != '"' {
-				return s, fmt.Errorf("bad label in %q", line)
-			}
-			key := strings.TrimSpace(rest[:eq])
-			if !validMetricName(key) {
-				return s, fmt.Errorf("bad label name %q", key)
-			}
-			rest = rest[eq+2:]
-			var val strings.Builder
-			closed := false
-			for j := 0; j < len(rest); j++ {
-				c := rest[j]
-				if c == '\\' && j+1 < len(rest) {
-					j++
-					switch rest[j] {
-					case 'n':
-						val.WriteByte('\n')
-					default:
-						val.WriteByte(rest[j])
-					}
-					continue
-				}
-				if c == '"' {
-					rest = rest[j+1:]
-					closed = true
-					break
-				}
-				val.WriteByte(c)
-			}
-			if !closed {
-				return s, fmt.Errorf("unterminated label value in %q", line)
-			}
-			if _, dup := s.Labels[key]; dup {
-				return s, fmt.Errorf("duplicate label %q", key)
-			}
-			s.Labels[key] = val.String()
+// flatten turns one series of a family into its exposition samples.
+func flatten(name string, typ dto.MetricType, m *dto.Metric, labels map[string]string) ([]Sample, error) {
+	with := func(k, v string) (map[string]string, error) {
+		if _, dup := labels[k]; dup {
+			return nil, fmt.Errorf("metrics: %s: label %q clashes with the %s label", name, k, k)
 		}
+		l := make(map[string]string, len(labels)+1)
+		for a, b := range labels {
+			l[a] = b
+		}
+		l[k] = v
+		return l, nil
 	}
-	f := strings.Fields(rest)
-	if len(f) < 1 || len(f) > 2 {
-		return s, fmt.Errorf("want value [timestamp] in %q", line)
+	switch typ {
+	case dto.MetricType_COUNTER:
+		return []Sample{{name, labels, m.GetCounter().GetValue()}}, nil
+	case dto.MetricType_GAUGE:
+		return []Sample{{name, labels, m.GetGauge().GetValue()}}, nil
+	case dto.MetricType_UNTYPED:
+		return []Sample{{name, labels, m.GetUntyped().GetValue()}}, nil
+	case dto.MetricType_SUMMARY:
+		sm := m.GetSummary()
+		var out []Sample
+		for _, q := range sm.GetQuantile() {
+			l, err := with(model.QuantileLabel, formatFloat(q.GetQuantile()))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Sample{name, l, q.GetValue()})
+		}
+		return append(out,
+			Sample{name + "_sum", labels, sm.GetSampleSum()},
+			Sample{name + "_count", labels, float64(sm.GetSampleCount())}), nil
+	case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+		h := m.GetHistogram()
+		var out []Sample
+		for _, b := range h.GetBucket() {
+			l, err := with(model.BucketLabel, formatFloat(b.GetUpperBound()))
+			if err != nil {
+				return nil, err
+			}
+			c := float64(b.GetCumulativeCount())
+			if b.CumulativeCountFloat != nil {
+				c = b.GetCumulativeCountFloat()
+			}
+			out = append(out, Sample{name + "_bucket", l, c})
+		}
+		count := float64(h.GetSampleCount())
+		if h.SampleCountFloat != nil {
+			count = h.GetSampleCountFloat()
+		}
+		return append(out,
+			Sample{name + "_sum", labels, h.GetSampleSum()},
+			Sample{name + "_count", labels, count}), nil
 	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return s, fmt.Errorf("bad value in %q", line)
-	}
-	s.Value = v
-	return s, nil
+	return nil, fmt.Errorf("metrics: %s: unsupported type %v", name, typ)
+}
+
+// formatFloat renders a bound or quantile as the text format does (+Inf, 0.5).
+func formatFloat(v float64) string {
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 func validMetricName(n string) bool {

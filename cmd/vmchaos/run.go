@@ -53,8 +53,8 @@ func regressFromEnv() ([]string, error) {
 }
 
 func (f *runFlags) runner(ctx context.Context, dir string, progress io.Writer, bugs []string) (*runner.Runner, error) {
-	if _, err := strconv.ParseFloat(strconv.FormatFloat(f.scale, 'g', -1, 64), 64); err != nil || f.scale <= 0 {
-		return nil, fmt.Errorf("--time-scale %v: want > 0", f.scale)
+	if f.scale <= 0 || f.scale > 1000 {
+		return nil, fmt.Errorf("--time-scale %v: want a number in (0, 1000]", f.scale)
 	}
 	return runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Supervisor: f.supervisor,
 		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: progress})

@@ -20,7 +20,6 @@ import (
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/scenarios/checker"
 	"github.com/vmchaos/vmchaos/scenarios/stack"
-	"github.com/vmchaos/vmchaos/vmctl"
 )
 
 const baseSnapshot = "base"
@@ -1004,9 +1003,6 @@ func violated(invs []reports.Invariant) []string {
 	}
 	return out
 }
-
-// vmmStates is used by timeline notes.
-var _ = vmctl.StateRunning
 
 // stackPhase is where the operation was when the fault landed: the victim's
 // last phase, unless that is only the agent's child bookkeeping, in which

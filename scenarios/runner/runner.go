@@ -321,8 +321,8 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// agentFlags scales the scenario's duration flags? No: the agent scales its
-// own durations by VMCHAOS_TIME_SCALE; flags are passed as written.
+// agentFlags are the scenario's extra nodeagent flags, passed as written:
+// the agent scales its own durations by VMCHAOS_TIME_SCALE.
 func (r *Runner) agentFlags(s *scenarios.Scenario) []string {
 	return append([]string(nil), s.Env.AgentFlags...)
 }

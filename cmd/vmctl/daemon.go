@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/vmchaos/vmchaos/timescale"
+	"github.com/vmchaos/vmchaos/vmctl"
 )
 
 func newDaemonCmd(g *globals) *cobra.Command {
@@ -21,11 +22,7 @@ tombstoned deletes are completed. One instance per root dir. The interval is sca
 VMCHAOS_TIME_SCALE. --once runs a single pass and prints its report as JSON.`,
 		Example: "  vmctl daemon --interval 5s\n  vmctl daemon --once",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(nil, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			if once {
 				rep, err := m.DaemonPass(cmd.Context())
 				if err != nil {
@@ -35,7 +32,7 @@ VMCHAOS_TIME_SCALE. --once runs a single pass and prints its report as JSON.`,
 			}
 			residentGC()
 			return m.Daemon(cmd.Context(), timescale.D(interval))
-		},
+		}),
 	}
 	c.Flags().DurationVar(&interval, "interval", 5*time.Second, "time between passes (scaled by VMCHAOS_TIME_SCALE)")
 	c.Flags().BoolVar(&once, "once", false, "run one pass and exit")
@@ -48,17 +45,13 @@ func newGCCmd(g *globals) *cobra.Command {
 		Short:   "Remove unreferenced dirs, dead builds' staging dirs and stale pending snapshots whose lease is free",
 		Example: "  vmctl gc",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(nil, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			rep, err := m.GC(cmd.Context())
 			if err != nil {
 				return err
 			}
 			return printJSON(os.Stdout, rep)
-		},
+		}),
 	}
 }
 
@@ -72,11 +65,7 @@ no-pending-without-lease, no-leftover-staging, no-leftover-sockets, no-unreferen
 snapshot-data. Read-only apart from momentary try-locks.`,
 		Example: "  vmctl check",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(nil, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			rep := m.Check(cmd.Context())
 			if err := printJSON(os.Stdout, rep); err != nil {
 				return err
@@ -85,6 +74,6 @@ snapshot-data. Read-only apart from momentary try-locks.`,
 				return fmt.Errorf("store inconsistent: %d violation(s)", len(rep.Violations))
 			}
 			return nil
-		},
+		}),
 	}
 }

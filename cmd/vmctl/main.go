@@ -73,6 +73,24 @@ func (g *globals) manager() (*vmctl.Manager, error) {
 	return m, nil
 }
 
+// run is the RunE most verbs share: check -o first (when the verb has one,
+// out != nil) so a bad format fails before the store is opened, then open
+// the manager and hand it to the verb.
+func (g *globals) run(out *string, verb func(cmd *cobra.Command, args []string, m *vmctl.Manager) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if out != nil {
+			if err := checkFormat(*out); err != nil {
+				return err
+			}
+		}
+		m, err := g.manager()
+		if err != nil {
+			return err
+		}
+		return verb(cmd, args, m)
+	}
+}
+
 func newRoot() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -20,6 +21,16 @@ func checkFormat(out string) error {
 		return fmt.Errorf("unknown output format %q (want json)", out)
 	}
 	return nil
+}
+
+// printRecord prints v as JSON with -o json, else just its id: the output
+// of the verbs that create or change one record.
+func printRecord(out, id string, v any) error {
+	if out == "json" {
+		return printJSON(os.Stdout, v)
+	}
+	_, err := fmt.Println(id)
+	return err
 }
 
 func printJSON(w io.Writer, v any) error {

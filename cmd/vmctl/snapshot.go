@@ -27,24 +27,13 @@ at once with 'snapshot name "<n>" already in use by <ID>', a finalized holder wi
 'snapshot name "<n>" already exists (held by <ID>)'. Free it with 'vmctl snapshot rm <ID>'.`,
 		Example: "  vmctl snapshot save --name web-hib web",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(out); err != nil {
-				return err
-			}
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(&out, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			s, err := m.SnapshotSave(cmd.Context(), args[0], name)
 			if err != nil {
 				return err
 			}
-			if out == "json" {
-				return printJSON(os.Stdout, s)
-			}
-			fmt.Println(s.ID)
-			return nil
-		},
+			return printRecord(out, s.ID, s)
+		}),
 	}
 	c.Flags().StringVar(&name, "name", "", "snapshot name (default: its id)")
 	addOutputFlag(c, &out)
@@ -57,11 +46,7 @@ func newSnapRmCmd(g *globals) *cobra.Command {
 		Short:   "Delete snapshots by id or name, pending ones included (refused while a lease is held)",
 		Example: "  vmctl snapshot rm web-hib\n  vmctl snapshot rm MPT5A6ZS2FNZWQGFN24AZLREWQ",
 		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(nil, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			for _, a := range args {
 				if err := m.SnapshotRemove(cmd.Context(), a); err != nil {
 					return err
@@ -69,7 +54,7 @@ func newSnapRmCmd(g *globals) *cobra.Command {
 				fmt.Println(a)
 			}
 			return nil
-		},
+		}),
 	}
 }
 
@@ -81,20 +66,13 @@ func newSnapListCmd(g *globals) *cobra.Command {
 		Short:   "List snapshots (pending ones included)",
 		Example: "  vmctl snapshot ls -o json",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(out); err != nil {
-				return err
-			}
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(&out, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			ss, err := m.SnapshotList(cmd.Context())
 			if err != nil {
 				return err
 			}
 			return printSnaps(os.Stdout, out, ss)
-		},
+		}),
 	}
 	addOutputFlag(c, &out)
 	return c
@@ -107,14 +85,7 @@ func newSnapInspectCmd(g *globals) *cobra.Command {
 		Short:   "Show one snapshot",
 		Example: "  vmctl snapshot inspect web-hib -o json",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(out); err != nil {
-				return err
-			}
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(&out, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			s, err := m.SnapshotInspect(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -123,7 +94,7 @@ func newSnapInspectCmd(g *globals) *cobra.Command {
 				return printJSON(os.Stdout, s)
 			}
 			return printSnaps(os.Stdout, "", []*vmctl.Snapshot{s})
-		},
+		}),
 	}
 	addOutputFlag(c, &out)
 	return c
@@ -191,14 +162,7 @@ func newImportCmd(g *globals) *cobra.Command {
 		Short:   "Import a snapshot written by export",
 		Example: "  vmctl snapshot import --name web-hib /registry/web-hib.tar",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(out); err != nil {
-				return err
-			}
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(&out, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			var r io.Reader = os.Stdin
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
@@ -212,12 +176,8 @@ func newImportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if out == "json" {
-				return printJSON(os.Stdout, s)
-			}
-			fmt.Println(s.ID)
-			return nil
-		},
+			return printRecord(out, s.ID, s)
+		}),
 	}
 	c.Flags().StringVar(&name, "name", "", "snapshot name (default: the name recorded in the archive)")
 	addOutputFlag(c, &out)

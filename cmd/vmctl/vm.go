@@ -53,7 +53,7 @@ func newCreateCmd(g *globals, verb string, start bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printCreated(out, v)
+			return printRecord(out, v.ID, v)
 		},
 	}
 	f := c.Flags()
@@ -66,15 +66,6 @@ func newCreateCmd(g *globals, verb string, start bool) *cobra.Command {
 	return c
 }
 
-// printCreated prints the VM (-o json) or just its id.
-func printCreated(out string, v *vmctl.VM) error {
-	if out == "json" {
-		return printJSON(os.Stdout, v)
-	}
-	_, err := fmt.Println(v.ID)
-	return err
-}
-
 func newCloneCmd(g *globals) *cobra.Command {
 	o := vmctl.CloneOptions{}
 	var out string
@@ -83,21 +74,14 @@ func newCloneCmd(g *globals) *cobra.Command {
 		Short:   "Create a running VM from a snapshot (by id or name)",
 		Example: "  vmctl vm clone --name web-2 --nics 1 base-snap -o json",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(out); err != nil {
-				return err
-			}
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(&out, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			o.Snapshot = args[0]
 			v, err := m.Clone(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			return printCreated(out, v)
-		},
+			return printRecord(out, v.ID, v)
+		}),
 	}
 	c.Flags().StringVar(&o.Name, "name", "", "VM name (default vm-<first 8 chars of the id>)")
 	c.Flags().IntVar(&o.NICs, "nics", -1, "number of NICs (default: as many as the snapshot's VM had)")
@@ -112,22 +96,18 @@ func newStartCmd(g *globals) *cobra.Command {
 		Short:   "Boot VMs (idempotent: a live VMM is kept, a dead one is booted again)",
 		Example: "  vmctl vm start web",
 		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(nil, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			for _, a := range args {
 				v, err := m.Start(cmd.Context(), a)
 				if err != nil {
 					return err
 				}
-				if err := printCreated(out, v); err != nil {
+				if err := printRecord(out, v.ID, v); err != nil {
 					return err
 				}
 			}
 			return nil
-		},
+		}),
 	}
 	addOutputFlag(c, &out)
 	return c
@@ -141,11 +121,7 @@ func newStopCmd(g *globals) *cobra.Command {
 		Short:   "Stop VMs (vmm.shutdown, SIGKILL after --timeout; --force kills at once)",
 		Example: "  vmctl vm stop --timeout 10s web",
 		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(nil, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			for _, a := range args {
 				v, err := m.Stop(cmd.Context(), a, force, timescale.D(timeout))
 				if err != nil {
@@ -154,7 +130,7 @@ func newStopCmd(g *globals) *cobra.Command {
 				fmt.Println(v.ID)
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVar(&force, "force", false, "SIGKILL the VMM without a graceful shutdown")
 	c.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "graceful shutdown budget before SIGKILL (scaled by VMCHAOS_TIME_SCALE)")
@@ -168,11 +144,7 @@ func newRmCmd(g *globals) *cobra.Command {
 		Short:   "Delete VMs (tombstoned, resumable); a running VM needs --force",
 		Example: "  vmctl vm rm --force web",
 		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(nil, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			for _, a := range args {
 				if err := m.Remove(cmd.Context(), a, force); err != nil {
 					return err
@@ -180,7 +152,7 @@ func newRmCmd(g *globals) *cobra.Command {
 				fmt.Println(a)
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().BoolVar(&force, "force", false, "delete a running VM (its VMM is killed)")
 	return c
@@ -193,20 +165,13 @@ func newInspectCmd(g *globals) *cobra.Command {
 		Short:   "Show one VM, with the VMM's own state (vmm_state)",
 		Example: "  vmctl vm inspect web -o json",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(out); err != nil {
-				return err
-			}
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(&out, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			v, err := m.Inspect(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			return printVM(os.Stdout, out, v)
-		},
+		}),
 	}
 	addOutputFlag(c, &out)
 	return c
@@ -220,20 +185,13 @@ func newListCmd(g *globals) *cobra.Command {
 		Short:   `List VMs ("stopped (stale)" for a running record whose VMM is dead)`,
 		Example: "  vmctl vm list -o json",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(out); err != nil {
-				return err
-			}
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(&out, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			vs, err := m.List(cmd.Context())
 			if err != nil {
 				return err
 			}
 			return printVMs(os.Stdout, out, vs)
-		},
+		}),
 	}
 	addOutputFlag(c, &out)
 	return c
@@ -252,14 +210,7 @@ a VMM killed with -9 yields MODIFIED with "stopped (stale)" within one interval.
 The interval is scaled by VMCHAOS_TIME_SCALE.`,
 		Example: "  vmctl vm status --event --format json -n 1",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(&format, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			d := timescale.D(time.Duration(interval * float64(time.Second)))
 			if interval > 0 {
 				residentGC()
@@ -286,7 +237,7 @@ The interval is scaled by VMCHAOS_TIME_SCALE.`,
 					return nil
 				}
 			}
-		},
+		}),
 	}
 	c.Flags().Float64VarP(&interval, "interval", "n", 5, "seconds between passes")
 	c.Flags().BoolVar(&event, "event", false, "print one line per change instead of the whole list")
@@ -315,11 +266,7 @@ func newNetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if out == "json" {
-				return printJSON(os.Stdout, v)
-			}
-			fmt.Println(v.ID)
-			return nil
+			return printRecord(out, v.ID, v)
 		},
 	}
 	c.Flags().IntVar(&n, "nics", 0, "number of NICs wanted")
@@ -337,11 +284,7 @@ func newExecCmd(g *globals) *cobra.Command {
 host key is pinned: the key inside a fake image, or trust-on-first-use for others.`,
 		Example: "  vmctl vm exec web -- hostname",
 		Args:    cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(nil, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			st, err := m.Exec(cmd.Context(), args[0], args[1:], os.Stdout, os.Stderr, vmctl.ExecOptions{User: user, Timeout: timeout})
 			if err != nil {
 				return err
@@ -350,7 +293,7 @@ host key is pinned: the key inside a fake image, or trust-on-first-use for other
 				return exitStatus(st)
 			}
 			return nil
-		},
+		}),
 	}
 	c.Flags().StringVar(&user, "user", "root", "guest user")
 	c.Flags().DurationVar(&timeout, "connect-timeout", 10*time.Second, "SSH connect timeout")
@@ -369,14 +312,7 @@ func newStaleCmd(g *globals) *cobra.Command {
   collected     the owner is gone: no VMM left, placeholder deleted (tombstoned delete)`,
 		Example: "  vmctl vm reconcile-stale-create NMA2LDSIW5ZIM54D4UMFSDYTR5 -o json",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(out); err != nil {
-				return err
-			}
-			m, err := g.manager()
-			if err != nil {
-				return err
-			}
+		RunE: g.run(&out, func(cmd *cobra.Command, args []string, m *vmctl.Manager) error {
 			r, err := m.ReconcileStaleCreate(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -388,7 +324,7 @@ func newStaleCmd(g *globals) *cobra.Command {
 			}
 			fmt.Printf("%s %s\n", r.ID, r.Outcome)
 			return nil
-		},
+		}),
 	}
 	addOutputFlag(c, &out)
 	return c

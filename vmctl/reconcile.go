@@ -132,28 +132,34 @@ func (m *Manager) DaemonPass(ctx context.Context) (PassReport, error) {
 // convergeDead records a running VM whose VMM is dead as stopped, if no
 // operation owns it right now.
 func (m *Manager) convergeDead(ctx context.Context, id string) (bool, error) {
-	l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
-	if errors.Is(err, ErrLocked) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	defer l.Unlock()
-	v, err := m.resolveVM(id)
-	if err != nil || v.State != StateRunning || m.vmmAlive(v) {
-		return false, nil
-	}
-	if err := m.stopVMMs(ctx, id, 0); err != nil {
-		return false, err
-	}
-	_, err = m.setVM(ctx, id, func(r *VM) { r.State, r.Pid, r.Reason = StateStopped, 0, "unexpected-exit" })
-	return err == nil, err
+	return m.ifIdle(ctx, id, func(v *VM) (bool, error) {
+		if v.State != StateRunning || m.vmmAlive(v) {
+			return false, nil
+		}
+		if err := m.stopVMMs(ctx, id, 0); err != nil {
+			return false, err
+		}
+		_, err := m.setVM(ctx, id, func(r *VM) { r.State, r.Pid, r.Reason = StateStopped, 0, "unexpected-exit" })
+		return err == nil, err
+	})
 }
 
 // adoptLive records a stopped VM whose VMM is alive as running: a start
 // that died between launching the VMM and its commit wanted exactly that.
 func (m *Manager) adoptLive(ctx context.Context, id string, pid int) (bool, error) {
+	return m.ifIdle(ctx, id, func(v *VM) (bool, error) {
+		if (v.State != StateStopped && v.State != StateCreated) || !m.isOurVMM(pid, id) {
+			return false, nil
+		}
+		_, err := m.setVM(ctx, id, func(r *VM) { r.State, r.Pid, r.Reason = StateRunning, pid, "adopted live VMM" })
+		return err == nil, err
+	})
+}
+
+// ifIdle runs fix on a fresh copy of id's record under its ops lock. The
+// daemon's repairs never wait: a VM some operation owns right now, or one
+// gone by the time the lock is held, is skipped (false, nil).
+func (m *Manager) ifIdle(ctx context.Context, id string, fix func(v *VM) (bool, error)) (bool, error) {
 	l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
 	if errors.Is(err, ErrLocked) {
 		return false, nil
@@ -163,11 +169,10 @@ func (m *Manager) adoptLive(ctx context.Context, id string, pid int) (bool, erro
 	}
 	defer l.Unlock()
 	v, err := m.resolveVM(id)
-	if err != nil || (v.State != StateStopped && v.State != StateCreated) || !m.isOurVMM(pid, id) {
+	if err != nil {
 		return false, nil
 	}
-	_, err = m.setVM(ctx, id, func(r *VM) { r.State, r.Pid, r.Reason = StateRunning, pid, "adopted live VMM" })
-	return err == nil, err
+	return fix(v)
 }
 
 type rolledIDs struct{ vms, snaps []string }

@@ -39,15 +39,7 @@ type snapMeta struct {
 }
 
 func lookupSnap(ix *snapIndex, ref string) (*Snapshot, bool) {
-	if s, ok := ix.Snapshots[ref]; ok {
-		return s, true
-	}
-	if id, ok := ix.Names[ref]; ok {
-		if s, ok := ix.Snapshots[id]; ok {
-			return s, true
-		}
-	}
-	return nil, false
+	return lookupRef(ix.Snapshots, ix.Names, ref)
 }
 
 func (m *Manager) resolveSnap(ref string) (*Snapshot, error) {

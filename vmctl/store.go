@@ -47,28 +47,12 @@ func decodeVMIndex(path string, b []byte) (*vmIndex, error) {
 	if err := decodeIndex(path, b, ix); err != nil {
 		return nil, err
 	}
-	if ix.Version > indexVersion {
-		return nil, fmt.Errorf("vm index %s: version %d is newer than this vmctl (%d)", path, ix.Version, indexVersion)
+	if err := checkRecords("vm", path, ix.Version, ix.VMs, func(v *VM) string { return v.ID }); err != nil {
+		return nil, err
 	}
-	if ix.Version < 1 {
-		// Every generation we write carries a version: "{}" or "null" is
-		// not an empty store, it is a file someone else wrote.
-		return nil, fmt.Errorf("vm index %s: no version field: %w; the previous generation is kept at %s.prev", path, ErrCorruptIndex, path)
-	}
-	if ix.VMs == nil {
-		ix.VMs = map[string]*VM{}
-	}
-	if ix.Names == nil {
-		ix.Names = map[string]string{}
-	}
-	if ix.Tombstones == nil {
-		ix.Tombstones = map[string]*Tombstone{}
-	}
-	for id, v := range ix.VMs {
-		if v == nil || v.ID != id {
-			return nil, fmt.Errorf("vm index %s: record %q malformed: %w; the previous generation is kept at %s.prev", path, id, ErrCorruptIndex, path)
-		}
-	}
+	ix.VMs = orEmpty(ix.VMs)
+	ix.Names = orEmpty(ix.Names)
+	ix.Tombstones = orEmpty(ix.Tombstones)
 	return ix, nil
 }
 
@@ -77,27 +61,42 @@ func decodeSnapIndex(path string, b []byte) (*snapIndex, error) {
 	if err := decodeIndex(path, b, ix); err != nil {
 		return nil, err
 	}
-	if ix.Version > indexVersion {
-		return nil, fmt.Errorf("snapshot index %s: version %d is newer than this vmctl (%d)", path, ix.Version, indexVersion)
+	if err := checkRecords("snapshot", path, ix.Version, ix.Snapshots, func(s *Snapshot) string { return s.ID }); err != nil {
+		return nil, err
 	}
-	if ix.Version < 1 {
-		return nil, fmt.Errorf("snapshot index %s: no version field: %w; the previous generation is kept at %s.prev", path, ErrCorruptIndex, path)
+	ix.Snapshots = orEmpty(ix.Snapshots)
+	ix.Names = orEmpty(ix.Names)
+	ix.Tombstones = orEmpty(ix.Tombstones)
+	return ix, nil
+}
+
+// checkRecords holds the checks both indexes need after decoding, so the two
+// cannot drift apart: the version, and every record present and stored under
+// its own id. kind names the index in the errors ("vm", "snapshot").
+func checkRecords[R any](kind, path string, version int, records map[string]*R, id func(*R) string) error {
+	if version > indexVersion {
+		return fmt.Errorf("%s index %s: version %d is newer than this vmctl (%d)", kind, path, version, indexVersion)
 	}
-	if ix.Snapshots == nil {
-		ix.Snapshots = map[string]*Snapshot{}
+	if version < 1 {
+		// Every generation we write carries a version: "{}" or "null" is
+		// not an empty store, it is a file someone else wrote.
+		return fmt.Errorf("%s index %s: no version field: %w; the previous generation is kept at %s.prev", kind, path, ErrCorruptIndex, path)
 	}
-	if ix.Names == nil {
-		ix.Names = map[string]string{}
-	}
-	if ix.Tombstones == nil {
-		ix.Tombstones = map[string]*Tombstone{}
-	}
-	for id, s := range ix.Snapshots {
-		if s == nil || s.ID != id {
-			return nil, fmt.Errorf("snapshot index %s: record %q malformed: %w; the previous generation is kept at %s.prev", path, id, ErrCorruptIndex, path)
+	for key, r := range records {
+		if r == nil || id(r) != key {
+			return fmt.Errorf("%s index %s: record %q malformed: %w; the previous generation is kept at %s.prev", kind, path, key, ErrCorruptIndex, path)
 		}
 	}
-	return ix, nil
+	return nil
+}
+
+// orEmpty gives a map an index left out (or wrote as null) its empty value,
+// so callers can add to it without a nil check.
+func orEmpty[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return map[K]V{}
+	}
+	return m
 }
 
 func decodeIndex(path string, b []byte, into any) error {

@@ -47,12 +47,18 @@ func errVMNotFound() error { return ErrVMNotFound }
 
 // lookupVM resolves an id or a name.
 func lookupVM(ix *vmIndex, ref string) (*VM, bool) {
-	if v, ok := ix.VMs[ref]; ok {
-		return v, true
+	return lookupRef(ix.VMs, ix.Names, ref)
+}
+
+// lookupRef resolves ref in either index the same way: an id first, then a
+// name through the index's name map.
+func lookupRef[R any](records map[string]*R, names map[string]string, ref string) (*R, bool) {
+	if r, ok := records[ref]; ok {
+		return r, true
 	}
-	if id, ok := ix.Names[ref]; ok {
-		if v, ok := ix.VMs[id]; ok {
-			return v, true
+	if id, ok := names[ref]; ok {
+		if r, ok := records[id]; ok {
+			return r, true
 		}
 	}
 	return nil, false

@@ -215,7 +215,7 @@ var FaultKinds = map[string]bool{"sigkill-main": true, "stop": true, "restart": 
 // StepKinds are the step kinds the runner implements.
 var StepKinds = map[string]bool{StepCreate: true, StepHibernate: true, StepWake: true, StepDelete: true,
 	StepLedgerWrite: true, StepDirectClone: true, StepReconcile: true, StepKillVMM: true,
-	StepWipeStatus: true, StepCounterClaim: true, StepDirectSave: true, StepHoldLease: true}
+	StepWipeStatus: true, StepCounterClaim: true, StepDirectSave: true, StepHoldLease: true, StepOrphanPause: true}
 
 func contains(xs []string, x string) bool {
 	for _, y := range xs {

@@ -39,6 +39,7 @@ const (
 	StepWipeStatus   = "wipe-status"   // delete the agent's local status markers (agent stopped)
 	StepCounterClaim = "counter-claim" // PUT a counter-intent inside a resume claim; expect the 4xx, retry until accepted
 	StepDirectSave   = "direct-save"   // the harness runs `vmctl snapshot save --name VM-manual VM` itself (an operator's manual save)
+	StepOrphanPause  = "orphan-pause"  // a harness `snapshot save` of VM SIGKILLed inside its pause window: the VMM stays Paused under a running record
 	StepHoldLease    = "hold-lease"    // a harness `vm clone --name reader VM` parked at vm.clone.reserved holds snapshot VM's lease shared until the agent's next `snapshot rm` exited
 )
 
@@ -248,7 +249,18 @@ var seedScenarios = []Scenario{
 		// the agent's resumed hibernate never redoes a done NIC drop, so the
 		// orphaned pause reaches `vm net` only from a save the agent did not
 		// own (an operator's, or a crashed earlier tool)
-		Targets: []string{"net-refuses-paused"},
+	},
+	{
+		ID: "s001-2-owed-nic-drop-on-paused-vm", SeedRef: "001 #2", Op: OpHibernate, Speed: "fast",
+		Title:  "stop right after the hibernate's DHCP release; meanwhile a save dies inside its pause window: the resumed NIC drop must converge the orphaned pause",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{{Kind: "stop", Trigger: "park agent.hibernate.dhcp-released", VM: vmA, StopFor: 1 * time.Second}},
+		// the guest was already told to release DHCP, so the resumed
+		// hibernate goes straight to `vm net --nics 0` on the Paused VMM
+		WhileStopped: []Step{{Kind: StepOrphanPause, VM: vmA}},
+		Expect:       Expect{Ledger: true},
+		Targets:      []string{"net-refuses-paused"},
 	},
 	{
 		ID: "s001-4-owed-hibernate-dead-vmm", SeedRef: "001 #4", Op: OpHibernate, Speed: "fast",

@@ -796,6 +796,8 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		cr.mu.Unlock()
 	case scenarios.StepHoldLease:
 		return cr.holdLease(ctx, step.VM)
+	case scenarios.StepOrphanPause:
+		return cr.orphanPause(ctx, step.VM)
 	case scenarios.StepReconcile:
 		// the record exists (creating) once the clone reserved it
 		var id string
@@ -1089,4 +1091,42 @@ func (cr *caseRun) lastPhase(parked failpoint.Event, tsNs int64) string {
 		last = e.Point
 	}
 	return last
+}
+
+// orphanPause runs `snapshot save` of name as the harness, parks it right
+// after it paused the VMM and SIGKILLs it there: the VMM stays Paused under a
+// running record, the state a dead capture leaves (seed 001 #2).
+func (cr *caseRun) orphanPause(ctx context.Context, name string) error {
+	const point = "snapshot.save.paused"
+	v, ok, err := cr.st.VMByName(ctx, name)
+	if err != nil || !ok {
+		return fmt.Errorf("orphan-pause: no vm %s (%v)", name, err)
+	}
+	cmd, exit, err := cr.st.StartProcFP("orphan-pause-"+name, point+"=pause", "snapshot", "save", "--name", name+"-orphan", v.ID)
+	if err != nil {
+		return err
+	}
+	cr.mu.Lock()
+	cr.direct["orphan-"+name] = &directProc{pid: cmd.Process.Pid, exit: exit}
+	cr.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pid, err := failpoint.WaitParked(wctx, cr.st.CtlDir, point)
+	if err != nil {
+		return fmt.Errorf("orphan-pause: %w", err)
+	}
+	host := cr.st.HostPID(pid)
+	if !cr.isDirect(host) {
+		return fmt.Errorf("orphan-pause: parked pid %d is not the save the harness started", pid)
+	}
+	if err := stack.KillProc(host); err != nil {
+		return fmt.Errorf("orphan-pause: kill %d: %w", host, err)
+	}
+	select {
+	case <-exit:
+	case <-wctx.Done():
+		return fmt.Errorf("orphan-pause: save %d did not die", host)
+	}
+	// later saves must not park here
+	return failpoint.Release(cr.st.CtlDir, point)
 }

@@ -282,42 +282,57 @@ func (t *Trace) offer(h Hit) (fired []*waiter) {
 // thread (events already in the trace count, as for Wait). It returns a
 // cancel func that removes the waiter if it has not completed.
 func (t *Trace) onHitWaiter(from, n int, match func(*failpoint.Event) bool, onHit func(Hit) *timed) (cancel func(), err error) {
-	if n < 1 {
-		n = 1
-	}
 	w := &waiter{match: match, need: n, onHit: onHit}
+	h, done, err := t.arm(from, w)
+	if err != nil {
+		return nil, err
+	}
+	if done {
+		// Already happened: run it on the reader thread all the same.
+		t.post(func() { t.schedule(onHit(h)) })
+		return func() {}, nil
+	}
+	return func() { t.disarm(w) }, nil
+}
+
+// arm counts w's matches among the events already at index >= from. If they
+// complete it, it returns that hit (done) and w is never registered;
+// otherwise w joins the waiters the reader feeds. Wait and onHitWaiter share
+// it so both see past and future hits the same way.
+func (t *Trace) arm(from int, w *waiter) (h Hit, done bool, err error) {
+	if w.need < 1 {
+		w.need = 1
+	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.closed {
-		t.mu.Unlock()
-		return nil, ErrTraceClosed
+		return Hit{}, false, ErrTraceClosed
 	}
 	if from < 0 {
 		from = 0
 	}
 	for i := from; i < len(t.events); i++ {
-		if match(&t.events[i]) {
+		if w.match(&t.events[i]) {
 			w.need--
 			if w.need == 0 {
-				// Already happened: run it on the reader thread all the same.
-				h := Hit{Index: i, Event: t.events[i], RecvNs: t.recvNs[i]}
-				t.mu.Unlock()
-				t.post(func() { t.schedule(onHit(h)) })
-				return func() {}, nil
+				return Hit{Index: i, Event: t.events[i], RecvNs: t.recvNs[i]}, true, nil
 			}
 		}
 	}
 	t.waiters = append(t.waiters, w)
-	t.mu.Unlock()
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		for i, x := range t.waiters {
-			if x == w {
-				t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
-				return
-			}
+	return Hit{}, false, nil
+}
+
+// disarm removes w if it is still waiting (no-op once it completed).
+func (t *Trace) disarm(w *waiter) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, x := range t.waiters {
+		if x == w {
+			t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+			return
 		}
-	}, nil
+	}
 }
 
 // post runs f on the reader thread (as an action due now).
@@ -394,30 +409,10 @@ func (t *Trace) Malformed() (int, string) {
 // Wait returns the n-th event (n ≥ 1) at index ≥ from that satisfies match.
 // Events already in the trace count, so arming after the hit is not a miss.
 func (t *Trace) Wait(ctx context.Context, from, n int, match func(*failpoint.Event) bool) (Hit, error) {
-	if n < 1 {
-		n = 1
-	}
 	w := &waiter{match: match, need: n, ch: make(chan Hit, 1)}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return Hit{}, ErrTraceClosed
+	if h, done, err := t.arm(from, w); err != nil || done {
+		return h, err
 	}
-	if from < 0 {
-		from = 0
-	}
-	for i := from; i < len(t.events); i++ {
-		if match(&t.events[i]) {
-			w.need--
-			if w.need == 0 {
-				h := Hit{Index: i, Event: t.events[i], RecvNs: t.recvNs[i]}
-				t.mu.Unlock()
-				return h, nil
-			}
-		}
-	}
-	t.waiters = append(t.waiters, w)
-	t.mu.Unlock()
 	select {
 	case h, ok := <-w.ch:
 		if !ok {
@@ -425,14 +420,7 @@ func (t *Trace) Wait(ctx context.Context, from, n int, match func(*failpoint.Eve
 		}
 		return h, nil
 	case <-ctx.Done():
-		t.mu.Lock()
-		for i, x := range t.waiters {
-			if x == w {
-				t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
-				break
-			}
-		}
-		t.mu.Unlock()
+		t.disarm(w)
 		// The hit may have raced the cancellation; it wins.
 		select {
 		case h, ok := <-w.ch:

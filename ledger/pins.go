@@ -33,15 +33,11 @@ type pinFile struct {
 // guest has none yet. The file is flocked around read-check-append so two
 // ledgers of one run cannot pin different keys for one guest.
 func (p pinFile) check(guest, addr string, key ssh.PublicKey) error {
-	f, err := p.lock()
+	f, b, err := p.lockAndRead()
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return fmt.Errorf("host key pins %s: %w", p.path, err)
-	}
 	pinned, note, err := lookupPin(b, guest)
 	if err != nil {
 		return fmt.Errorf("host key pins %s: %w", p.path, err)
@@ -65,15 +61,11 @@ func (p pinFile) check(guest, addr string, key ssh.PublicKey) error {
 
 // drop removes guest's pin, rewriting the file atomically under the lock.
 func (p pinFile) drop(guest string) error {
-	f, err := p.lock()
+	f, b, err := p.lockAndRead()
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return fmt.Errorf("host key pins %s: %w", p.path, err)
-	}
 	want := knownhosts.Normalize(guest)
 	var keep []byte
 	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
@@ -91,6 +83,21 @@ func (p pinFile) drop(guest string) error {
 // lock opens the pins file and flocks it. drop replaces the file by rename,
 // so a lock won on an inode that is no longer at the path guards nothing:
 // the open is retried until the locked inode is the one at the path.
+// lockAndRead locks the pins file and reads it whole: check and drop both
+// decide on the contents they hold the lock over. The caller closes f.
+func (p pinFile) lockAndRead() (f *os.File, b []byte, err error) {
+	f, err = p.lock()
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err = io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("host key pins %s: %w", p.path, err)
+	}
+	return f, b, nil
+}
+
 func (p pinFile) lock() (*os.File, error) {
 	for {
 		f, err := os.OpenFile(p.path, os.O_RDWR|os.O_CREATE, 0o644)

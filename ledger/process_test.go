@@ -41,12 +41,7 @@ func TestMain(m *testing.M) {
 // helperAppend journals intents as fast as it can and confirms each one on
 // stdout only after the append (and its fsync) returned.
 func helperAppend() {
-	k, err := NewKey(os.Getenv("LEDGER_KEYDIR"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return
-	}
-	l, err := Open(os.Getenv("LEDGER_JOURNAL"), k, os.Getenv("LEDGER_PINS"))
+	l, err := openFromEnv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return
@@ -59,6 +54,16 @@ func helperAppend() {
 		}
 		fmt.Printf("ok %s\n", m)
 	}
+}
+
+// openFromEnv opens the ledger the parent test named in LEDGER_KEYDIR,
+// LEDGER_JOURNAL and LEDGER_PINS, as the helpers that journal need.
+func openFromEnv() (*Ledger, error) {
+	k, err := NewKey(os.Getenv("LEDGER_KEYDIR"))
+	if err != nil {
+		return nil, err
+	}
+	return Open(os.Getenv("LEDGER_JOURNAL"), k, os.Getenv("LEDGER_PINS"))
 }
 
 // helperTorn journals three entries, then leaves half a line in the file the
@@ -92,12 +97,7 @@ func helperWriteMarker() {
 		fmt.Fprintln(os.Stderr, err)
 		return
 	}
-	k, err := NewKey(os.Getenv("LEDGER_KEYDIR"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return
-	}
-	l, err := Open(os.Getenv("LEDGER_JOURNAL"), k, os.Getenv("LEDGER_PINS"))
+	l, err := openFromEnv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return

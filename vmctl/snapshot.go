@@ -370,11 +370,7 @@ func (m *Manager) finishSnapDelete(ctx context.Context, tomb *Tombstone) error {
 		}
 	}
 	err := m.updateSnaps(ctx, tomb.ID, func(ix *snapIndex) error {
-		if _, ok := ix.Tombstones[tomb.ID]; !ok {
-			return errNoChange
-		}
-		delete(ix.Tombstones, tomb.ID)
-		return nil
+		return dropTombstone(ix.Tombstones, tomb.ID)
 	})
 	if err := ignoreNoChange(err); err != nil {
 		return err

@@ -172,40 +172,47 @@ func (m *Manager) commitIndex(ctx context.Context, path string, doc any, id stri
 // the result. fn returning an error commits nothing. id names the VM in the
 // store.commit.* failpoints.
 func (m *Manager) updateVMs(ctx context.Context, id string, fn func(ix *vmIndex) error) error {
-	l, err := lockFile(ctx, m.vmIndexLock(), exclusive, true)
-	if err != nil {
-		return fmt.Errorf("lock vm index: %w", err)
-	}
-	defer l.Unlock()
-	ix, err := m.loadVMs()
-	if err != nil {
-		return err
-	}
-	if err := fn(ix); err != nil {
-		return err
-	}
-	ix.Version = indexVersion
-	ix.Generation++
-	return m.commitIndex(ctx, m.vmIndexPath(), ix, id)
+	return updateIndex(ctx, m, "vm", m.vmIndexLock(), m.vmIndexPath(), id, m.loadVMs, fn)
 }
 
 // updateSnaps is updateVMs for the snapshot index.
 func (m *Manager) updateSnaps(ctx context.Context, id string, fn func(ix *snapIndex) error) error {
-	l, err := lockFile(ctx, m.snapIndexLock(), exclusive, true)
+	return updateIndex(ctx, m, "snapshot", m.snapIndexLock(), m.snapIndexPath(), id, m.loadSnaps, fn)
+}
+
+// updateIndex is the locked read-modify-commit both indexes go through, so
+// they lock, stamp and commit the same way. kind names the index in errors.
+func updateIndex[I interface{ stamp() }](ctx context.Context, m *Manager, kind, lockPath, path, id string, load func() (I, error), fn func(I) error) error {
+	l, err := lockFile(ctx, lockPath, exclusive, true)
 	if err != nil {
-		return fmt.Errorf("lock snapshot index: %w", err)
+		return fmt.Errorf("lock %s index: %w", kind, err)
 	}
 	defer l.Unlock()
-	ix, err := m.loadSnaps()
+	ix, err := load()
 	if err != nil {
 		return err
 	}
 	if err := fn(ix); err != nil {
 		return err
 	}
-	ix.Version = indexVersion
-	ix.Generation++
-	return m.commitIndex(ctx, m.snapIndexPath(), ix, id)
+	ix.stamp()
+	return m.commitIndex(ctx, path, ix, id)
+}
+
+// stamp marks an index about to be committed: this format, next generation.
+func (ix *vmIndex) stamp() { ix.Version, ix.Generation = indexVersion, ix.Generation+1 }
+
+// stamp marks an index about to be committed: this format, next generation.
+func (ix *snapIndex) stamp() { ix.Version, ix.Generation = indexVersion, ix.Generation+1 }
+
+// dropTombstone is the update that ends a delete; a finisher that lost the
+// race to another one has nothing to commit.
+func dropTombstone(tombs map[string]*Tombstone, id string) error {
+	if _, ok := tombs[id]; !ok {
+		return errNoChange
+	}
+	delete(tombs, id)
+	return nil
 }
 
 // errNoChange lets an update function skip the commit.

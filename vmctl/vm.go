@@ -353,11 +353,7 @@ func (m *Manager) finishVMDelete(ctx context.Context, tomb *Tombstone) error {
 		}
 	}
 	err := m.updateVMs(ctx, tomb.ID, func(ix *vmIndex) error {
-		if _, ok := ix.Tombstones[tomb.ID]; !ok {
-			return errNoChange
-		}
-		delete(ix.Tombstones, tomb.ID)
-		return nil
+		return dropTombstone(ix.Tombstones, tomb.ID)
 	})
 	if err := ignoreNoChange(err); err != nil {
 		return err

@@ -214,6 +214,20 @@ func mustLoad(t *testing.T, m *Manager) *vmIndex {
 	return ix
 }
 
+// seedFiles renders the cloud-init seed m would attach to v's cold boot.
+func seedFiles(t *testing.T, m *Manager, v *VM) map[string][]byte {
+	t.Helper()
+	ci, err := m.seedConfig(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := ci.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
 // TestTapSeedCarriesKeyAndAddress: the seed authorizes the key, names the
 // host after the VM and configures the guest address by MAC with the host
 // side as the gateway; the key may also come from a .pub file.
@@ -224,14 +238,7 @@ func TestTapSeedCarriesKeyAndAddress(t *testing.T) {
 	}
 	m := newTapManager(t, "172.30.0.0/16", func(c *Config) { c.SeedPubKey = pub })
 	v := reserveFor(t, m, "Web_01", 1, nil)
-	ci, err := m.seedConfig(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := ci.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := seedFiles(t, m, v)
 	n := v.Network[0]
 	for f, want := range map[string][]string{
 		"user-data":      {`"` + testSeedKey + `"`, "disable_root: false", `hostname: "web-01"`},
@@ -442,14 +449,7 @@ func FuzzRewriteConfig(f *testing.F) {
 func TestTapSeedDHCP(t *testing.T) {
 	m := newTapManager(t, "172.30.0.0/16", func(c *Config) { c.GuestNet = GuestNetDHCP })
 	v := reserveFor(t, m, "d", 1, nil)
-	ci, err := m.seedConfig(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := ci.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := seedFiles(t, m, v)
 	nc := string(files["network-config"])
 	if !strings.Contains(nc, "dhcp4: true") || strings.Contains(nc, v.Network[0].IP) || strings.Contains(nc, "macaddress") {
 		t.Fatalf("network-config:\n%s", nc)

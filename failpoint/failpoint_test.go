@@ -176,11 +176,18 @@ func TestSleepAction(t *testing.T) {
 	}
 }
 
-func TestPauseParksUntilReleased(t *testing.T) {
-	ctl := t.TempDir()
+// parkInBackground arms a pause at vm.clone.reserved and hits it from a
+// goroutine; res gets Hit's result once the park is released.
+func parkInBackground(t *testing.T) (ctl string, res <-chan error) {
+	ctl = t.TempDir()
 	configure(t, "", "vm.clone.reserved=pause", ctl)
-	res := make(chan error, 1)
-	go func() { res <- Hit(context.Background(), "vm.clone.reserved", nil) }()
+	done := make(chan error, 1)
+	go func() { done <- Hit(context.Background(), "vm.clone.reserved", nil) }()
+	return ctl, done
+}
+
+func TestPauseParksUntilReleased(t *testing.T) {
+	ctl, res := parkInBackground(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pid, err := WaitParked(ctx, ctl, "vm.clone.reserved")
@@ -411,10 +418,7 @@ func FuzzParseEvent(f *testing.F) {
 // park removes stale control files; a process that was already parked must
 // re-announce itself, or the harness waits forever for a park that happened.
 func TestParkedPointAnnouncesAgainWhenItsFileIsCleared(t *testing.T) {
-	ctl := t.TempDir()
-	configure(t, "", "vm.clone.reserved=pause", ctl)
-	res := make(chan error, 1)
-	go func() { res <- Hit(context.Background(), "vm.clone.reserved", nil) }()
+	ctl, res := parkInBackground(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := WaitParked(ctx, ctl, "vm.clone.reserved"); err != nil {

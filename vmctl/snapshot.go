@@ -340,15 +340,8 @@ func (m *Manager) finishInterruptedSnapDelete(ctx context.Context, ref string, n
 	if err != nil {
 		return err
 	}
-	var tomb *Tombstone
-	for id, t := range ix.Tombstones {
-		if id == ref || t.Name == ref {
-			tc := *t
-			tomb = &tc
-			break
-		}
-	}
-	if tomb == nil || !validID(tomb.ID) {
+	tomb := findTombstone(ix.Tombstones, ref)
+	if tomb == nil {
 		return notFound
 	}
 	lease, err := lockFile(ctx, m.leasePath(tomb.ID), exclusive, false)

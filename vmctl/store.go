@@ -205,6 +205,22 @@ func (ix *vmIndex) stamp() { ix.Version, ix.Generation = indexVersion, ix.Genera
 // stamp marks an index about to be committed: this format, next generation.
 func (ix *snapIndex) stamp() { ix.Version, ix.Generation = indexVersion, ix.Generation+1 }
 
+// findTombstone returns a copy of the delete in progress for ref (an id or
+// the deleted record's name), or nil when there is none or its id is not
+// one we could have written (it names directories to remove).
+func findTombstone(tombs map[string]*Tombstone, ref string) *Tombstone {
+	for id, t := range tombs {
+		if id == ref || t.Name == ref {
+			if !validID(t.ID) {
+				return nil
+			}
+			c := *t
+			return &c
+		}
+	}
+	return nil
+}
+
 // dropTombstone is the update that ends a delete; a finisher that lost the
 // race to another one has nothing to commit.
 func dropTombstone(tombs map[string]*Tombstone, id string) error {

@@ -522,15 +522,8 @@ func (m *Manager) finishInterruptedDelete(ctx context.Context, ref string, notFo
 	if err != nil {
 		return err
 	}
-	var tomb *Tombstone
-	for id, t := range ix.Tombstones {
-		if id == ref || t.Name == ref {
-			tc := *t
-			tomb = &tc
-			break
-		}
-	}
-	if tomb == nil || !validID(tomb.ID) {
+	tomb := findTombstone(ix.Tombstones, ref)
+	if tomb == nil {
 		return notFound
 	}
 	l, err := m.opsLock(ctx, tomb.ID)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/regress"
+	"github.com/vmchaos/vmchaos/timescale"
 	"github.com/vmchaos/vmchaos/vmctl"
 )
 
@@ -273,7 +274,7 @@ func (a *Agent) watchStaleCreate(ctx context.Context, name, id string) (*vmctl.V
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("vm %s (%s) did not leave creating within %v; giving up", name, id, a.cfg.BusyCreateBudget)
 		}
-		if err := sleep(ctx, tick); err != nil {
+		if err := timescale.SleepRaw(ctx, tick); err != nil {
 			return nil, err
 		}
 		if tick *= 2; tick > 8*a.cfg.BusyCreateTick {
@@ -328,7 +329,7 @@ func (a *Agent) guestExec(ctx context.Context, name, id string, argv ...string) 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("guest %v on %s not done within %v: %w", argv, id, a.cfg.ReadyBudget, err)
 		}
-		if err := sleep(ctx, a.cfg.ReadyTick); err != nil {
+		if err := timescale.SleepRaw(ctx, a.cfg.ReadyTick); err != nil {
 			return err
 		}
 	}

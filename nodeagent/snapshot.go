@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/regress"
+	"github.com/vmchaos/vmchaos/timescale"
 	"github.com/vmchaos/vmchaos/vmctl"
 )
 
@@ -93,7 +94,7 @@ func (a *Agent) removeSnapshot(ctx context.Context, name, ref string, leaseWait 
 		if !leaseWait || !isLeaseHeld(childMessage(err)) || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
-		if err := sleep(ctx, a.cfg.ReadyTick); err != nil {
+		if err := timescale.SleepRaw(ctx, a.cfg.ReadyTick); err != nil {
 			return err
 		}
 	}

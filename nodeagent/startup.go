@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/vmchaos/vmchaos/timescale"
 	"github.com/vmchaos/vmchaos/vmctl"
 )
 
@@ -23,7 +24,7 @@ func (a *Agent) startup(ctx context.Context, sem chan struct{}) error {
 			return ctx.Err()
 		}
 		a.log.Warn("startup: vm list failed; retrying", "err", err)
-		if err := sleep(ctx, a.cfg.ReadyTick); err != nil {
+		if err := timescale.SleepRaw(ctx, a.cfg.ReadyTick); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/timescale"
 	"github.com/vmchaos/vmchaos/vmctl"
 )
 
@@ -23,7 +24,7 @@ func (a *Agent) watch(ctx context.Context) {
 		if err := a.watchOnce(ctx); err != nil && ctx.Err() == nil {
 			a.log.Warn("watcher child ended", "err", err)
 		}
-		if sleep(ctx, a.cfg.WatchInterval+a.cfg.ReadyTick) != nil {
+		if timescale.SleepRaw(ctx, a.cfg.WatchInterval+a.cfg.ReadyTick) != nil {
 			return
 		}
 	}

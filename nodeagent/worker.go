@@ -328,15 +328,3 @@ func hit(ctx context.Context, point, name, reason string) error {
 	}
 	return nil
 }
-
-// sleep waits an already-scaled duration or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

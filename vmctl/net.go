@@ -108,12 +108,7 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 // setNICs records n NICs for VM id, keeping the first ones it has and
 // allocating addresses for the rest under the index lock.
 func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, error) {
-	var out VM
-	err := m.updateVMs(ctx, id, func(ix *vmIndex) error {
-		v, ok := ix.VMs[id]
-		if !ok {
-			return errVMNotFound()
-		}
+	return m.editVM(ctx, id, func(ix *vmIndex, v *VM) error {
 		if m.tap() {
 			// The name's slots: the first NICs stay as they are, the rest
 			// come back with the addresses they had before.
@@ -122,8 +117,6 @@ func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, err
 				return err
 			}
 			v.Network = nics
-			v.UpdatedAt = now()
-			out = *v
 			return nil
 		}
 		if len(v.Network) > n {
@@ -139,12 +132,6 @@ func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, err
 				v.Network = append(v.Network, NIC{ID: "net" + strconv.Itoa(i), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: port})
 			}
 		}
-		v.UpdatedAt = now()
-		out = *v
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
 }

@@ -394,13 +394,25 @@ func (m *Manager) lockedVM(ctx context.Context, ref string) (*VM, *flock, error)
 
 // setVM commits fn's change to record id.
 func (m *Manager) setVM(ctx context.Context, id string, fn func(v *VM)) (*VM, error) {
+	return m.editVM(ctx, id, func(_ *vmIndex, v *VM) error {
+		fn(v)
+		return nil
+	})
+}
+
+// editVM is setVM for a change that reads the rest of the index (address
+// allocation) or can fail; fn's error commits nothing. Either way the record
+// gets a new UpdatedAt and the caller a copy.
+func (m *Manager) editVM(ctx context.Context, id string, fn func(ix *vmIndex, v *VM) error) (*VM, error) {
 	var out VM
 	err := m.updateVMs(ctx, id, func(ix *vmIndex) error {
 		v, ok := ix.VMs[id]
 		if !ok {
 			return errVMNotFound()
 		}
-		fn(v)
+		if err := fn(ix, v); err != nil {
+			return err
+		}
 		v.UpdatedAt = now()
 		out = *v
 		return nil

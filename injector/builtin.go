@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -392,19 +394,9 @@ func (b *builtin) killRest(ctx context.Context, unit string) error {
 
 func (b *builtin) Close() error {
 	b.mu.Lock()
-	var names []string
-	for n := range b.units {
-		names = append(names, n)
-	}
+	names := slices.Collect(maps.Keys(b.units))
 	b.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var errs []error
-	for _, n := range names {
-		if err := b.Remove(ctx, n); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := removeAll(b, names)
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()

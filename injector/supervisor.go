@@ -174,3 +174,18 @@ func mergeEnv(base, extra []string) []string {
 	}
 	return out
 }
+
+// removeAll is the first step of a supervisor's Close: remove every unit it
+// still holds under one minute's budget, going on past failures so one stuck
+// unit does not leak the others.
+func removeAll(sup Supervisor, names []string) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errs []error
+	for _, n := range names {
+		if err := sup.Remove(ctx, n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -462,19 +464,9 @@ func (s *dbusSup) Close() error {
 		s.mu.Unlock()
 		return nil
 	}
-	var names []string
-	for n := range s.units {
-		names = append(names, n)
-	}
+	names := slices.Collect(maps.Keys(s.units))
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var errs []error
-	for _, n := range names {
-		if err := s.Remove(ctx, n); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := removeAll(s, names)
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()

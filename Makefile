@@ -20,9 +20,10 @@ build:
 	@# fakech is the drop-in cloud-hypervisor of the fake backend
 	@cp -f $(BIN)/fakech $(BIN)/cloud-hypervisor
 
-# test: what CI runs — lint, unit tests with -race, a short fuzz pass and the
-# fast scenario subset (time scale <= 0.1).
-test: setup build lint unit fuzz-short fast-suite
+# test: what CI runs — lint, unit tests with -race, a short fuzz pass, the
+# fast scenario subset (time scale <= 0.1) and the fast regression selftest
+# (each historical bug switched back on must be caught by its scenario).
+test: setup build lint unit fuzz-short fast-suite selftest-fast
 
 unit:
 	VMCHAOS_BIN=$(BIN) $(GO) test -race -count=1 -timeout 15m $(PKGS)

@@ -48,37 +48,47 @@ func (s Sample) Key() string {
 // label repeated within one series (which expfmt leaves to its caller), is
 // rejected rather than guessed at.
 func ParseMetricsText(r io.Reader) ([]Sample, error) {
+	out, _, err := ParseMetricsFamilies(r)
+	return out, err
+}
+
+// ParseMetricsFamilies is ParseMetricsText that also returns each family's
+// type ("counter", "gauge", "histogram", "summary", "untyped") by family name,
+// for callers that must tell counters, which never go backwards, from gauges.
+func ParseMetricsFamilies(r io.Reader) ([]Sample, map[string]string, error) {
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	mfs, err := p.TextToMetricFamilies(r)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
 	var out []Sample
+	types := make(map[string]string, len(mfs))
 	for _, name := range sortedKeys(mfs) {
 		mf := mfs[name]
 		if !validMetricName(name) {
-			return nil, fmt.Errorf("metrics: bad metric name %q", name)
+			return nil, nil, fmt.Errorf("metrics: bad metric name %q", name)
 		}
+		types[name] = strings.ToLower(mf.GetType().String())
 		for _, m := range mf.GetMetric() {
 			labels := make(map[string]string, len(m.GetLabel()))
 			for _, lp := range m.GetLabel() {
 				k := lp.GetName()
 				if !validMetricName(k) || strings.Contains(k, ":") {
-					return nil, fmt.Errorf("metrics: %s: bad label name %q", name, k)
+					return nil, nil, fmt.Errorf("metrics: %s: bad label name %q", name, k)
 				}
 				if _, dup := labels[k]; dup {
-					return nil, fmt.Errorf("metrics: %s: duplicate label %q", name, k)
+					return nil, nil, fmt.Errorf("metrics: %s: duplicate label %q", name, k)
 				}
 				labels[k] = lp.GetValue()
 			}
 			s, err := flatten(name, mf.GetType(), m, labels)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			out = append(out, s...)
 		}
 	}
-	return out, nil
+	return out, types, nil
 }
 
 // flatten turns one series of a family into its exposition samples.

@@ -1,16 +1,16 @@
 package checker
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/vmchaos/vmchaos/nodeagent"
 )
 
 // Sample is one scrape: series key → value, keyed `name{a="x",b="y"}` with
@@ -21,145 +21,40 @@ type Sample struct {
 	Types  map[string]string // metric family → counter|gauge|histogram|summary|untyped
 }
 
-// ParseText parses the Prometheus text exposition format (the subset
-// client_golang writes: HELP/TYPE comments, name{labels} value [timestamp]).
-// expfmt would do it, but its dependencies are not in this module's go.sum;
-// the format is small and stable.
+// ParseText parses a scrape of the agent's metrics endpoint with expfmt
+// (through nodeagent.ParseMetricsFamilies): values keyed by canonical series
+// key, and each family's type.
 func ParseText(r io.Reader) (Sample, error) {
-	s := Sample{Values: map[string]float64{}, Types: map[string]string{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	ln := 0
-	for sc.Scan() {
-		ln++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
-		if strings.HasPrefix(line, "#") {
-			f := strings.Fields(line)
-			if len(f) >= 4 && f[1] == "TYPE" {
-				s.Types[f[2]] = f[3]
-			}
-			continue
-		}
-		key, rest, err := splitSeries(line)
-		if err != nil {
-			return s, fmt.Errorf("metrics line %d: %w", ln, err)
-		}
-		f := strings.Fields(rest)
-		if len(f) < 1 || len(f) > 2 {
-			return s, fmt.Errorf("metrics line %d: want value [timestamp]", ln)
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return s, fmt.Errorf("metrics line %d: value: %w", ln, err)
-		}
-		s.Values[key] = v
-	}
-	return s, sc.Err()
-}
-
-// splitSeries returns the canonical series key and the text after it.
-func splitSeries(line string) (string, string, error) {
-	i := strings.IndexAny(line, "{ \t")
-	if i <= 0 {
-		return "", "", fmt.Errorf("no metric name")
-	}
-	name := line[:i]
-	if !validName(name) {
-		return "", "", fmt.Errorf("bad metric name %q", name)
-	}
-	if line[i] != '{' {
-		return name, line[i:], nil
-	}
-	labels, rest, err := parseLabels(line[i+1:])
+	s := Sample{Values: map[string]float64{}}
+	samples, types, err := nodeagent.ParseMetricsFamilies(r)
 	if err != nil {
-		return "", "", err
+		return s, err
 	}
-	return Key(name, labels), rest, nil
+	s.Types = types
+	for _, m := range samples {
+		s.Values[m.Key()] = m.Value
+	}
+	return s, nil
 }
 
-func validName(s string) bool {
-	for i, r := range s {
-		if !(r == '_' || r == ':' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || (i > 0 && r >= '0' && r <= '9')) {
-			return false
-		}
-	}
-	return s != ""
-}
-
-// parseLabels parses `a="x",b="y"}` and returns the labels and the rest.
-func parseLabels(s string) (map[string]string, string, error) {
-	out := map[string]string{}
-	for {
-		s = strings.TrimLeft(s, " \t,")
-		if strings.HasPrefix(s, "}") {
-			return out, s[1:], nil
-		}
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 {
-			return nil, "", fmt.Errorf("label: want name=\"value\"")
-		}
-		name := strings.TrimSpace(s[:eq])
-		if !validName(name) {
-			return nil, "", fmt.Errorf("bad label name %q", name)
-		}
-		s = strings.TrimLeft(s[eq+1:], " \t")
-		if !strings.HasPrefix(s, `"`) {
-			return nil, "", fmt.Errorf("label %s: value not quoted", name)
-		}
-		var b strings.Builder
-		j := 1
-		for ; j < len(s); j++ {
-			c := s[j]
-			if c == '\\' && j+1 < len(s) {
-				j++
-				switch s[j] {
-				case 'n':
-					b.WriteByte('\n')
-				default:
-					b.WriteByte(s[j])
-				}
-				continue
-			}
-			if c == '"' {
-				break
-			}
-			b.WriteByte(c)
-		}
-		if j >= len(s) {
-			return nil, "", fmt.Errorf("label %s: unterminated value", name)
-		}
-		out[name] = b.String()
-		s = s[j+1:]
-	}
-}
-
-// Key is the canonical series key.
+// Key is the canonical series key: labels sorted by name, values escaped as
+// the text format escapes them.
 func Key(name string, labels map[string]string) string {
-	if len(labels) == 0 {
-		return name
-	}
-	ks := make([]string, 0, len(labels))
-	for k := range labels {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	parts := make([]string, len(ks))
-	for i, k := range ks {
-		parts[i] = k + "=" + strconv.Quote(labels[k])
-	}
-	return name + "{" + strings.Join(parts, ",") + "}"
+	return nodeagent.Sample{Name: name, Labels: labels}.Key()
 }
 
-// Canonical re-keys a series written by hand (`name{b="y",a="x"}`).
+// Canonical re-keys a series written by hand (`name{b="y",a="x"}`) so it
+// compares equal to the keys ParseText returns; a series that does not parse
+// is returned unchanged (and then matches nothing).
 func Canonical(series string) string {
-	k, _, err := splitSeries(series + " 0")
-	if err != nil {
+	smp, err := ParseText(strings.NewReader(series + " 0\n"))
+	if err != nil || len(smp.Values) != 1 {
 		return series
 	}
-	return k
+	for k := range smp.Values {
+		return k
+	}
+	return series
 }
 
 // family returns the metric family of a series key (histogram suffixes removed).

@@ -106,8 +106,12 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 			if err != nil {
 				return runInfraError{err}
 			}
+			sup := r.Supervisor()
+			if note := r.SupervisorNote(); note != "" {
+				sup += " (" + note + ")"
+			}
 			fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d → %s\n",
-				len(cases), f.backend, r.Supervisor(), f.scale, f.seed, dir)
+				len(cases), f.backend, sup, f.scale, f.seed, dir)
 			var runErr error
 			if parallel > 1 {
 				runErr = suite.RunParallel(ctx, r, cases, parallel, dir, f.seed)

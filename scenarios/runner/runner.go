@@ -38,13 +38,45 @@ type Options struct {
 	StablePolls int       // consecutive clean polls that count as converged (default 3)
 }
 
+// preflight, binDir and newRun are realch.Preflight, stackbin.Dir and
+// stack.NewRun; tests replace them to see how a real run is put together
+// without KVM, a build or a namespace.
+var (
+	preflight = realch.Preflight
+	binDir    = stackbin.Dir
+	newRun    = stack.NewRun
+)
+
+// realAutoNote is what the run header and report say when auto picked the
+// supervisor of a real-backend run.
+const realAutoNote = "auto: builtin, since the sandbox would hide the real backend's /run/netns"
+
+// realSupervisor is the supervisor a real-backend run uses for the asked
+// kind, and a note when auto chose it. The run's network namespace lives
+// under /run/netns and the VMMs need /dev/kvm: the sandbox gives the stack
+// private ones, so auto does not try it (nor systemd: one choice, the same
+// on every runner), and asking for it is an error.
+func realSupervisor(kind string) (string, string, error) {
+	switch kind {
+	case injector.KindAuto, "":
+		return injector.KindBuiltin, realAutoNote, nil
+	case injector.KindBuiltin, injector.KindSystemd:
+		return kind, "", nil
+	case injector.KindSandbox:
+		return "", "", fmt.Errorf("--backend real --supervisor sandbox: the sandbox gives the stack a private /run and /dev, so the run's network namespace (/run/netns) and /dev/kvm are out of reach; use builtin or systemd")
+	default:
+		return "", "", fmt.Errorf("--supervisor %q: want auto, sandbox, builtin or systemd", kind)
+	}
+}
+
 // Runner runs cases; one per process run (it owns the supervisor).
 type Runner struct {
-	opts Options
-	skip string // every case is inconclusive with this reason (real backend unavailable)
-	run  *stack.Run
-	mu   sync.Mutex
-	res  *reports.Results
+	opts    Options
+	skip    string // every case is inconclusive with this reason (real backend unavailable)
+	supNote string // why this supervisor, when the backend overrode auto
+	run     *stack.Run
+	mu      sync.Mutex
+	res     *reports.Results
 }
 
 // New prepares the shared stack parts.
@@ -61,45 +93,63 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if o.StablePolls <= 0 {
 		o.StablePolls = 3
 	}
+	supNote := ""
 	switch o.Backend {
 	case "fake":
 	case "real":
+		sup, note, err := realSupervisor(o.Supervisor)
+		if err != nil {
+			return nil, err
+		}
+		o.Supervisor, supNote = sup, note
 		// Without KVM or a cloud-hypervisor binary the real-backend specs
 		// skip with the preflight's reason (inconclusive, gate exit 2).
-		_, pf, err := realch.Preflight(realch.Options{})
+		_, pf, err := preflight(realch.Options{})
 		skip := ""
 		switch {
 		case err != nil:
 			skip = "real backend unavailable: " + err.Error()
 		case !pf.OK:
 			skip = "real backend unavailable: " + pf.String()
-		default:
-			skip = "real backend: KVM and cloud-hypervisor found, but this build runs the catalogue on the fake backend only (realch launch is not wired into the case stack yet)"
 		}
-		host, _ := os.Hostname()
-		return &Runner{opts: o, skip: skip, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
-			Host: host, Backend: o.Backend, Supervisor: o.Supervisor, TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
+		if skip != "" {
+			host, _ := os.Hostname()
+			return &Runner{opts: o, skip: skip, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
+				Host: host, Backend: o.Backend, Supervisor: withNote(o.Supervisor, supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
+		}
 	default:
 		return nil, fmt.Errorf("--backend %q: want fake or real", o.Backend)
 	}
 	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
 		return nil, fmt.Errorf("report dir: %w", err)
 	}
-	bin, err := stackbin.Dir()
+	bin, err := binDir()
 	if err != nil {
 		return nil, err
 	}
-	run, err := stack.NewRun(ctx, stack.RunOptions{BinDir: bin, Supervisor: o.Supervisor, Scale: o.Scale, Seed: o.Seed})
+	run, err := newRun(ctx, stack.RunOptions{BinDir: bin, Supervisor: o.Supervisor, Backend: o.Backend, Scale: o.Scale, Seed: o.Seed})
 	if err != nil {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	r := &Runner{opts: o, run: run, res: &reports.Results{
+	r := &Runner{opts: o, run: run, supNote: supNote, res: &reports.Results{
 		RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(), Host: host, Backend: o.Backend,
-		Supervisor: run.Sup.Kind(), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress,
+		Supervisor: withNote(run.Sup.Kind(), supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress,
 	}}
 	return r, nil
 }
+
+// withNote is the supervisor as the report's header shows it.
+func withNote(kind, note string) string {
+	if note == "" {
+		return kind
+	}
+	return kind + " (" + note + ")"
+}
+
+// SupervisorNote says why the supervisor is not what auto would have
+// picked on the fake backend ("" when it is).
+func (r *Runner) SupervisorNote() string { return r.supNote }
 
 // Supervisor is the kind actually used.
 func (r *Runner) Supervisor() string {

@@ -24,8 +24,23 @@ import (
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/realch"
 	"github.com/vmchaos/vmchaos/vmctl"
 )
+
+// Backends NewRun accepts.
+const (
+	BackendFake = "fake" // fakech, the bundled fake cloud-hypervisor
+	BackendReal = "real" // cloud-hypervisor on KVM through realch
+)
+
+// stackEnv is realch.StackEnv; tests replace it to see what a real run asks
+// for without creating a namespace.
+var stackEnv = realch.StackEnv
+
+// guestBootTimeout bounds the wait for the real base guest to answer
+// `vm exec` (cloud-init's first boot of a cloud image takes tens of seconds).
+var guestBootTimeout = 5 * time.Minute
 
 // Run is what every case of one run shares: binaries, the run's ledger key,
 // the guest image and an exported base snapshot, and the supervisor.
@@ -36,10 +51,13 @@ type Run struct {
 	Image      string
 	BaseExport string // `vmctl snapshot export` of the base snapshot
 	Sup        injector.Supervisor
-	Scale      float64
-	Seed       int64
-	next       int
-	mu         sync.Mutex
+	// Real is the real backend's environment (tap networking in the run's
+	// network namespace, the discovered CH and payload); nil on fakech.
+	Real  *realch.Stack
+	Scale float64
+	Seed  int64
+	next  int
+	mu    sync.Mutex
 	// nsInit is the host pid of the sandbox's PID 1 (0 without a pid
 	// namespace): vmctl records hold pids as the stack sees them, so every
 	// vmctl the harness runs must run in the stack's pid (and /proc) view.
@@ -49,7 +67,8 @@ type Run struct {
 // RunOptions configures NewRun.
 type RunOptions struct {
 	BinDir     string // stack binaries (stackbin.Dir())
-	Supervisor string // auto|sandbox|builtin|systemd
+	Supervisor string // auto|sandbox|builtin|systemd (real: builtin or systemd)
+	Backend    string // fake (default) | real
 	Scale      float64
 	Seed       int64
 }
@@ -70,9 +89,27 @@ func NewRun(ctx context.Context, o RunOptions) (*Run, error) {
 	if r.Key, err = ledger.NewKey(filepath.Join(tmp, "key")); err != nil {
 		return fail(fmt.Errorf("stack: ledger key: %w", err))
 	}
-	r.Image = filepath.Join(tmp, "guest.img")
-	if _, err := guestimg.Build(r.Image, guestimg.Options{AuthorizedKeys: []string{r.Key.AuthorizedKey()}, Hostname: "vmchaos-guest"}); err != nil {
-		return fail(fmt.Errorf("stack: guest image: %w", err))
+	switch o.Backend {
+	case BackendReal:
+		// The sandbox supervisor gives the stack a private /run, where
+		// the run's namespace (/run/netns) would be invisible.
+		if o.Supervisor != injector.KindBuiltin && o.Supervisor != injector.KindSystemd {
+			return fail(fmt.Errorf("stack: the real backend needs the builtin or systemd supervisor, not %q (the sandbox hides /run/netns)", o.Supervisor))
+		}
+		// The temp dir's name (vmchaos-<random>) is unique on the host,
+		// so is the namespace named after it; the wrapper goes into it.
+		r.Real, err = stackEnv(realch.StackOptions{SeedPubKey: r.Key.AuthorizedKey(), Netns: filepath.Base(tmp), Dir: tmp, DHCP: true})
+		if err != nil {
+			return fail(fmt.Errorf("stack: real backend: %w", err))
+		}
+		r.Image = r.Real.Image
+	case BackendFake, "":
+		r.Image = filepath.Join(tmp, "guest.img")
+		if _, err := guestimg.Build(r.Image, guestimg.Options{AuthorizedKeys: []string{r.Key.AuthorizedKey()}, Hostname: "vmchaos-guest"}); err != nil {
+			return fail(fmt.Errorf("stack: guest image: %w", err))
+		}
+	default:
+		return fail(fmt.Errorf("stack: backend %q: want fake or real", o.Backend))
 	}
 	if r.Sup, err = injector.NewSupervisor(ctx, o.Supervisor, filepath.Join(tmp, "sup")); err != nil {
 		return fail(fmt.Errorf("stack: supervisor %s: %w", o.Supervisor, err))
@@ -88,6 +125,9 @@ func (r *Run) buildBase(ctx context.Context) error {
 	dir := filepath.Join(r.TmpDir, "base")
 	s := &Stack{run: r, Dir: dir, Root: filepath.Join(dir, "root"), RunDir: filepath.Join(dir, "run"),
 		NetPool: "127.250.0.0/24"}
+	if r.Real != nil {
+		s.NetPool = r.netPool(0) // cases count from 1
+	}
 	for _, d := range []string{s.Root, s.RunDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -97,6 +137,18 @@ func (r *Run) buildBase(ctx context.Context) error {
 	var vm vmctl.VM
 	if err := s.VmctlJSON(ctx, &vm, "vm", "run", "--name", "base-src", "-o", "json", r.Image); err != nil {
 		return fmt.Errorf("stack: base snapshot: %w", err)
+	}
+	if r.Real != nil {
+		// A real guest is worth saving only once it has booted (cloud-init
+		// applied the seed, sshd answers). Its NIC goes before the save:
+		// a clone under another name must not restore a NIC it does not
+		// own (docs/realch.md, "Wiring").
+		if err := s.waitGuest(ctx, "base-src"); err != nil {
+			return fmt.Errorf("stack: base snapshot: %w", err)
+		}
+		if _, err := s.Vmctl(ctx, "vm", "net", "base-src", "--nics", "0"); err != nil {
+			return fmt.Errorf("stack: base snapshot: drop the NIC: %w", err)
+		}
 	}
 	if _, err := s.Vmctl(ctx, "snapshot", "save", "--name", "base", vm.ID); err != nil {
 		return fmt.Errorf("stack: base snapshot: %w", err)
@@ -111,11 +163,46 @@ func (r *Run) buildBase(ctx context.Context) error {
 	return nil
 }
 
-// Close tears the shared parts down.
+// waitGuest waits until `vm exec name -- true` succeeds: the guest booted
+// and logs the run's key in.
+func (s *Stack) waitGuest(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, guestBootTimeout)
+	defer cancel()
+	for {
+		_, err := s.Vmctl(ctx, "vm", "exec", name, "--", "true")
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("guest %s not reachable after %s: %w", name, guestBootTimeout, err)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// netPool is the address pool of case n's store. Fake: a loopback /24 per
+// case, so a leftover guest listener of an earlier case can never answer
+// for this one. Real: a /24 of realch's default pool per case, since every
+// store of the run plans its TAPs in the same namespace.
+func (r *Run) netPool(n int) string {
+	if r.Real != nil {
+		return fmt.Sprintf("172.30.%d.0/24", n%256)
+	}
+	return fmt.Sprintf("127.%d.%d.0/24", 200+(n/256)%50, n%256)
+}
+
+// Close tears the shared parts down; the namespace goes after the
+// supervisor, once no VMM is left in it.
 func (r *Run) Close() error {
 	var err error
 	if r.Sup != nil {
 		err = r.Sup.Close()
+	}
+	if r.Real != nil {
+		if e := r.Real.Close(); err == nil {
+			err = e
+		}
 	}
 	if e := os.RemoveAll(r.TmpDir); err == nil {
 		err = e
@@ -174,10 +261,8 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 		Registry: filepath.Join(dir, "registry"), CtlDir: filepath.Join(dir, "ctl"),
 		// logs are written under /tmp (a sandboxed supervisor shares only
 		// /tmp and /var) and copied into the case dir at teardown
-		LogDir: filepath.Join(dir, "logs"),
-		// a pool per case: a leftover guest listener of an earlier case can
-		// never answer for this one
-		NetPool:   fmt.Sprintf("127.%d.%d.0/24", 200+(n/256)%50, n%256),
+		LogDir:    filepath.Join(dir, "logs"),
+		NetPool:   r.netPool(n),
 		AgentUnit: fmt.Sprintf("vmchaos-c%d-agent", n), DaemonUnit: fmt.Sprintf("vmchaos-c%d-daemon", n),
 		unitsUp: map[string]bool{}}
 	for _, d := range []string{s.Root, s.RunDir, s.State, s.Registry, s.CtlDir, s.LogDir} {
@@ -185,9 +270,13 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 			return nil, fmt.Errorf("stack: %w", err)
 		}
 	}
-	s.Firmware = filepath.Join(dir, "CLOUDHV.fd")
-	if err := os.WriteFile(s.Firmware, []byte("fake firmware\n"), 0o644); err != nil {
-		return nil, err
+	if r.Real == nil {
+		// fakech checks only that the firmware exists; the real backend's
+		// firmware or kernel comes with r.Real.Vars
+		s.Firmware = filepath.Join(dir, "CLOUDHV.fd")
+		if err := os.WriteFile(s.Firmware, []byte("fake firmware\n"), 0o644); err != nil {
+			return nil, err
+		}
 	}
 	var err error
 	if s.Trace, err = injector.ListenTrace(filepath.Join(dir, "trace.sock")); err != nil {
@@ -200,6 +289,9 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 	if s.Ledger, err = ledger.Open(filepath.Join(o.CaseDir, "ledger.jsonl"), r.Key, filepath.Join(o.CaseDir, "known_hosts")); err != nil {
 		s.Trace.Close()
 		return nil, fmt.Errorf("stack: ledger: %w", err)
+	}
+	if r.Real != nil {
+		s.Ledger.Dial = r.Real.Dial // guests sit on TAPs inside the run's namespace
 	}
 	s.Agent = NewAgentClient(filepath.Join(s.State, "agent.sock"))
 	return s, nil
@@ -223,6 +315,13 @@ func (s *Stack) baseEnv() []string {
 	}
 	if s.run.Key != nil {
 		env = append(env, "VMCTL_SSH_KEY="+s.run.Key.PrivatePath())
+	}
+	if s.run.Real != nil {
+		// later entries win (exec and systemd keep the last of a name):
+		// the real CH (wrapper), payload, tap mode, netns, seed key, and
+		// this store's own slice of the pool
+		env = append(env, s.run.Real.Vars...)
+		env = append(env, "VMCTL_NET_POOL="+s.NetPool)
 	}
 	return env
 }

@@ -400,6 +400,29 @@ func TestRmFinishesAnInterruptedDelete(t *testing.T) {
 		t.Fatal("rm by name did not finish the delete")
 	}
 	s.fails(MsgVMNotFound, "vm", "rm", "a")
+
+	// By id, the way the node agent resumes a delete of its bound VM.
+	b := s.runVM("b")
+	kill("vm.rm.tombstoned", "vm", "rm", "--force", b.ID)
+	s.ok("vm", "rm", "--force", b.ID)
+	if len(s.m.findVMMs()[b.ID]) != 0 {
+		t.Fatal("rm by id did not finish the delete")
+	}
+	s.fails(MsgVMNotFound, "vm", "rm", "--force", b.ID)
+
+	// Two interrupted deletes of one name (two incarnations): rm by name
+	// finishes both.
+	c1 := s.runVM("c")
+	kill("vm.rm.tombstoned", "vm", "rm", "--force", "c")
+	c2 := s.runVM("c")
+	kill("vm.rm.tombstoned", "vm", "rm", "--force", "c")
+	s.ok("vm", "rm", "--force", "c")
+	if vmms := s.m.findVMMs(); len(vmms[c1.ID])+len(vmms[c2.ID]) != 0 {
+		t.Fatal("rm by name left an interrupted delete of an older incarnation")
+	}
+	s.check()
+	s.fails(MsgVMNotFound, "vm", "rm", "c")
+
 	kill("snapshot.rm.tombstoned", "snapshot", "rm", "base")
 	s.ok("snapshot", "rm", "base")
 	s.fails(MsgSnapshotNotFound, "snapshot", "rm", "base")

@@ -527,23 +527,54 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 }
 
 // finishInterruptedDelete completes the tombstoned delete of ref (id or
-// name) left by an rm that died, so rm is idempotent across crashes; with no
-// tombstone it returns notFound.
+// name) left by an rm that died, so rm is idempotent across crashes: the VMM
+// is stopped, the dirs removed, the tombstone dropped. A name can carry more
+// than one such delete (each hibernate/wake cycle gives it a new id); all of
+// them are finished. With no tombstone it returns notFound.
 func (m *Manager) finishInterruptedDelete(ctx context.Context, ref string, notFound error) error {
-	ix, err := m.loadVMs()
-	if err != nil {
-		return err
+	seen := map[string]bool{} // tombstones of ref already looked at
+	finished := 0
+	for {
+		ix, err := m.loadVMs()
+		if err != nil {
+			return err
+		}
+		var tomb *Tombstone
+		found := false
+		for id, t := range ix.Tombstones {
+			if !seen[id] && (id == ref || t.Name == ref) {
+				seen[id], found = true, true
+				// findTombstone copies it and refuses an id we could not
+				// have written (it names directories to remove).
+				tomb = findTombstone(map[string]*Tombstone{id: t}, id)
+				break
+			}
+		}
+		if !found {
+			if finished == 0 {
+				return notFound
+			}
+			return nil
+		}
+		if tomb == nil {
+			continue
+		}
+		if err := m.finishTombstoned(ctx, tomb); err != nil {
+			return err
+		}
+		finished++
 	}
-	tomb := findTombstone(ix.Tombstones, ref)
-	if tomb == nil {
-		return notFound
-	}
+}
+
+// finishTombstoned finishes one interrupted delete under its ops lock.
+func (m *Manager) finishTombstoned(ctx context.Context, tomb *Tombstone) error {
 	l, err := m.opsLock(ctx, tomb.ID)
 	if err != nil {
 		return err
 	}
 	defer l.Unlock()
-	if ix, err = m.loadVMs(); err != nil {
+	ix, err := m.loadVMs()
+	if err != nil {
 		return err
 	}
 	if _, ok := ix.Tombstones[tomb.ID]; !ok {

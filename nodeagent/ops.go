@@ -367,15 +367,19 @@ func (a *Agent) doHibernate(ctx context.Context, rec *record, resumed bool) erro
 		if vmID == "" {
 			return opErr("hibernate_begin", fmt.Errorf("hibernate %s: no VM bound", name))
 		}
-		// A resumed (or retried) hibernate boots the VM first: start is
-		// idempotent and converges a crashed VMM, so gating it on a stored
-		// state buys nothing and a state that lies strands the VM (seed 001 #4).
-		needStart := resumed || rec.Status.FailedAttempts > 0
+		// Every hibernate boots the VM first: start is idempotent, converges
+		// a crashed VMM (seed 001 #4) and, under the ops lock, a VMM left
+		// Paused by a dead save (seed 001 #2), which could not answer the
+		// DHCP release over SSH. Gating it on a stored state buys nothing and
+		// a state that lies strands the VM.
+		needStart := true
 		if regress.On("resume-start-gated-on-listed-state") {
+			// The historical agent started only a resumed (or retried)
+			// hibernate, and only when its VM was listed stopped.
 			a.mu.Lock()
 			listed := a.listed[vmID]
 			a.mu.Unlock()
-			needStart = needStart && listed == vmctl.StateStopped
+			needStart = (resumed || rec.Status.FailedAttempts > 0) && listed == vmctl.StateStopped
 		}
 		if needStart {
 			if _, err := a.vmctl(ctx, name, "vm", "start", vmID); err != nil {
@@ -481,17 +485,31 @@ func (a *Agent) doHibernate(ctx context.Context, rec *record, resumed bool) erro
 	return hit(ctx, "agent.hibernate.done", name, "hibernate_done")
 }
 
-// removeVM removes the VM by id and whatever VM still holds the name.
+// removeVM removes the VM by id and whatever VM still holds the name. A
+// `vm rm` interrupted after its tombstone leaves no record to inspect, only
+// the tombstone (and maybe the VMM); vmctl's rm by id or name finishes that
+// delete, so an rm always runs, never skipped on "not found".
 func (a *Agent) removeVM(ctx context.Context, name, id string) error {
 	if id != "" {
-		// vmctl's rm also finishes an interrupted tombstoned delete of id.
 		if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", id); err != nil && !isNotFound(err) {
 			return err
 		}
 	}
 	vm, err := a.inspectVM(ctx, name, name)
-	if err != nil || vm == nil {
+	if err != nil {
 		return err
+	}
+	if vm == nil {
+		if id != "" {
+			return nil // the rm by id above finished whatever it left
+		}
+		// No id was bound: the rm by name rolls forward a delete of the
+		// name's last VM. A record holding the name is handled below
+		// instead (a creating one must never be collected by a blocking rm).
+		if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", name); err != nil && !isNotFound(err) {
+			return err
+		}
+		return nil
 	}
 	if vm.State == vmctl.StateCreating {
 		adopted, err := a.watchStaleCreate(ctx, name, vm.ID)

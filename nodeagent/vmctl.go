@@ -77,14 +77,17 @@ func (a *Agent) vmctl(ctx context.Context, vm string, args ...string) (childOutp
 	}
 	pid := cmd.Process.Pid
 	a.children.add(pid, args)
-	_ = failpoint.Hit(ctx, "agent.child.exec", failpoint.Attrs{"vm": vm, "child_pid": pid, "argv": append([]string{a.cfg.VMCtl}, args...)})
+	// Both points carry the argv so an injector can tell children apart by
+	// kind at their exit too (after-exit CHILD triggers).
+	argv := append([]string{a.cfg.VMCtl}, args...)
+	_ = failpoint.Hit(ctx, "agent.child.exec", failpoint.Attrs{"vm": vm, "child_pid": pid, "argv": argv})
 	err := cmd.Wait()
 	a.children.remove(pid)
 	code := 0
 	if cmd.ProcessState != nil {
 		code = cmd.ProcessState.ExitCode()
 	}
-	_ = failpoint.Hit(ctx, "agent.child.exit", failpoint.Attrs{"vm": vm, "child_pid": pid, "code": code})
+	_ = failpoint.Hit(ctx, "agent.child.exit", failpoint.Attrs{"vm": vm, "child_pid": pid, "argv": argv, "code": code})
 	res := childOutput{Stdout: out.Bytes(), Stderr: errb.String()}
 	if err != nil {
 		var ee *exec.ExitError

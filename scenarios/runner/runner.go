@@ -49,7 +49,7 @@ var (
 
 // realAutoNote is what the run header and report say when auto picked the
 // supervisor of a real-backend run.
-const realAutoNote = "auto: builtin, since the sandbox would hide the real backend's /run/netns"
+const realAutoNote = "auto, not sandbox: the sandbox would hide the real backend's /run/netns"
 
 // realSupervisor is the supervisor a real-backend run uses for the asked
 // kind, and a note when auto chose it. The run's network namespace lives

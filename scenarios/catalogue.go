@@ -239,7 +239,7 @@ var seedScenarios = []Scenario{
 		// agent's hibernate starts with the guest DHCP release over SSH,
 		// which a Paused guest cannot answer, so it never reaches the `vm
 		// net` that would converge the pause.
-		ID: "s001-2-orphaned-pause-then-hibernate", SeedRef: "001 #2", Op: OpHibernate, Speed: "slow",
+		ID: "s001-2-orphaned-pause-then-hibernate", SeedRef: "001 #2", Op: OpHibernate, Speed: "fast",
 		Title:  "a snapshot save SIGKILLed inside its pause window leaves the VMM Paused under a running record: the next hibernate's NIC drop must converge the orphaned pause",
 		Setup:  readyA,
 		Act:    []Step{{Kind: StepDirectSave, VM: vmA}},
@@ -300,7 +300,7 @@ var seedScenarios = []Scenario{
 		}},
 	},
 	{
-		ID: "s001-h-delete-restart-144ms", SeedRef: "001 held", Op: OpDelete, Speed: "slow",
+		ID: "s001-h-delete-restart-144ms", SeedRef: "001 held", Op: OpDelete, Speed: "fast",
 		Title:   "delete interrupted 144 ms in + restart: VM and intent gone, unrelated snapshots untouched",
 		Setup:   readyA,
 		Act:     []Step{{Kind: StepDelete, VM: vmA}},
@@ -311,7 +311,7 @@ var seedScenarios = []Scenario{
 		// Known failing on the bundled stack (speed:slow until fixed): the
 		// resumed delete looks the VM up by name, finds the tombstoned record
 		// gone and forgets the intent, leaving the tombstone and its VMM.
-		ID: "s001-h-delete-restart-park", SeedRef: "001 held", Op: OpDelete, Speed: "slow",
+		ID: "s001-h-delete-restart-park", SeedRef: "001 held", Op: OpDelete, Speed: "fast",
 		Title:  "delete interrupted exactly inside vm rm (tombstoned) + restart: VM and intent gone, unrelated snapshots untouched",
 		Setup:  readyA,
 		Act:    []Step{{Kind: StepDelete, VM: vmA}},

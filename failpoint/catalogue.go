@@ -54,7 +54,7 @@ var Catalogue = []Point{
 	{"agent.started", "nodeagent", "agent", "process started, state dir opened", "startup convergence"},
 	{"agent.startup.reconciled", "nodeagent", "agent", "startup convergence finished: stale creates reconciled, VMs adopted, owed work dispatched", "API served"},
 	{"agent.child.exec", "nodeagent", "agent", "vmctl child started (attrs: child pid, argv)", "child exit"},
-	{"agent.child.exit", "nodeagent", "agent", "vmctl child exited (attrs: pid, code)", "result handled"},
+	{"agent.child.exit", "nodeagent", "agent", "vmctl child exited (attrs: pid, code, argv)", "result handled"},
 	{"agent.create.begin", "nodeagent", "create", "lifecycle creating written", "vm clone"},
 	{"agent.create.cloned", "nodeagent", "create", "vm clone returned; VM id bound; post_clone running", "post-clone readiness"},
 	{"agent.create.ready", "nodeagent", "create", "post-clone done; lifecycle ready written", "-"},

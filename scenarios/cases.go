@@ -2,7 +2,9 @@ package scenarios
 
 import (
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,8 +19,15 @@ type Case struct {
 	Scenario *Scenario
 	Offset   time.Duration // real-time offset (scaled by the runner)
 	HasOff   bool
-	Speed    string
-	Labels   []string
+	// Frac (with HasFrac) is a fine-sweep offset as a fraction of the
+	// operation's window (the first fault's Window). The runner measures
+	// the window on the case's stack and resolves it into Offset/HasOff
+	// before arming; the id keeps the fraction so it is the same in every
+	// run.
+	Frac    float64
+	HasFrac bool
+	Speed   string
+	Labels  []string
 }
 
 // caseID is the id of a scenario at an offset.
@@ -28,6 +37,77 @@ func caseID(s *Scenario, off time.Duration, hasOff bool) string {
 	}
 	return s.ID + "@" + injector.FormatOffset(off)
 }
+
+// fracCaseID is the id of a scenario at a fraction of its window.
+func fracCaseID(s *Scenario, frac float64) string {
+	return s.ID + "@" + FormatFrac(frac)
+}
+
+// FormatFrac prints a window fraction as a percentage ("35%", "2.5%").
+func FormatFrac(f float64) string {
+	return strconv.FormatFloat(math.Round(f*1e6)/1e4, 'f', -1, 64) + "%"
+}
+
+// ParseFracSweep expands a fraction sweep "FROM%..TO%/STEP%" (both ends
+// inclusive when STEP divides the range) or a comma list "5%,50%" into
+// fractions of the window in [0, 1].
+func ParseFracSweep(spec string) ([]float64, error) {
+	spec = strings.TrimSpace(spec)
+	pct := func(x string) (float64, error) {
+		x = strings.TrimSpace(x)
+		n, ok := strings.CutSuffix(x, "%")
+		if !ok {
+			return 0, fmt.Errorf("fraction sweep %q: %q is not a percentage", spec, x)
+		}
+		v, err := strconv.ParseFloat(n, 64)
+		if err != nil || math.IsNaN(v) || v < 0 || v > 100 {
+			return 0, fmt.Errorf("fraction sweep %q: %q: want 0%%..100%%", spec, x)
+		}
+		return v, nil
+	}
+	var out []float64
+	if from, rest, ok := strings.Cut(spec, ".."); ok {
+		to, step, ok := strings.Cut(rest, "/")
+		if !ok {
+			return nil, fmt.Errorf("fraction sweep %q: want FROM%%..TO%%/STEP%%", spec)
+		}
+		a, err := pct(from)
+		if err != nil {
+			return nil, err
+		}
+		b, err := pct(to)
+		if err != nil {
+			return nil, err
+		}
+		st, err := pct(step)
+		if err != nil {
+			return nil, err
+		}
+		if st <= 0 || b < a {
+			return nil, fmt.Errorf("fraction sweep %q: want STEP > 0 and TO >= FROM", spec)
+		}
+		// integer steps so 0.1-style steps do not drift past TO
+		for i := 0; ; i++ {
+			v := a + float64(i)*st
+			if v > b+1e-9 {
+				break
+			}
+			out = append(out, math.Round(v*1e4)/1e6)
+		}
+		return out, nil
+	}
+	for _, x := range strings.Split(spec, ",") {
+		v, err := pct(x)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, math.Round(v*1e4)/1e6)
+	}
+	return out, nil
+}
+
+// IsFracSweep reports whether a sweep spec is in fractions of the window.
+func IsFracSweep(spec string) bool { return strings.Contains(spec, "%") }
 
 // Labels returns the scenario's labels for one speed.
 func (s *Scenario) labelsFor(speed, backend string) []string {
@@ -69,14 +149,25 @@ func Expand(backend string) ([]Case, error) {
 			if err != nil {
 				return nil, fmt.Errorf("scenario %s: sweep: %w", s.ID, err)
 			}
-			fine, err := injector.ParseSweep(s.FineSweep)
-			if err != nil {
-				return nil, fmt.Errorf("scenario %s: fine sweep: %w", s.ID, err)
-			}
 			done := map[time.Duration]bool{}
 			for _, o := range coarse {
 				done[o] = true
 				add(o, true, "fast")
+			}
+			if IsFracSweep(s.FineSweep) {
+				fracs, err := ParseFracSweep(s.FineSweep)
+				if err != nil {
+					return nil, fmt.Errorf("scenario %s: fine sweep: %w", s.ID, err)
+				}
+				for _, f := range fracs {
+					out = append(out, Case{ID: fracCaseID(s, f), Scenario: s, Frac: f, HasFrac: true,
+						Speed: "slow", Labels: s.labelsFor("slow", backend)})
+				}
+				continue
+			}
+			fine, err := injector.ParseSweep(s.FineSweep)
+			if err != nil {
+				return nil, fmt.Errorf("scenario %s: fine sweep: %w", s.ID, err)
 			}
 			for _, o := range fine {
 				if !done[o] {
@@ -119,6 +210,24 @@ func CaseFor(id string, off time.Duration, hasOff bool, backend string) (Case, e
 	}
 	return Case{ID: caseID(s, off, hasOff), Scenario: s, Offset: off, HasOff: hasOff, Speed: speed,
 		Labels: s.labelsFor(speed, backend)}, nil
+}
+
+// CaseForFrac builds the case of one scenario at a fraction of its first
+// fault's window (repro/sweep with "35%"): the runner resolves it into an
+// absolute offset on the case's stack, as in `vmchaos run`.
+func CaseForFrac(id string, frac float64, backend string) (Case, error) {
+	s, ok := Lookup(id)
+	if !ok {
+		return Case{}, fmt.Errorf("unknown scenario %q (see `vmchaos run --list`)", id)
+	}
+	if !s.TakesOffset() || s.Faults[0].Window[0] == "" || s.Faults[0].Window[1] == "" {
+		return Case{}, fmt.Errorf("scenario %s: a fraction offset needs a trigger that takes an offset and a window with both ends", id)
+	}
+	if frac < 0 || frac > 1 {
+		return Case{}, fmt.Errorf("scenario %s: fraction %v outside 0%%..100%%", id, frac)
+	}
+	return Case{ID: fracCaseID(s, frac), Scenario: s, Frac: frac, HasFrac: true, Speed: "slow",
+		Labels: s.labelsFor("slow", backend)}, nil
 }
 
 // TakesOffset reports whether the first fault's trigger takes an offset.
@@ -186,6 +295,14 @@ func Validate(bugNames []string) error {
 		for _, st := range append(append(append(append([]Step{}, s.Setup...), s.Act...), s.WhileStopped...), s.After...) {
 			if !StepKinds[st.Kind] {
 				errs = append(errs, fmt.Sprintf("%s: unknown step kind %q", s.ID, st.Kind))
+			}
+		}
+		if IsFracSweep(s.FineSweep) {
+			if _, err := ParseFracSweep(s.FineSweep); err != nil {
+				errs = append(errs, fmt.Sprintf("%s: %v", s.ID, err))
+			}
+			if len(s.Faults) > 0 && (s.Faults[0].Window[0] == "" || s.Faults[0].Window[1] == "") {
+				errs = append(errs, s.ID+": a fraction fine sweep needs the first fault's window (both ends)")
 			}
 		}
 		for _, t := range s.Targets {

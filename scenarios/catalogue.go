@@ -441,23 +441,30 @@ var seedScenarios = []Scenario{
 	},
 
 	// ---- sweeps across clone, save and hibernate --------------------------
-	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", "0ms..3000ms/100ms"),
-	sweep("sweep-clone-stop", OpCreate, "stop", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", "0ms..3000ms/100ms"),
-	sweep("sweep-save-sigkill", OpSave, "sigkill-main", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", "0ms..2400ms/80ms"),
-	sweep("sweep-save-stop", OpSave, "stop", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", "0ms..2400ms/80ms"),
-	sweep("sweep-hibernate-sigkill", OpHibernate, "sigkill-main", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", "0ms..6000ms/200ms"),
-	sweep("sweep-hibernate-stop", OpHibernate, "stop", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", "0ms..6000ms/200ms"),
+	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", fineFracs),
+	sweep("sweep-clone-stop", OpCreate, "stop", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", fineFracs),
+	sweep("sweep-save-sigkill", OpSave, "sigkill-main", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", fineFracs),
+	sweep("sweep-save-stop", OpSave, "stop", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", fineFracs),
+	sweep("sweep-hibernate-sigkill", OpHibernate, "sigkill-main", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", fineFracs),
+	sweep("sweep-hibernate-stop", OpHibernate, "stop", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", fineFracs),
 }
+
+// fineFracs is every fine sweep: fractions of the operation's window (the
+// fault's Window), measured on each case's own stack by the runner, so the
+// fine offsets cover the operation however fast the machine runs it. It
+// stops at 85%: the swept run can be somewhat faster than the calibration
+// (the window's tail is covered by the park cases at its last points).
+const fineFracs = "5%..85%/5%"
 
 // sweep builds an offset sweep over one operation: the fault fires OFFSET
 // after the operation's first point and must land before its last (else the
-// case is inconclusive: the fault hit a finished operation). Offsets are
-// real time, sized for the fast suite's scale 0.05, where on a 2-core box the
-// bundled stack's create takes 54..460 ms (p50 116), a save 87..764 ms (p50
-// 136) and a hibernate 127..809 ms (p50 272) depending on load — process
-// start-up does not scale. Coarse offsets stay below the fastest observed
-// run so the fast subset always lands; the tail of a fine sweep reads
-// inconclusive when the machine is fast (the fault hit a finished operation).
+// case is inconclusive: the fault hit a finished operation). Coarse offsets
+// are real time, sized for the fast suite's scale 0.05, where on a 2-core box
+// the bundled stack's create takes 54..460 ms (p50 116), a save 87..764 ms
+// (p50 136) and a hibernate 127..809 ms (p50 272) depending on load — process
+// start-up does not scale; they stay below the fastest observed run so the
+// fast subset always lands. The fine sweep is in fractions of the window
+// (FROM%..TO%/STEP%), resolved per case on its stack (see runner.resolveFrac).
 func sweep(id, op, fault, trigger string, window [2]string, setup []Step, coarse, fine string) Scenario {
 	act := StepCreate
 	if op == OpSave || op == OpHibernate {

@@ -102,3 +102,43 @@ func TestCaseIDsUnique(t *testing.T) {
 		seen[c.ID] = true
 	}
 }
+
+func TestFracSweepParsesAndExpandsDeterministicIDs(t *testing.T) {
+	got, err := ParseFracSweep("0%..95%/5%")
+	if err != nil || len(got) != 20 || got[7] != 0.35 || got[19] != 0.95 {
+		t.Fatalf("0%%..95%%/5%% = %v, %v; want 20 fractions 0..0.95", got, err)
+	}
+	if l, err := ParseFracSweep("2.5%,50%"); err != nil || len(l) != 2 || l[0] != 0.025 || FormatFrac(l[0]) != "2.5%" {
+		t.Fatalf("list = %v, %v", l, err)
+	}
+	for _, bad := range []string{"0ms..3000ms/100ms", "5%..101%/5%", "50%..5%/5%", "0%..50%/0%", "x%"} {
+		if _, err := ParseFracSweep(bad); err == nil {
+			t.Errorf("ParseFracSweep(%q) accepted", bad)
+		}
+	}
+	cases, err := Expand("fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slow []Case
+	for _, c := range cases {
+		if strings.HasPrefix(c.ID, "sweep-save-stop@") && c.Speed == "slow" {
+			slow = append(slow, c)
+		}
+	}
+	want, _ := ParseFracSweep(fineFracs)
+	if len(slow) != len(want) {
+		t.Fatalf("sweep-save-stop has %d slow cases, want %d", len(slow), len(want))
+	}
+	for i, c := range slow {
+		if !c.HasFrac || c.HasOff || c.Frac != want[i] || c.ID != "sweep-save-stop@"+FormatFrac(want[i]) {
+			t.Errorf("slow case %d = %+v: want an unresolved fraction case at %v", i, c.ID, want[i])
+		}
+	}
+	if c, err := CaseForFrac("sweep-save-stop", 0.35, "fake"); err != nil || c.ID != "sweep-save-stop@35%" {
+		t.Errorf("CaseForFrac = %q, %v", c.ID, err)
+	}
+	if _, err := CaseForFrac("s001-2-stop-in-pause-window", 0.35, "fake"); err == nil {
+		t.Error("CaseForFrac accepted a scenario without a window")
+	}
+}

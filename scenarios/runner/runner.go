@@ -195,8 +195,13 @@ func (r *Runner) Repro(c scenarios.Case) string { return r.repro(c, r.opts.Regre
 
 func (r *Runner) repro(c scenarios.Case, bugs []string) string {
 	s := "vmchaos repro --scenario " + c.Scenario.ID
-	if c.HasOff {
+	switch {
+	case c.HasOff:
 		s += " --offset " + injector.FormatOffset(c.Offset)
+	case c.HasFrac:
+		// not resolved (the case stopped before its window was measured):
+		// the fraction, measured again by the repro
+		s += " --offset " + scenarios.FormatFrac(c.Frac)
 	}
 	s += fmt.Sprintf(" --seed %d --time-scale %s --backend %s", r.opts.Seed, strconv.FormatFloat(r.opts.Scale, 'g', -1, 64), r.opts.Backend)
 	if len(bugs) > 0 {
@@ -284,6 +289,7 @@ type caseRun struct {
 	faultNs int64
 	scraper *checker.Scraper
 	victims map[int]bool
+	bugs    []string
 	mu      sync.Mutex
 }
 
@@ -327,7 +333,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string) r
 		return infra(rc, err)
 	}
 	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
-		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}}
+		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
 	cr.inj = injector.New(r.run.Sup, st.Trace, injector.Options{CtlDir: st.CtlDir})
 	verdictErr := cr.execute(cctx, budget)
 	// teardown is part of the verdict: a case that leaves processes behind

@@ -50,7 +50,7 @@ back on, as selftest does. --repeat N runs it N times (verdict stability).`,
 	}
 	f.add(c)
 	c.Flags().StringVar(&id, "scenario", "", "scenario id (see `vmchaos run --list`)")
-	c.Flags().StringVar(&offset, "offset", "", "offset added to the scenario's trigger, real time (e.g. 59ms); default the scenario's first")
+	c.Flags().StringVar(&offset, "offset", "", "offset added to the scenario's trigger, real time (e.g. 59ms), or a percentage of the operation's window (35%); default the scenario's first")
 	c.Flags().IntVar(&repeat, "repeat", 1, "run the case this many times")
 	_ = c.MarkFlagRequired("scenario")
 	return c
@@ -60,6 +60,15 @@ back on, as selftest does. --repeat N runs it N times (verdict stability).`,
 func caseFromFlags(id, offset, backend string) (scenarios.Case, error) {
 	if offset == "" {
 		return scenarios.CaseFor(id, 0, false, backend)
+	}
+	// "35%": a fraction of the operation's window, measured again on this
+	// run's stack (a failing case prints the absolute offset it resolved)
+	if scenarios.IsFracSweep(offset) {
+		fr, err := scenarios.ParseFracSweep(offset)
+		if err != nil || len(fr) != 1 {
+			return scenarios.Case{}, fmt.Errorf("--offset %q: want one percentage", offset)
+		}
+		return scenarios.CaseForFrac(id, fr[0], backend)
 	}
 	d, err := injector.ParseOffset(offset)
 	if err != nil {

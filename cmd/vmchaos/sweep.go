@@ -38,9 +38,33 @@ the operation finished read inconclusive (the fault did not land inside it).`,
 			if spec == "" {
 				return fmt.Errorf("scenario %s has no sweep of its own: give --offsets", id)
 			}
-			offs, err := injector.ParseSweep(spec)
-			if err != nil {
-				return err
+			// a spec in % of the operation's window gives fraction cases,
+			// resolved on each case's stack like the catalogue's fine sweeps
+			var cases []scenarios.Case
+			if scenarios.IsFracSweep(spec) {
+				fracs, err := scenarios.ParseFracSweep(spec)
+				if err != nil {
+					return err
+				}
+				for _, fr := range fracs {
+					cs, err := scenarios.CaseForFrac(id, fr, f.backend)
+					if err != nil {
+						return err
+					}
+					cases = append(cases, cs)
+				}
+			} else {
+				offs, err := injector.ParseSweep(spec)
+				if err != nil {
+					return err
+				}
+				for _, o := range offs {
+					cs, err := scenarios.CaseFor(id, o, true, f.backend)
+					if err != nil {
+						return err
+					}
+					cases = append(cases, cs)
+				}
 			}
 			bugs, err := regressFromEnv()
 			if err != nil {
@@ -53,14 +77,10 @@ the operation finished read inconclusive (the fault did not land inside it).`,
 			if err != nil {
 				return runInfraError{err}
 			}
-			fmt.Fprintf(os.Stderr, "vmchaos sweep: %s at %d offset(s) → %s\n", id, len(offs), dir)
-			for _, o := range offs {
+			fmt.Fprintf(os.Stderr, "vmchaos sweep: %s at %d offset(s) → %s\n", id, len(cases), dir)
+			for _, cs := range cases {
 				if ctx.Err() != nil {
 					break
-				}
-				cs, err := scenarios.CaseFor(id, o, true, f.backend)
-				if err != nil {
-					return err
 				}
 				r.RunCase(ctx, cs)
 			}
@@ -69,7 +89,7 @@ the operation finished read inconclusive (the fault did not land inside it).`,
 	}
 	f.add(c)
 	c.Flags().StringVar(&id, "scenario", "", "scenario id (see `vmchaos run --list`)")
-	c.Flags().StringVar(&offsets, "offsets", "", "offsets, real time: FROM..TO/STEP or a comma list (default: the scenario's fine sweep)")
+	c.Flags().StringVar(&offsets, "offsets", "", "offsets, real time: FROM..TO/STEP or a comma list, or in % of the operation's window (0%..95%/5%) (default: the scenario's fine sweep)")
 	_ = c.MarkFlagRequired("scenario")
 	return c
 }

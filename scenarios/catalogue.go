@@ -235,10 +235,9 @@ var seedScenarios = []Scenario{
 		Expect:  Expect{Ledger: true},
 	},
 	{
-		// Known failing on the bundled stack (speed:slow until fixed): the
-		// agent's hibernate starts with the guest DHCP release over SSH,
-		// which a Paused guest cannot answer, so it never reaches the `vm
-		// net` that would converge the pause.
+		// The agent's hibernate starts with the guest DHCP release over
+		// SSH, which a Paused guest cannot answer: it must start the VM
+		// first (vm start converges the orphaned pause).
 		ID: "s001-2-orphaned-pause-then-hibernate", SeedRef: "001 #2", Op: OpHibernate, Speed: "fast",
 		Title:  "a snapshot save SIGKILLed inside its pause window leaves the VMM Paused under a running record: the next hibernate's NIC drop must converge the orphaned pause",
 		Setup:  readyA,
@@ -308,9 +307,9 @@ var seedScenarios = []Scenario{
 		Offsets: []time.Duration{144 * time.Millisecond},
 	},
 	{
-		// Known failing on the bundled stack (speed:slow until fixed): the
-		// resumed delete looks the VM up by name, finds the tombstoned record
-		// gone and forgets the intent, leaving the tombstone and its VMM.
+		// The resumed delete finds the tombstoned record gone by name: it
+		// must still run vm rm, which rolls the tombstone forward and stops
+		// the VMM, before it forgets the intent.
 		ID: "s001-h-delete-restart-park", SeedRef: "001 held", Op: OpDelete, Speed: "fast",
 		Title:  "delete interrupted exactly inside vm rm (tombstoned) + restart: VM and intent gone, unrelated snapshots untouched",
 		Setup:  readyA,

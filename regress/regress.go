@@ -35,7 +35,7 @@ var Bugs = []Bug{
 		"the busy-create watcher only inspects the record and never re-invokes reconcile-stale-create, so a dead clone's placeholder owns the name until the budget",
 		"intent-goal"},
 	{"net-refuses-paused", "001 #2", "vmctl",
-		"vm net refuses a VMM left Paused by a dead capture instead of resuming it",
+		"vm net (and vm start/exec) refuse a VMM left Paused by a dead capture instead of resuming it",
 		"intent-goal"},
 	{"save-match-already-exists-only", "001 #3", "nodeagent",
 		"save recovery matches only \"already exists\", not \"already in use by\"",

@@ -28,7 +28,7 @@ func Parse(s string) (float64, error) {
 		return 1, nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f <= 0 || f > 1000 {
+	if err != nil || !(f > 0 && f <= 1000) { // written so NaN fails too
 		return 0, fmt.Errorf("%s=%q: want a number in (0, 1000]", Env, s)
 	}
 	return f, nil

@@ -53,7 +53,7 @@ func regressFromEnv() ([]string, error) {
 }
 
 func (f *runFlags) runner(ctx context.Context, dir string, progress io.Writer, bugs []string) (*runner.Runner, error) {
-	if f.scale <= 0 || f.scale > 1000 {
+	if !(f.scale > 0 && f.scale <= 1000) { // written so NaN fails too
 		return nil, fmt.Errorf("--time-scale %v: want a number in (0, 1000]", f.scale)
 	}
 	return runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Supervisor: f.supervisor,

@@ -34,27 +34,15 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	if os.Getenv(stackbin.Env) != "" {
-		p, err := stackbin.Path("fakech")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		fakechBin = p
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "fakech-test-bin-")
+	// The real fakech binary: $VMCHAOS_BIN's, or built once by stackbin
+	// and removed after the run.
+	p, err := stackbin.Path("fakech")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	fakechBin = filepath.Join(dir, "fakech")
-	out, err := exec.Command("go", "build", "-o", fakechBin, "github.com/vmchaos/vmchaos/cmd/fakech").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build fakech: %v\n%s", err, out)
-		return 1
-	}
+	defer stackbin.Cleanup()
+	fakechBin = p
 	return m.Run()
 }
 

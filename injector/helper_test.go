@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/stackbin"
 )
 
 // The test binary doubles as the service under test: with
@@ -24,7 +25,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(envHelper); mode != "" {
 		os.Exit(helperMain(mode))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stackbin.Cleanup() // binaries stackbin built for this run
+	os.Exit(code)
 }
 
 func helperLog(format string, a ...any) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/stackbin"
 )
 
 // The test binary doubles as the helper processes these tests SIGKILL: a
@@ -25,7 +26,9 @@ const helperEnv = "LEDGER_TEST_HELPER"
 func TestMain(m *testing.M) {
 	switch os.Getenv(helperEnv) {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		stackbin.Cleanup() // binaries stackbin built for this run
+		os.Exit(code)
 	case "append":
 		helperAppend()
 	case "torn":

@@ -23,6 +23,7 @@ var (
 	once   sync.Once
 	dir    string
 	dirErr error
+	built  bool // dir is a temp dir this process built and must remove
 )
 
 // Dir returns a directory holding every binary in Names. Order: $VMCHAOS_BIN;
@@ -40,6 +41,14 @@ func Path(name string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(d, name), nil
+}
+
+// Cleanup removes the binaries if this process built them (a TestMain calls
+// it after m.Run); a $VMCHAOS_BIN or installed dir is never touched.
+func Cleanup() {
+	if built {
+		_ = os.RemoveAll(dir)
+	}
 }
 
 func complete(d string) bool {
@@ -77,11 +86,13 @@ func build() (string, error) {
 	cmd := exec.Command("go", "build", "-o", d+"/", "./cmd/vmctl", "./cmd/nodeagent", "./cmd/fakech")
 	cmd.Dir = filepath.Dir(mod)
 	if b, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(d)
 		return "", fmt.Errorf("stack binaries: go build: %v\n%s", err, b)
 	}
 	if err := copyFile(filepath.Join(d, "fakech"), filepath.Join(d, "cloud-hypervisor")); err != nil {
 		return "", err
 	}
+	built = true
 	return d, nil
 }
 

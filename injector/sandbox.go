@@ -323,6 +323,16 @@ exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin co
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// UnitDir returns the directory a sandbox's systemd loads unit files from
+// (write a file there, then run `systemctl daemon-reload` through Command), or
+// "" for other kinds: only a private systemd may be handed arbitrary units.
+func UnitDir(sup Supervisor) string {
+	if s, ok := sup.(*dbusSup); ok && s.kind == KindSandbox {
+		return filepath.Join(s.rec.StateDir, "units")
+	}
+	return ""
+}
+
 // Command returns a command that sees the system as sup's units do. For a
 // sandbox that means inside its pid and mount namespaces (through nsenter):
 // the stack records pids as it sees them (vmctl's VMM pid, agent children),

@@ -49,6 +49,34 @@ func TestSupervisorContract(t *testing.T) {
 	}
 }
 
+// envInSandbox marks a test binary re-run inside a sandbox (below).
+const envInSandbox = "VMCHAOS_TEST_IN_SANDBOX"
+
+// TestSystemdSupervisorUnderSandboxPID1: this host's PID 1 is not systemd, so
+// the systemd kind skips above. Inside a sandbox PID 1 is a real systemd, so
+// the test binary re-runs its systemd contract there (nsenter into the
+// sandbox's namespaces): the systemd supervisor's own code — system-bus
+// connection, host cgroup paths, identity pid mapping — against a real
+// systemd as PID 1. It must pass there, not skip.
+func TestSystemdSupervisorUnderSandboxPID1(t *testing.T) {
+	if os.Getenv(envInSandbox) != "" || systemdIsPID1() {
+		t.Skip("already under a systemd PID 1: TestSupervisorContract/systemd runs directly")
+	}
+	sb := newSup(t, KindSandbox)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := Command(ctx, sb, os.Args[0], "-test.run", "^TestSupervisorContract$/^systemd$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), envInSandbox+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemd contract inside the sandbox: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestSupervisorContract/systemd") {
+		t.Fatalf("the systemd contract did not pass inside the sandbox (skipped?):\n%s", out)
+	}
+	t.Logf("inside the sandbox:\n%s", out)
+}
+
 func contract(t *testing.T, sup Supervisor) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -43,19 +43,26 @@ type dbusSup struct {
 }
 
 // cgroup2Mount returns where the unified cgroup hierarchy is mounted
-// (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host).
+// (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host). The last
+// usable entry wins: a later mount hides an earlier one at or above its path
+// (a sandbox's /sys is rebound over the host's, whose cgroup2 submount stays
+// listed first but is no longer reachable).
 func cgroup2Mount() string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return ""
 	}
-	for _, ln := range strings.Split(string(b), "\n") {
-		pre, post, ok := strings.Cut(ln, " - ")
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		pre, post, ok := strings.Cut(lines[i], " - ")
 		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
 			continue
 		}
 		f := strings.Fields(pre)
-		if len(f) >= 5 {
+		if len(f) < 5 {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(f[4], "cgroup.procs")); err == nil {
 			return f[4]
 		}
 	}
@@ -79,9 +86,11 @@ func newSystemd(ctx context.Context, stateDir string) (Supervisor, error) {
 	if cg == "" {
 		return nil, fmt.Errorf("%w: no cgroup2 mount", ErrUnavailable)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := sd.NewSystemdConnectionContext(cctx)
+	// Not sd.NewSystemdConnectionContext(ctx): it binds the connection to
+	// ctx (dbus.WithContext), so a connect timeout closed it as soon as this
+	// function returned ("dbus: connection closed by user" on the first
+	// call). Found by running the systemd contract under a sandbox's PID 1.
+	conn, err := dialPrivate("/run/systemd/private")
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect to systemd: %v", ErrUnavailable, err)
 	}

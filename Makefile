@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/vmchaos/vmchaos/reports.Version=$(VERSION)
 
-.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos selftest selftest-fast clean
+.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos selftest selftest-fast systemd-fast clean
 
 all: build
 
@@ -21,9 +21,10 @@ build:
 	@cp -f $(BIN)/fakech $(BIN)/cloud-hypervisor
 
 # test: what CI runs — lint, unit tests with -race, a short fuzz pass, the
-# fast scenario subset (time scale <= 0.1) and the fast regression selftest
+# fast scenario subset (time scale <= 0.1) with the sandbox and the systemd
+# supervisors, and the fast regression selftest
 # (each historical bug switched back on must be caught by its scenario).
-test: setup build lint unit fuzz-short fast-suite selftest-fast
+test: setup build lint unit fuzz-short fast-suite systemd-fast selftest-fast
 
 unit:
 	VMCHAOS_BIN=$(BIN) $(GO) test -race -count=1 -timeout 15m $(PKGS)
@@ -53,6 +54,12 @@ kvm-preflight: build
 # chaos: the main job — the whole catalogue on the fake backend, report written.
 chaos: setup build
 	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --time-scale $(SCALE) --report-dir $(REPORTDIR)/chaos-$$(date +%Y%m%d-%H%M%S)
+
+# The fast subset with the systemd supervisor. Where PID 1 is not systemd (CI,
+# containers) it runs inside `vmchaos sandbox`, whose PID 1 is a real systemd.
+systemd-fast: setup build
+	@if [ -d /run/systemd/system ] && grep -qa systemd /proc/1/comm; then wrap=; else wrap="$(BIN)/vmchaos sandbox --"; fi; \
+	VMCHAOS_BIN=$(BIN) $$wrap $(BIN)/vmchaos run --supervisor systemd --label-filter 'speed:fast' --time-scale $(SCALE) --report-dir $(REPORTDIR)/systemd-fast
 
 selftest: setup build
 	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest

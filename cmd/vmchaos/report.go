@@ -136,7 +136,8 @@ func newReportMergeCmd() *cobra.Command {
 		Short: "Join the results of CI shards into one run dir with one report",
 		Long: `merge loads results.json from each shard's run dir, refuses shards of different backend,
 time scale, seed, label filter or regress switches, and overlapping shards, and writes one
-results.json, junit.xml, report.md and report.html into OUT_DIR. Log links are rewritten
+results.json, junit.xml, report.md and report.html into OUT_DIR, plus ginkgo.json holding
+every shard's Ginkgo suite report. Log links are rewritten
 to point into the shard dirs. Shards missing from an I/N set are recorded, and the gate
 then says inconclusive. Merge itself exits 0 whatever the verdicts; run gate on OUT_DIR.`,
 		Example: `  vmchaos report merge -o merged shard-1 shard-2 shard-3
@@ -177,6 +178,13 @@ then says inconclusive. Merge itself exits 0 whatever the verdicts; run gate on 
 			}
 			if err := reports.WriteAll(out, m); err != nil {
 				return reports.InfraError{Err: err}
+			}
+			noGinkgo, err := reports.MergeGinkgo(out, args)
+			if err != nil {
+				return reports.InfraError{Err: fmt.Errorf("merge: %w", err)}
+			}
+			for _, d := range noGinkgo {
+				fmt.Fprintf(cmd.ErrOrStderr(), "merge: %s has no %s; the merged one lacks that shard's suite report\n", d, reports.GinkgoFile)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "merged %d result set(s) into %s\n", len(rs), out)
 			reports.Summary(cmd.OutOrStdout(), m)

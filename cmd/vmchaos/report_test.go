@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/onsi/ginkgo/v2/reporters"
+	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/vmchaos/vmchaos/reports"
 )
@@ -161,5 +165,50 @@ func TestParseTolerance(t *testing.T) {
 		if _, err := parseTolerance(bad); err == nil {
 			t.Errorf("parseTolerance(%q) accepted", bad)
 		}
+	}
+}
+
+// TestReportMergeJoinsGinkgoReports: the merged ginkgo.json holds every
+// shard's suite report (Ginkgo's own multi-suite shape, readable as
+// []types.Report), and a shard without one is named, not silently dropped.
+func TestReportMergeJoinsGinkgoReports(t *testing.T) {
+	tmp := t.TempDir()
+	s1 := writeRun(t, filepath.Join(tmp, "s1"), "1/2", map[string]string{"a@0": reports.Pass}, 100)
+	s2 := writeRun(t, filepath.Join(tmp, "s2"), "2/2", map[string]string{"b@0": reports.Pass}, 100)
+	for i, dir := range []string{s1, s2} {
+		rep := types.Report{SuitePath: dir, SuiteDescription: "vmchaos", SuiteSucceeded: true,
+			SpecReports: types.SpecReports{{LeafNodeText: fmt.Sprintf("case %d", i), State: types.SpecStatePassed}}}
+		if err := reporters.GenerateJSONReport(rep, filepath.Join(dir, reports.GinkgoFile)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(tmp, "merged")
+	if txt, code := runReport(t, "merge", "-o", out, s1, s2); code != 0 || strings.Contains(txt, "has no ginkgo.json") {
+		t.Fatalf("merge exit %d:\n%s", code, txt)
+	}
+	b, err := os.ReadFile(filepath.Join(out, reports.GinkgoFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var suites []types.Report
+	if err := json.Unmarshal(b, &suites); err != nil {
+		t.Fatalf("merged ginkgo.json: %v", err)
+	}
+	if len(suites) != 2 || suites[0].SuitePath != s1 || suites[1].SpecReports[0].LeafNodeText != "case 1" {
+		t.Fatalf("merged ginkgo.json holds %d suites: %+v", len(suites), suites)
+	}
+
+	if err := os.Remove(filepath.Join(s2, reports.GinkgoFile)); err != nil {
+		t.Fatal(err)
+	}
+	out2 := filepath.Join(tmp, "merged2")
+	if txt, code := runReport(t, "merge", "-o", out2, s1, s2); code != 0 || !strings.Contains(txt, s2+" has no ginkgo.json") {
+		t.Fatalf("merge with a shard lacking ginkgo.json: exit %d:\n%s", code, txt)
+	}
+	if err := os.WriteFile(filepath.Join(s2, reports.GinkgoFile), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if txt, code := runReport(t, "merge", "-o", filepath.Join(tmp, "merged3"), s1, s2); code != 3 || !strings.Contains(txt, "not a Ginkgo JSON report") {
+		t.Fatalf("merge with a corrupt ginkgo.json: exit %d:\n%s", code, txt)
 	}
 }

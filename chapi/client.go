@@ -1,6 +1,7 @@
 package chapi
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -78,8 +79,9 @@ func DecodeErrorBody(b []byte) []string {
 
 // Client talks to one VMM over its API socket.
 type Client struct {
-	Socket string
-	hc     *http.Client
+	Socket    string
+	hc        *http.Client // KeepAlive clients only
+	keepAlive bool
 }
 
 // Option configures a Client.
@@ -110,7 +112,43 @@ func New(socket string, opts ...Option) *Client {
 	for _, o := range opts {
 		o(tr)
 	}
-	return &Client{Socket: socket, hc: &http.Client{Transport: tr}}
+	return &Client{Socket: socket, hc: &http.Client{Transport: tr}, keepAlive: !tr.DisableKeepAlives}
+}
+
+// oneShot sends req on a connection of its own and reads the answer head:
+// what http.Transport does with DisableKeepAlives, without its two goroutines
+// per connection, which were half the time of a vm.info round trip on 2 cores
+// (0.31 → 0.17 ms, fakech BenchmarkVMInfoRoundTrip). The returned func closes
+// the connection after the body was read. ctx bounds the dial, the exchange
+// and the body read.
+func (c *Client) oneShot(ctx context.Context, req *http.Request) (*http.Response, func(), error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.Socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A cancelled ctx unblocks any read or write in flight.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	done := func() { stop(); conn.Close() }
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	req.Close = true // Connection: close, as the Transport sends without keep-alive
+	fail := func(err error) (*http.Response, func(), error) {
+		done()
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, err
+	}
+	if err := req.Write(conn); err != nil {
+		return fail(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return fail(err)
+	}
+	return resp, done, nil
 }
 
 // Close releases idle connections of a KeepAlive client.
@@ -135,13 +173,25 @@ func (c *Client) Do(ctx context.Context, method, endpoint string, body, out any)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.hc.Do(req)
+	var resp *http.Response
+	if c.keepAlive {
+		resp, err = c.hc.Do(req)
+	} else {
+		var done func()
+		resp, done, err = c.oneShot(ctx, req)
+		if err == nil {
+			defer done()
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", endpoint, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
 		return fmt.Errorf("%s: read answer: %w", endpoint, err)
 	}
 	if resp.StatusCode/100 != 2 {

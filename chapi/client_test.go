@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/stackbin"
 )
 
@@ -234,4 +235,52 @@ func FuzzDecodeErrorBody(f *testing.F) {
 		_ = e.Innermost()
 		_ = chapi.IsInvalidTransition(e, "Paused", "Paused")
 	})
+}
+
+// TestRequestToAHungVMMEndsWithTheContext: a VMM that took the request and
+// never answers (fakech parked at ch.pause, as a wedged CH would be) must not
+// hang the caller: a cancel or the deadline ends the request with the
+// context's error.
+func TestRequestToAHungVMMEndsWithTheContext(t *testing.T) {
+	dir := shortDir(t)
+	sock, ctl := filepath.Join(dir, "api.sock"), filepath.Join(dir, "ctl")
+	if err := os.Mkdir(ctl, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	startVMM(t, sock, "VMCHAOS_FAILPOINTS=ch.pause=pause", "VMCHAOS_FAILPOINT_CTL="+ctl)
+	c := chapi.New(sock)
+	ctx := ctxT(t)
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := chapi.VmConfig{Payload: &chapi.PayloadConfig{Firmware: "/fw"}, Memory: &chapi.MemoryConfig{Size: 256 << 20}}
+	if err := c.Create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- c.Pause(cctx, false) }()
+	if _, err := failpoint.WaitParked(ctx, ctl, "ch.pause"); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the VMM holds the request: only the context can end it
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancel: err = %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cancelled request to a hung VMM did not return")
+	}
+
+	// Still parked: a second request with a deadline ends at the deadline.
+	dctx, dcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer dcancel()
+	if err := c.Pause(dctx, false); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("deadline: err = %v, want context.DeadlineExceeded", err)
+	}
 }

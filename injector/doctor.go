@@ -39,7 +39,7 @@ func HostChecks() []Check {
 	if systemdIsPID1() {
 		add("systemd", true, "PID 1 is systemd: transient units on the host")
 	} else {
-		add("systemd", false, "PID 1 is %q, not systemd: the systemd supervisor is unavailable", pid1)
+		add("systemd", false, "PID 1 is %q, not systemd: the systemd supervisor is unavailable (vmchaos sandbox -- CMD gives CMD a private one)", pid1)
 	}
 	if why := SandboxPreflight(); why == "" {
 		add("sandbox", true, "%s (%s) can run as PID 1 of private namespaces", systemdBin, systemdVersion())

@@ -43,11 +43,14 @@ func Registry() string {
 // Record is what a supervisor writes before it starts anything, so that the
 // next run can clean up after a runner that was SIGKILLed.
 type Record struct {
-	RunID    string    `json:"run_id"`
-	Kind     string    `json:"kind"`
-	StateDir string    `json:"state_dir"`
-	Runner   Proc      `json:"runner"`
-	Created  time.Time `json:"created"`
+	RunID    string `json:"run_id"`
+	Kind     string `json:"kind"`
+	StateDir string `json:"state_dir"`
+	Runner   Proc   `json:"runner"`
+	// RunnerPidNS is the runner's pid namespace: its pid means nothing in
+	// another one (a run inside `vmchaos sandbox` shares this registry).
+	RunnerPidNS string    `json:"runner_pid_ns,omitempty"`
+	Created     time.Time `json:"created"`
 	// sandbox
 	Init   *Proc    `json:"init,omitempty"`   // the namespaced systemd (host pid)
 	PidNS  string   `json:"pid_ns,omitempty"` // its pid namespace
@@ -69,7 +72,8 @@ func newRecord(kind, stateDir string) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Record{RunID: newRunID(), Kind: kind, StateDir: stateDir, Runner: self, Created: time.Now().UTC()}, nil
+	return &Record{RunID: newRunID(), Kind: kind, StateDir: stateDir, Runner: self, RunnerPidNS: pidNS(os.Getpid()),
+		Created: time.Now().UTC()}, nil
 }
 
 func (r *Record) path() string { return filepath.Join(Registry(), r.RunID+".json") }
@@ -120,8 +124,28 @@ func (l Leftover) String() string {
 	return s
 }
 
+// removeRecordsOfNS removes the records in registry dir whose runner lived in
+// pid namespace ns, once that namespace is gone (and every process with it).
+func removeRecordsOfNS(dir, ns string) {
+	if ns == "" {
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	for _, f := range files {
+		var r Record
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &r) == nil && r.RunnerPidNS == ns {
+			_ = os.Remove(f)
+		}
+	}
+	_ = durable.SyncDir(dir)
+}
+
 // FindLeftovers reads every record in dir whose runner no longer exists and
-// lists the processes and cgroups of that run still present.
+// lists the processes and cgroups of that run still present. Records of
+// runners in another pid namespace are not judged: from inside a sandbox the
+// host's runner is invisible, and from the host a sandboxed runner's pid names
+// some other process, so either side would take a live run for dead and kill
+// its processes. A sandbox's teardown removes the records made inside it.
 func FindLeftovers(dir string) ([]Leftover, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
@@ -130,6 +154,7 @@ func FindLeftovers(dir string) ([]Leftover, error) {
 	sort.Strings(files)
 	var out []Leftover
 	var all []int
+	ownNS := pidNS(os.Getpid())
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -138,6 +163,9 @@ func FindLeftovers(dir string) ([]Leftover, error) {
 		var r Record
 		if err := json.Unmarshal(b, &r); err != nil || r.RunID == "" {
 			continue
+		}
+		if r.RunnerPidNS != "" && r.RunnerPidNS != ownNS {
+			continue // not ours to judge (see above)
 		}
 		if r.Runner.Exists() {
 			continue // a live run owns it
@@ -249,6 +277,9 @@ func cleanLeftover(ctx context.Context, l Leftover) error {
 	}
 	if l.Record.Kind == KindSandbox && l.Record.StateDir != "" {
 		removeSandboxScratch(l.Record.StateDir)
+	}
+	if l.Record.Kind == KindSandbox {
+		removeRecordsOfNS(filepath.Dir(l.File), l.Record.PidNS) // runs made inside died with it
 	}
 	if err := os.Remove(l.File); err != nil && !os.IsNotExist(err) {
 		return err

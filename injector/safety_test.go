@@ -2,6 +2,7 @@ package injector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -185,4 +186,87 @@ func TestLeftoversOfSIGKILLedRunAreFoundAndCleaned(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunInsideASandboxIsNotJudgedFromTheHost: a runner inside a sandbox
+// (`vmchaos sandbox -- vmchaos run`) shares the host's registry, but its pid
+// names some other process on the host. The host must not take that live run
+// for a SIGKILLed one and kill its units; once the sandbox is torn down, the
+// record made inside goes with it.
+func TestRunInsideASandboxIsNotJudgedFromTheHost(t *testing.T) {
+	sb := newSup(t, KindSandbox) // sets a private registry for this test
+	reg := Registry()
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	self, _ := os.Executable()
+	ctx, cancel := context.WithCancel(context.Background())
+	runner := Command(ctx, sb, self)
+	runner.Env = append(os.Environ(), envHelper+"=runner", "HELPER_KIND="+KindBuiltin, "HELPER_STATE="+filepath.Join(dir, "state"),
+		"HELPER_READY="+ready, "HELPER_SIGLOG="+filepath.Join(dir, "sig.log"))
+	runner.Stderr = os.Stderr
+	if err := runner.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Killing nsenter does not end the runner inside; the sandbox's teardown
+	// (Cleanup from newSup, after this) does.
+	defer func() { cancel(); _ = runner.Wait() }()
+	waitFor(t, "the sandboxed runner's unit", 60*time.Second, func() bool { _, err := os.Stat(ready); return err == nil })
+
+	records, _ := filepath.Glob(filepath.Join(reg, "*.json"))
+	if len(records) != 2 { // the sandbox's own and the inner runner's
+		t.Fatalf("registry holds %d records, want 2: %v", len(records), records)
+	}
+	var innerRec Record
+	for _, f := range records {
+		var r Record
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &r) == nil && r.Kind == KindBuiltin {
+			innerRec = r
+		}
+	}
+	if innerRec.RunnerPidNS == "" || innerRec.RunnerPidNS == pidNS(os.Getpid()) {
+		t.Fatalf("the inner runner's record has pid namespace %q, want the sandbox's", innerRec.RunnerPidNS)
+	}
+	var inner []Proc // its unit's main and child, carrying its run tag
+	for _, pid := range allPIDs() {
+		if hasEnv(pid, innerRec.Tag()) && pid != sb.(*dbusSup).rec.Init.PID {
+			if p, err := Identify(pid); err == nil {
+				inner = append(inner, p)
+			}
+		}
+	}
+	if len(inner) < 2 {
+		t.Fatalf("found %d processes of the inner unit on the host, want its main and child", len(inner))
+	}
+	if ls, err := FindLeftovers(reg); err != nil || len(ls) != 0 {
+		t.Fatalf("the host judged a live sandboxed run a leftover: %v %v", ls, err)
+	}
+	if cleaned, err := CleanLeftovers(context.Background(), reg); err != nil || len(cleaned) != 0 {
+		t.Fatalf("clean: %v %v", cleaned, err)
+	}
+	for _, p := range inner {
+		if !p.Alive() {
+			t.Fatalf("pid %d of the live sandboxed run was killed", p.PID)
+		}
+	}
+
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if records, _ := filepath.Glob(filepath.Join(reg, "*.json")); len(records) != 0 {
+		t.Fatalf("records left after the sandbox was torn down: %v", records)
+	}
+}
+
+// hasEnv reports whether pid's environment holds kv.
+func hasEnv(pid int, kv string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	for _, e := range strings.Split(string(b), "\x00") {
+		if e == kv {
+			return true
+		}
+	}
+	return false
 }

@@ -198,6 +198,7 @@ func newSandbox(ctx context.Context, stateDir string) (Supervisor, error) {
 			errs = append(errs, err)
 		}
 		removeSandboxScratch(D)
+		removeRecordsOfNS(Registry(), ns) // runs made inside died with the namespace
 		return errors.Join(errs...)
 	}
 	return s, nil

@@ -127,12 +127,12 @@ func (c *Client) oneShot(ctx context.Context, req *http.Request) (*http.Response
 	if err != nil {
 		return nil, nil, err
 	}
-	// A cancelled ctx unblocks any read or write in flight.
+	// The end of ctx (cancel or deadline) unblocks any read or write in
+	// flight. Only this sets the connection's deadline, so an I/O error while
+	// ctx.Err() != nil is always ctx's doing (a deadline of its own would
+	// race the context's timer and surface as a bare i/o timeout).
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	done := func() { stop(); conn.Close() }
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
 	req.Close = true // Connection: close, as the Transport sends without keep-alive
 	fail := func(err error) (*http.Response, func(), error) {
 		done()

@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/vmchaos/vmchaos/reports"
 )
 
 var subcommands []func() *cobra.Command
@@ -22,6 +24,7 @@ func main() {
 		Long: `vmchaos runs a catalogue of chaos scenarios against a node stack (vmctl, nodeagent and a
 fake or real cloud-hypervisor), injects faults at millisecond offsets or exact phases, and
 checks that the stack converges by itself with nothing lost. See README.md.`,
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -42,4 +45,13 @@ func exitCode(err error) int {
 		return ec.ExitCode()
 	}
 	return 1
+}
+
+// versionString is what --version prints: the build stamp every report also
+// records (git describe via -ldflags, else the module's VCS info).
+func versionString() string {
+	if v := reports.BuildInfo(); v != "" {
+		return v
+	}
+	return "unknown"
 }

@@ -228,7 +228,7 @@ func TestRunInsideASandboxIsNotJudgedFromTheHost(t *testing.T) {
 	}
 	var inner []Proc // its unit's main and child, carrying its run tag
 	for _, pid := range allPIDs() {
-		if hasEnv(pid, innerRec.Tag()) && pid != sb.(*dbusSup).rec.Init.PID {
+		if environHas(pid, innerRec.Tag()) && pid != sb.(*dbusSup).rec.Init.PID {
 			if p, err := Identify(pid); err == nil {
 				inner = append(inner, p)
 			}
@@ -255,18 +255,4 @@ func TestRunInsideASandboxIsNotJudgedFromTheHost(t *testing.T) {
 	if records, _ := filepath.Glob(filepath.Join(reg, "*.json")); len(records) != 0 {
 		t.Fatalf("records left after the sandbox was torn down: %v", records)
 	}
-}
-
-// hasEnv reports whether pid's environment holds kv.
-func hasEnv(pid int, kv string) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return false
-	}
-	for _, e := range strings.Split(string(b), "\x00") {
-		if e == kv {
-			return true
-		}
-	}
-	return false
 }

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/vmchaos/vmchaos/injector"
 )
 
 // Proc is one process of the case as /proc shows it.
@@ -96,18 +96,15 @@ func stat(pid int) (procStat, bool) {
 	return procStat{state: f[0][0], ppid: ppid, start: start}, true
 }
 
-// signal sends sig to p through a pidfd opened after checking p's start
-// time, so a reused pid is never hit.
+// signal sends sig to p through the injector's verified pidfd (opened, then
+// checked against p's start time), so a reused pid is never hit.
 func signal(p Proc, sig syscall.Signal) error {
-	fd, err := unix.PidfdOpen(p.PID, 0)
+	fd, err := injector.OpenPidFD(injector.Proc{PID: p.PID, Start: p.Start})
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	if st, ok := stat(p.PID); !ok || st.start != p.Start {
-		return fmt.Errorf("pid %d: reused or gone", p.PID)
-	}
-	return unix.PidfdSendSignal(fd, sig, nil, 0)
+	defer fd.Close()
+	return fd.Signal(sig)
 }
 
 // killLeftovers SIGKILLs every process of the case until none is left (or 5 s).

@@ -74,6 +74,23 @@ func parseStat(b []byte) (procStat, error) {
 	return st, nil
 }
 
+// Stat is the part of /proc/PID/stat other packages need (the stack's
+// process scans), read with the same parser the injector trusts.
+type Stat struct {
+	State byte   // R, S, D, Z, ...
+	PPID  int    // parent, as this pid namespace sees it
+	Start uint64 // start time in clock ticks since boot: with PID, an identity
+}
+
+// ReadStat reads /proc/PID/stat.
+func ReadStat(pid int) (Stat, error) {
+	st, err := readStat(pid)
+	if err != nil {
+		return Stat{}, err
+	}
+	return Stat{State: st.state, PPID: st.ppid, Start: st.start}, nil
+}
+
 // Identify returns the identity of the process now holding pid.
 func Identify(pid int) (Proc, error) {
 	if pid <= 0 {

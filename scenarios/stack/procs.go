@@ -63,37 +63,19 @@ func (s *Stack) Processes() []Proc {
 			continue
 		}
 		st, ok := stat(pid)
-		if !ok || st.state == 'Z' {
+		if !ok || st.State == 'Z' {
 			continue
 		}
 		argv := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
-		out = append(out, Proc{PID: pid, PPID: st.ppid, Start: st.start, Argv: argv})
+		out = append(out, Proc{PID: pid, PPID: st.PPID, Start: st.Start, Argv: argv})
 	}
 	return out
 }
 
-type procStat struct {
-	state byte
-	ppid  int
-	start uint64
-}
-
-func stat(pid int) (procStat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procStat{}, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procStat{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	start, _ := strconv.ParseUint(f[19], 10, 64)
-	return procStat{state: f[0][0], ppid: ppid, start: start}, true
+// stat reads pid's /proc stat through the injector's parser.
+func stat(pid int) (injector.Stat, bool) {
+	st, err := injector.ReadStat(pid)
+	return st, err == nil
 }
 
 // signal sends sig to p through the injector's verified pidfd (opened, then
@@ -170,7 +152,7 @@ func (s *Stack) KillVMM(ctx context.Context, id string) (int, error) {
 		return p.PID, fmt.Errorf("kill vmm %s: %w", id, err)
 	}
 	for ctx.Err() == nil {
-		if st, ok := stat(p.PID); !ok || st.start != p.Start || st.state == 'Z' {
+		if st, ok := stat(p.PID); !ok || st.Start != p.Start || st.State == 'Z' {
 			return p.PID, nil
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -184,5 +166,5 @@ func KillProc(pid int) error {
 	if !ok {
 		return fmt.Errorf("pid %d: gone", pid)
 	}
-	return signal(Proc{PID: pid, Start: st.start}, syscall.SIGKILL)
+	return signal(Proc{PID: pid, Start: st.Start}, syscall.SIGKILL)
 }

@@ -723,5 +723,5 @@ func ParentOf(pid int) int {
 	if !ok {
 		return 0
 	}
-	return st.ppid
+	return st.PPID
 }

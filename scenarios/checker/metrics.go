@@ -161,8 +161,8 @@ type Scraper struct {
 	// never reads "no sample" as "nothing happened"
 	failures []ScrapeFailure
 	since    int64
-	cancel  context.CancelFunc
-	done    chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // NewScraper starts sampling every interval; addr returns "" while unknown.

@@ -138,6 +138,11 @@ func (m *Manager) SnapshotSave(ctx context.Context, ref, name string) (*Snapshot
 		return nil, err
 	}
 	_, _ = m.setVM(ctx, v.ID, func(r *VM) { r.SnapshotIDs = append(r.SnapshotIDs, sid) })
+	// A save that follows a killed one (the resumed hibernate) reclaims
+	// the dead build's staging dir; nothing else runs gc.
+	if sx, err := m.loadSnaps(); err == nil {
+		m.collectDeadStaging(ctx, sx)
+	}
 	return snap, nil
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/reports"
 )
 
@@ -273,5 +274,42 @@ func TestScraperKeepsFailures(t *testing.T) {
 	inv := MetricsMonotonicInvariant(&Input{}, s.Samples(), f, nil)
 	if inv.OK {
 		t.Fatalf("a 500 and one sample passed: %+v", inv)
+	}
+}
+
+// TestCollectGoalsProbes: a ready intent is probed over SSH (its error and
+// a missing probe are evidence), a hibernated one is looked up in the
+// registry; intents not at their goal are not probed.
+func TestCollectGoalsProbes(t *testing.T) {
+	reg := t.TempDir()
+	var asked []string
+	in := &Input{Goals: map[string]string{"a": GoalReady, "b": GoalHibernated, "c": GoalReady, "n": GoalReady},
+		Registry: reg, BootID: func(_ context.Context, name, addr string) (string, error) {
+			asked = append(asked, name+"@"+addr)
+			if name == "c" {
+				return "", errors.New("ssh: handshake failed")
+			}
+			return "boot-1", nil
+		}}
+	p := &Poll{Views: map[string]AgentView{"a": {Lifecycle: GoalReady}, "b": {Lifecycle: GoalHibernated},
+		"c": {Lifecycle: GoalReady}, "n": {Lifecycle: "creating"}},
+		VMs: []manager.VM{{Name: "a", Address: "127.0.0.2:22"}, {Name: "c", Address: "127.0.0.3:22"}}}
+	p.collectGoals(context.Background(), in)
+	if len(asked) != 2 || p.Boot["a"].BootID != "boot-1" || p.Boot["c"].Err == nil {
+		t.Fatalf("asked %v, boot %+v", asked, p.Boot)
+	}
+	if _, probed := p.Boot["n"]; probed {
+		t.Fatal("an intent not at its goal was probed")
+	}
+	if err := p.Pushed["b"]; err == nil {
+		t.Fatal("an empty registry verified b")
+	}
+	in.BootID = nil
+	p.collectGoals(context.Background(), in)
+	if !errors.Is(p.Boot["a"].Err, errNoProbe) {
+		t.Fatalf("no probe: %+v", p.Boot["a"])
+	}
+	if ev := checkIntentGoal(in, p); len(ev) == 0 {
+		t.Fatal("ready without a probe passed")
 	}
 }

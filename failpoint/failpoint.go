@@ -38,7 +38,11 @@ type Attrs map[string]any
 
 // Event is one trace datagram.
 type Event struct {
-	TsNs  int64          `json:"ts_ns"`
+	TsNs int64 `json:"ts_ns"`
+	// Seq numbers the datagrams of one emitting process from 1, so the
+	// harness detects a lost datagram instead of assuming none was lost
+	// (0: an emitter that predates it).
+	Seq   uint64         `json:"seq,omitempty"`
 	Pid   int            `json:"pid"`
 	Proc  string         `json:"proc"`
 	Point string         `json:"point"`
@@ -88,6 +92,7 @@ type state struct {
 	trace   *net.UnixConn
 	ctlDir  string
 	actions map[string][]*rule
+	seq     uint64 // last datagram sequence number; under sendMu
 }
 
 var (
@@ -173,11 +178,16 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 				}
 			}
 		}
+		// The number is taken and the datagram written under one lock, so a
+		// process's datagrams leave (and, on a unixgram socket, arrive) in
+		// seq order; a failed write still uses its number and shows as a gap.
+		sendMu.Lock()
+		st.seq++
+		ev.Seq = st.seq
 		if b, err := json.Marshal(ev); err == nil {
-			sendMu.Lock()
 			_, _ = st.trace.Write(b)
-			sendMu.Unlock()
 		}
+		sendMu.Unlock()
 	}
 	for _, r := range st.actions[name] {
 		if r.vm != "" && r.vm != vm {

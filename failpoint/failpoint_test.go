@@ -398,6 +398,7 @@ func FuzzParseSpec(f *testing.F) {
 
 func FuzzParseEvent(f *testing.F) {
 	f.Add([]byte(`{"ts_ns":1,"pid":2,"proc":"fakech","point":"ch.boot","vm":"V","op":"o","attrs":{"a":[1,{"b":null}]}}`))
+	f.Add([]byte(`{"ts_ns":1,"seq":18446744073709551615,"pid":2,"proc":"vmctl","point":"p"}`))
 	f.Add([]byte(`{"ts_ns":-1}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -435,5 +436,25 @@ func TestParkedPointAnnouncesAgainWhenItsFileIsCleared(t *testing.T) {
 	}
 	if err := <-res; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDatagramsAreNumberedFromOnePerConfiguration: seq counts every datagram
+// of the process from 1, and a new configuration (a new trace) starts again.
+func TestDatagramsAreNumberedFromOnePerConfiguration(t *testing.T) {
+	r := newReceiver(t)
+	configure(t, r.path, "", "")
+	for i := 0; i < 3; i++ {
+		_ = Hit(context.Background(), "p", nil)
+	}
+	for i := 0; i < 3; i++ {
+		if ev := r.next(t, i); ev.Seq != uint64(i+1) {
+			t.Fatalf("datagram %d: seq %d, want %d", i, ev.Seq, i+1)
+		}
+	}
+	configure(t, r.path, "", "")
+	_ = Hit(context.Background(), "p", nil)
+	if ev := r.next(t, 3); ev.Seq != 1 {
+		t.Fatalf("after Configure: seq %d, want 1", ev.Seq)
 	}
 }

@@ -168,8 +168,10 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 	if op == "" && ctx != nil {
 		op = OpFrom(ctx)
 	}
+	ts := Now()
+	var seq uint64
 	if st.trace != nil {
-		ev := Event{TsNs: Now(), Pid: st.pid, Proc: st.proc, Point: name, VM: vm, Op: op}
+		ev := Event{TsNs: ts, Pid: st.pid, Proc: st.proc, Point: name, VM: vm, Op: op}
 		if len(attrs) > 0 {
 			ev.Attrs = make(map[string]any, len(attrs))
 			for k, v := range attrs {
@@ -178,16 +180,8 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 				}
 			}
 		}
-		// The number is taken and the datagram written under one lock, so a
-		// process's datagrams leave (and, on a unixgram socket, arrive) in
-		// seq order; a failed write still uses its number and shows as a gap.
-		sendMu.Lock()
-		st.seq++
-		ev.Seq = st.seq
-		if b, err := json.Marshal(ev); err == nil {
-			_, _ = st.trace.Write(b)
-		}
-		sendMu.Unlock()
+		st.send(&ev)
+		seq = ev.Seq
 	}
 	for _, r := range st.actions[name] {
 		if r.vm != "" && r.vm != vm {
@@ -196,9 +190,23 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 		if r.limit > 0 && r.hits.Add(1) > int64(r.limit) {
 			continue
 		}
-		return r.run(ctx, st, name)
+		return r.run(ctx, st, name, vm, op, seq, ts)
 	}
 	return nil
+}
+
+// send writes one datagram. The number is taken and the datagram written
+// under one lock, so a process's datagrams leave (and, on a unixgram socket,
+// arrive) in seq order; a failed write still uses its number and shows as a
+// gap.
+func (st *state) send(ev *Event) {
+	sendMu.Lock()
+	defer sendMu.Unlock()
+	st.seq++
+	ev.Seq = st.seq
+	if b, err := json.Marshal(ev); err == nil {
+		_, _ = st.trace.Write(b)
+	}
 }
 
 type actionKind int
@@ -209,6 +217,7 @@ const (
 	actExit
 	actKill
 	actError
+	actSignal
 )
 
 type rule struct {
@@ -218,6 +227,8 @@ type rule struct {
 	msg    string
 	limit  int
 	vm     string
+	sig    syscall.Signal // signal(SIG,DELAY)
+	delay  time.Duration  // signal(SIG,DELAY)
 	hits   atomic.Int64
 }
 
@@ -225,8 +236,11 @@ type rule struct {
 // it was released.
 var ErrPauseCancelled = errors.New("failpoint: pause cancelled")
 
-func (r *rule) run(ctx context.Context, st *state, name string) error {
+func (r *rule) run(ctx context.Context, st *state, name, vm, op string, hitSeq uint64, hitNs int64) error {
 	switch r.action {
+	case actSignal:
+		// The operation goes on; the fault comes DELAY after the hit.
+		go signalAt(st, name, vm, op, r.sig, hitSeq, hitNs, r.delay)
 	case actSleep:
 		time.Sleep(time.Duration(r.arg) * time.Millisecond)
 	case actExit:
@@ -278,8 +292,8 @@ func park(ctx context.Context, dir, name string) error {
 }
 
 // ParseSpec parses "name=action;name=action". Actions: pause, sleep(ms),
-// exit(code), kill, error(msg); each optionally prefixed "N*" and suffixed
-// "@vm=<id>".
+// exit(code), kill, error(msg), signal(SIG,DELAY); each optionally prefixed
+// "N*" and suffixed "@vm=<id>".
 func ParseSpec(spec string) ([]*rule, error) {
 	var out []*rule
 	for _, part := range strings.Split(spec, ";") {
@@ -344,6 +358,12 @@ func ParseSpec(spec string) ([]*rule, error) {
 			if r.arg > 255 {
 				return nil, fmt.Errorf("%s: %q: exit code > 255", EnvFailpoints, part)
 			}
+		case verb == "signal" && hasArg:
+			r.action = actSignal
+			var err error
+			if r.sig, r.delay, err = parseSignalArg(arg); err != nil {
+				return nil, fmt.Errorf("%s: %q: %w", EnvFailpoints, part, err)
+			}
 		case verb == "error" && hasArg:
 			r.action = actError
 			r.msg = arg
@@ -351,7 +371,7 @@ func ParseSpec(spec string) ([]*rule, error) {
 				r.msg = "failpoint " + name
 			}
 		default:
-			return nil, fmt.Errorf("%s: %q: unknown action %q (want pause, sleep(ms), exit(code), kill, error(msg))", EnvFailpoints, part, act)
+			return nil, fmt.Errorf("%s: %q: unknown action %q (want pause, sleep(ms), exit(code), kill, error(msg), signal(SIG,DELAY))", EnvFailpoints, part, act)
 		}
 		out = append(out, r)
 	}

@@ -128,6 +128,14 @@ func helperMain(mode string) int {
 		}
 		_ = os.WriteFile(os.Getenv("HELPER_READY"), nil, 0o644)
 		select {}
+	case "hog":
+		// The accuracy benchmark's loaded core: spin, bounded.
+		d, err := time.ParseDuration(os.Getenv("HELPER_HOG_FOR"))
+		if err != nil || d <= 0 {
+			return 2
+		}
+		hog(d)
+		return 0
 	case "exec":
 		// An agent-like main process that runs one child and reports it
 		// the way nodeagent does (agent.child.exec / agent.child.exit).

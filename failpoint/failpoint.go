@@ -92,7 +92,8 @@ type state struct {
 	trace   *net.UnixConn
 	ctlDir  string
 	actions map[string][]*rule
-	seq     uint64 // last datagram sequence number; under sendMu
+	seq     uint64    // last datagram sequence number; under sendMu
+	timer   *sigTimer // fires signal(SIG,DELAY) actions; nil without any
 }
 
 var (
@@ -125,6 +126,14 @@ func Configure(proc, tracePath, spec, ctlDir string) error {
 		}
 		st.actions[r.point] = append(st.actions[r.point], r)
 	}
+	for _, r := range rules {
+		if r.action == actSignal && r.delay > 0 {
+			if st.timer, err = startSigTimer(st); err != nil {
+				return err
+			}
+			break
+		}
+	}
 	if tracePath != "" {
 		// A missing harness socket must not break the stack under test:
 		// the hit still runs its action, the datagram is dropped.
@@ -133,8 +142,8 @@ func Configure(proc, tracePath, spec, ctlDir string) error {
 			st.trace = c
 		}
 	}
-	if old := current.Swap(st); old != nil && old.trace != nil {
-		old.trace.Close()
+	if old := current.Swap(st); old != nil {
+		old.close()
 	}
 	enabled.Store(st.trace != nil || len(st.actions) > 0)
 	return nil
@@ -143,8 +152,17 @@ func Configure(proc, tracePath, spec, ctlDir string) error {
 // Reset disables the package (tests).
 func Reset() {
 	enabled.Store(false)
-	if old := current.Swap(nil); old != nil && old.trace != nil {
-		old.trace.Close()
+	if old := current.Swap(nil); old != nil {
+		old.close()
+	}
+}
+
+func (st *state) close() {
+	if st.timer != nil {
+		st.timer.stop()
+	}
+	if st.trace != nil {
+		st.trace.Close()
 	}
 }
 
@@ -240,7 +258,7 @@ func (r *rule) run(ctx context.Context, st *state, name, vm, op string, hitSeq u
 	switch r.action {
 	case actSignal:
 		// The operation goes on; the fault comes DELAY after the hit.
-		go signalAt(st, name, vm, op, r.sig, hitSeq, hitNs, r.delay)
+		signalAction(st, pendingSignal{point: name, vm: vm, op: op, sig: r.sig, hitSeq: hitSeq, hitNs: hitNs, delay: r.delay})
 	case actSleep:
 		time.Sleep(time.Duration(r.arg) * time.Millisecond)
 	case actExit:

@@ -63,6 +63,16 @@ func BenchmarkAtAccuracy(b *testing.B) {
 					accuracy(b, kind, benchInjections(b))
 				})
 			}
+			// The same faults armed inside the victim (InVictim): the
+			// victim's own timer fires, no trace delivery in between.
+			for _, load := range []string{"idle", "loaded"} {
+				b.Run("in-victim-"+load, func(b *testing.B) {
+					if load == "loaded" {
+						startHog(b)
+					}
+					accuracyInVictim(b, kind, benchInjections(b))
+				})
+			}
 		})
 	}
 }
@@ -175,6 +185,10 @@ func accuracy(b *testing.B, kind string, total int) {
 		wg.Wait()
 	}
 	b.StopTimer()
+	reportAccuracy(b, kind, tr, total, byOff, all, delivery, late, harness, failed)
+}
+
+func reportAccuracy(b *testing.B, kind string, tr *Trace, total int, byOff map[time.Duration][]int64, all, delivery, late, harness []int64, failed []string) {
 	if len(failed) > 0 {
 		b.Logf("%d injection(s) failed, first: %s", len(failed), failed[0])
 	}
@@ -200,4 +214,107 @@ func accuracy(b *testing.B, kind string, total int) {
 	b.ReportMetric(us(pct(all, .999)), "p99.9-µs")
 	b.ReportMetric(us(pct(all, 1)), "max-µs")
 	b.ReportMetric(float64(len(all)), "injections")
+}
+
+// accuracyInVictim: the victims arm the fault themselves
+// (VictimSpec → VMCHAOS_FAILPOINTS); lanes per offset so that the 1 s lanes
+// do not dominate the run time.
+func accuracyInVictim(b *testing.B, kind string, total int) {
+	b.Setenv(EnvRegistry, filepath.Join(b.TempDir(), "registry"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	sup, err := NewSupervisor(ctx, kind, filepath.Join(b.TempDir(), "state"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sup.Close()
+	tr, err := ListenTrace(filepath.Join(b.TempDir(), "trace.sock"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	inj := New(sup, tr, Options{})
+	start := func(name, vm, point string, every time.Duration, spec string) {
+		err := sup.Start(ctx, UnitSpec{Name: name, Argv: helperArgv(b), RestartSec: 10 * time.Millisecond,
+			Env: []string{envHelper + "=loop", "HELPER_VM=" + vm, "HELPER_POINTS=" + point, "HELPER_EVERY=" + every.String(),
+				"VMCHAOS_TRACE=" + tr.Path(), "VMCHAOS_FAILPOINTS=" + spec, "HELPER_FIRST_HIT_AFTER=50ms"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	start("noise", "noise", "noise.tick", 2*time.Millisecond, "")
+	type lane struct {
+		unit string
+		t    Trigger
+		n    int
+	}
+	var lanes []lane
+	for _, off := range accuracyOffsets {
+		per := total / len(accuracyOffsets)
+		nl := max(1, int(off/(125*time.Millisecond))) // 1 s: 8 lanes
+		for l := 0; l < nl; l++ {
+			ln := lane{unit: fmt.Sprintf("v%s-%d", FormatOffset(off), l), n: per / nl}
+			if l < per%nl {
+				ln.n++
+			}
+			ln.t = Trigger{Kind: TriggerAt, Point: "acc.tick", N: 1, VM: ln.unit, Offset: off}
+			spec, err := VictimSpec(Fault{Kind: FaultSigkillMain, Unit: ln.unit}, ln.t)
+			if err != nil {
+				b.Fatal(err)
+			}
+			start(ln.unit, ln.unit, "acc.tick", 2*time.Millisecond, spec)
+			lanes = append(lanes, ln)
+		}
+	}
+	b.ResetTimer()
+	byOff := map[time.Duration][]int64{}
+	var all, delivery, late, harness []int64
+	var mu sync.Mutex
+	var failed []string
+	fail := func(err error) {
+		mu.Lock()
+		failed = append(failed, err.Error())
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for _, ln := range lanes {
+		wg.Add(1)
+		go func(ln lane) {
+			defer wg.Done()
+			for k := 0; k < ln.n; k++ {
+				mark := tr.Mark()
+				if err := sup.WaitActive(ctx, ln.unit); err != nil {
+					fail(err)
+					return
+				}
+				a, err := inj.Arm(ctx, Fault{Kind: FaultSigkillMain, Unit: ln.unit}, ln.t, From(mark), InVictim())
+				if err != nil {
+					fail(err)
+					continue
+				}
+				r, err := a.Wait(ctx)
+				if err == nil && r.Err != "" {
+					err = fmt.Errorf("%s", r.Err)
+				}
+				if err != nil {
+					fail(err)
+					continue
+				}
+				mu.Lock()
+				byOff[ln.t.Offset] = append(byOff[ln.t.Offset], r.ActualNs-r.RequestedNs)
+				all = append(all, r.ActualNs-r.RequestedNs)
+				if r.HitRecvNs > 0 {
+					delivery = append(delivery, r.HitRecvNs-r.TriggerNs)
+					if r.HitRecvNs > r.RequestedNs {
+						late = append(late, r.HitRecvNs-r.RequestedNs)
+					}
+				}
+				harness = append(harness, r.ActualNs-r.RequestedNs) // no harness in the path
+				mu.Unlock()
+			}
+		}(ln)
+	}
+	wg.Wait()
+	b.StopTimer()
+	reportAccuracy(b, kind+" (in-victim)", tr, total, byOff, all, delivery, late, harness, failed)
 }

@@ -88,6 +88,11 @@ func helperMain(mode string) int {
 		}
 		vm := os.Getenv("HELPER_VM")
 		points := strings.Split(os.Getenv("HELPER_POINTS"), ",")
+		// The in-victim benchmark arms against the main pid of the moment:
+		// a pause before the first hit keeps that the process that hits.
+		if d, err := time.ParseDuration(os.Getenv("HELPER_FIRST_HIT_AFTER")); err == nil {
+			time.Sleep(d)
+		}
 		for i := 0; ; i++ {
 			for _, p := range points {
 				_ = failpoint.Hit(context.Background(), p, failpoint.Attrs{"vm": vm, "i": i})

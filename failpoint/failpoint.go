@@ -38,7 +38,11 @@ type Attrs map[string]any
 
 // Event is one trace datagram.
 type Event struct {
-	TsNs  int64          `json:"ts_ns"`
+	TsNs int64 `json:"ts_ns"`
+	// Seq numbers the datagrams of one emitting process from 1, so the
+	// harness detects a lost datagram instead of assuming none was lost
+	// (0: an emitter that predates it).
+	Seq   uint64         `json:"seq,omitempty"`
 	Pid   int            `json:"pid"`
 	Proc  string         `json:"proc"`
 	Point string         `json:"point"`
@@ -88,6 +92,8 @@ type state struct {
 	trace   *net.UnixConn
 	ctlDir  string
 	actions map[string][]*rule
+	seq     uint64    // last datagram sequence number; under sendMu
+	timer   *sigTimer // fires signal(SIG,DELAY) actions; nil without any
 }
 
 var (
@@ -120,6 +126,14 @@ func Configure(proc, tracePath, spec, ctlDir string) error {
 		}
 		st.actions[r.point] = append(st.actions[r.point], r)
 	}
+	for _, r := range rules {
+		if r.action == actSignal && r.delay > 0 {
+			if st.timer, err = startSigTimer(st); err != nil {
+				return err
+			}
+			break
+		}
+	}
 	if tracePath != "" {
 		// A missing harness socket must not break the stack under test:
 		// the hit still runs its action, the datagram is dropped.
@@ -128,8 +142,8 @@ func Configure(proc, tracePath, spec, ctlDir string) error {
 			st.trace = c
 		}
 	}
-	if old := current.Swap(st); old != nil && old.trace != nil {
-		old.trace.Close()
+	if old := current.Swap(st); old != nil {
+		old.close()
 	}
 	enabled.Store(st.trace != nil || len(st.actions) > 0)
 	return nil
@@ -138,8 +152,17 @@ func Configure(proc, tracePath, spec, ctlDir string) error {
 // Reset disables the package (tests).
 func Reset() {
 	enabled.Store(false)
-	if old := current.Swap(nil); old != nil && old.trace != nil {
-		old.trace.Close()
+	if old := current.Swap(nil); old != nil {
+		old.close()
+	}
+}
+
+func (st *state) close() {
+	if st.timer != nil {
+		st.timer.stop()
+	}
+	if st.trace != nil {
+		st.trace.Close()
 	}
 }
 
@@ -163,8 +186,10 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 	if op == "" && ctx != nil {
 		op = OpFrom(ctx)
 	}
+	ts := Now()
+	var seq uint64
 	if st.trace != nil {
-		ev := Event{TsNs: Now(), Pid: st.pid, Proc: st.proc, Point: name, VM: vm, Op: op}
+		ev := Event{TsNs: ts, Pid: st.pid, Proc: st.proc, Point: name, VM: vm, Op: op}
 		if len(attrs) > 0 {
 			ev.Attrs = make(map[string]any, len(attrs))
 			for k, v := range attrs {
@@ -173,11 +198,8 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 				}
 			}
 		}
-		if b, err := json.Marshal(ev); err == nil {
-			sendMu.Lock()
-			_, _ = st.trace.Write(b)
-			sendMu.Unlock()
-		}
+		st.send(&ev)
+		seq = ev.Seq
 	}
 	for _, r := range st.actions[name] {
 		if r.vm != "" && r.vm != vm {
@@ -186,9 +208,23 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 		if r.limit > 0 && r.hits.Add(1) > int64(r.limit) {
 			continue
 		}
-		return r.run(ctx, st, name)
+		return r.run(ctx, st, name, vm, op, seq, ts)
 	}
 	return nil
+}
+
+// send writes one datagram. The number is taken and the datagram written
+// under one lock, so a process's datagrams leave (and, on a unixgram socket,
+// arrive) in seq order; a failed write still uses its number and shows as a
+// gap.
+func (st *state) send(ev *Event) {
+	sendMu.Lock()
+	defer sendMu.Unlock()
+	st.seq++
+	ev.Seq = st.seq
+	if b, err := json.Marshal(ev); err == nil {
+		_, _ = st.trace.Write(b)
+	}
 }
 
 type actionKind int
@@ -199,6 +235,7 @@ const (
 	actExit
 	actKill
 	actError
+	actSignal
 )
 
 type rule struct {
@@ -208,6 +245,8 @@ type rule struct {
 	msg    string
 	limit  int
 	vm     string
+	sig    syscall.Signal // signal(SIG,DELAY)
+	delay  time.Duration  // signal(SIG,DELAY)
 	hits   atomic.Int64
 }
 
@@ -215,8 +254,11 @@ type rule struct {
 // it was released.
 var ErrPauseCancelled = errors.New("failpoint: pause cancelled")
 
-func (r *rule) run(ctx context.Context, st *state, name string) error {
+func (r *rule) run(ctx context.Context, st *state, name, vm, op string, hitSeq uint64, hitNs int64) error {
 	switch r.action {
+	case actSignal:
+		// The operation goes on; the fault comes DELAY after the hit.
+		signalAction(st, pendingSignal{point: name, vm: vm, op: op, sig: r.sig, hitSeq: hitSeq, hitNs: hitNs, delay: r.delay})
 	case actSleep:
 		time.Sleep(time.Duration(r.arg) * time.Millisecond)
 	case actExit:
@@ -268,8 +310,8 @@ func park(ctx context.Context, dir, name string) error {
 }
 
 // ParseSpec parses "name=action;name=action". Actions: pause, sleep(ms),
-// exit(code), kill, error(msg); each optionally prefixed "N*" and suffixed
-// "@vm=<id>".
+// exit(code), kill, error(msg), signal(SIG,DELAY); each optionally prefixed
+// "N*" and suffixed "@vm=<id>".
 func ParseSpec(spec string) ([]*rule, error) {
 	var out []*rule
 	for _, part := range strings.Split(spec, ";") {
@@ -334,6 +376,12 @@ func ParseSpec(spec string) ([]*rule, error) {
 			if r.arg > 255 {
 				return nil, fmt.Errorf("%s: %q: exit code > 255", EnvFailpoints, part)
 			}
+		case verb == "signal" && hasArg:
+			r.action = actSignal
+			var err error
+			if r.sig, r.delay, err = parseSignalArg(arg); err != nil {
+				return nil, fmt.Errorf("%s: %q: %w", EnvFailpoints, part, err)
+			}
 		case verb == "error" && hasArg:
 			r.action = actError
 			r.msg = arg
@@ -341,7 +389,7 @@ func ParseSpec(spec string) ([]*rule, error) {
 				r.msg = "failpoint " + name
 			}
 		default:
-			return nil, fmt.Errorf("%s: %q: unknown action %q (want pause, sleep(ms), exit(code), kill, error(msg))", EnvFailpoints, part, act)
+			return nil, fmt.Errorf("%s: %q: unknown action %q (want pause, sleep(ms), exit(code), kill, error(msg), signal(SIG,DELAY))", EnvFailpoints, part, act)
 		}
 		out = append(out, r)
 	}

@@ -243,6 +243,9 @@ func TestParseSpec(t *testing.T) {
 		{"a=1*kill@vm=V", []*rule{{point: "a", action: actKill, limit: 1, vm: "V"}}},
 		{"a=error(x*y)", []*rule{{point: "a", action: actError, msg: "x*y"}}},
 		{"a=2*error(p@vm=q)@vm=R", []*rule{{point: "a", action: actError, msg: "p@vm=q", limit: 2, vm: "R"}}},
+		{"a=1*signal(KILL,59)@vm=V", []*rule{{point: "a", action: actSignal, limit: 1, vm: "V", sig: syscall.SIGKILL, delay: 59 * time.Millisecond}}},
+		{"a=signal(SIGSTOP, 2950us)", []*rule{{point: "a", action: actSignal, sig: syscall.SIGSTOP, delay: 2950 * time.Microsecond}}},
+		{"a=signal(TERM,0)", []*rule{{point: "a", action: actSignal, sig: syscall.SIGTERM}}},
 	} {
 		got, err := ParseSpec(tc.spec)
 		if err != nil {
@@ -253,13 +256,15 @@ func TestParseSpec(t *testing.T) {
 		}
 		for i, r := range got {
 			w := tc.want[i]
-			if r.point != w.point || r.action != w.action || r.arg != w.arg || r.msg != w.msg || r.limit != w.limit || r.vm != w.vm {
+			if r.point != w.point || r.action != w.action || r.arg != w.arg || r.msg != w.msg || r.limit != w.limit || r.vm != w.vm ||
+				r.sig != w.sig || r.delay != w.delay {
 				t.Errorf("%q rule %d: %+v, want %+v", tc.spec, i, r, w)
 			}
 		}
 	}
 	for _, bad := range []string{"a", "=pause", "a=", "a=jump", "a=sleep", "a=sleep(x)", "a=sleep(-1)", "a=exit(256)",
-		"a=pause(1)", "a=kill()", "a=0*kill", "a=x*kill", "a=sleep(1", "a=kill@vm=", "a=+1*kill"} {
+		"a=pause(1)", "a=kill()", "a=0*kill", "a=x*kill", "a=sleep(1", "a=kill@vm=", "a=+1*kill",
+		"a=signal", "a=signal()", "a=signal(KILL)", "a=signal(NOPE,1)", "a=signal(KILL,-1ms)", "a=signal(KILL,25h)", "a=signal(KILL,x)", "a=signal(9,1)"} {
 		if _, err := ParseSpec(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -318,6 +323,11 @@ func TestExitAndKillActions(t *testing.T) {
 			os.Exit(100)
 		}
 		_ = Hit(context.Background(), "die.here", Attrs{"vm": "C"})
+		if os.Getenv("FAILPOINT_CHILD_LINGER") == "1" {
+			// signal(SIG,DELAY): the operation goes on until the signal.
+			_ = Hit(context.Background(), "after.hit", nil)
+			time.Sleep(time.Minute)
+		}
 		os.Exit(0) // not reached when the action fires
 	}
 	for _, tc := range []struct {
@@ -380,7 +390,8 @@ func BenchmarkHitEnabledTrace(b *testing.B) {
 }
 
 func FuzzParseSpec(f *testing.F) {
-	for _, s := range []string{"a=pause", "a=3*sleep(250)@vm=X;b=kill", "x=exit(0); y=error(m@vm=z)", "a=error(()", "=", ";;a=1*", "p=sleep(99999999999999999999)"} {
+	for _, s := range []string{"a=pause", "a=3*sleep(250)@vm=X;b=kill", "x=exit(0); y=error(m@vm=z)", "a=error(()", "=", ";;a=1*", "p=sleep(99999999999999999999)",
+		"a=1*signal(KILL,59)@vm=V", "a=signal(SIGSTOP,2950us)", "a=signal(KILL,4294967296)", "a=signal(,)"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -389,8 +400,11 @@ func FuzzParseSpec(f *testing.F) {
 			return
 		}
 		for _, r := range rules {
-			if r.point == "" || r.action == 0 || r.limit < 0 || r.arg < 0 {
+			if r.point == "" || r.action == 0 || r.limit < 0 || r.arg < 0 || r.delay < 0 || r.delay > MaxSignalDelay {
 				t.Fatalf("%q: invalid rule %+v", s, r)
+			}
+			if r.action == actSignal && SignalName(r.sig) == "" {
+				t.Fatalf("%q: signal action with signal %d", s, r.sig)
 			}
 		}
 	})
@@ -398,6 +412,7 @@ func FuzzParseSpec(f *testing.F) {
 
 func FuzzParseEvent(f *testing.F) {
 	f.Add([]byte(`{"ts_ns":1,"pid":2,"proc":"fakech","point":"ch.boot","vm":"V","op":"o","attrs":{"a":[1,{"b":null}]}}`))
+	f.Add([]byte(`{"ts_ns":1,"seq":18446744073709551615,"pid":2,"proc":"vmctl","point":"p"}`))
 	f.Add([]byte(`{"ts_ns":-1}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -435,5 +450,58 @@ func TestParkedPointAnnouncesAgainWhenItsFileIsCleared(t *testing.T) {
 	}
 	if err := <-res; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDatagramsAreNumberedFromOnePerConfiguration: seq counts every datagram
+// of the process from 1, and a new configuration (a new trace) starts again.
+func TestDatagramsAreNumberedFromOnePerConfiguration(t *testing.T) {
+	r := newReceiver(t)
+	configure(t, r.path, "", "")
+	for i := 0; i < 3; i++ {
+		_ = Hit(context.Background(), "p", nil)
+	}
+	for i := 0; i < 3; i++ {
+		if ev := r.next(t, i); ev.Seq != uint64(i+1) {
+			t.Fatalf("datagram %d: seq %d, want %d", i, ev.Seq, i+1)
+		}
+	}
+	configure(t, r.path, "", "")
+	_ = Hit(context.Background(), "p", nil)
+	if ev := r.next(t, 3); ev.Seq != 1 {
+		t.Fatalf("after Configure: seq %d, want 1", ev.Seq)
+	}
+}
+
+// TestSignalActionKillsItselfAfterTheDelay: a real child whose hit arms
+// signal(KILL,30ms) goes on past the hit, then dies of SIGKILL; its last
+// datagram is SignalPoint, stamped no earlier than hit + 30ms, naming the
+// arming hit by seq and how late it fired.
+func TestSignalActionKillsItselfAfterTheDelay(t *testing.T) {
+	r := newReceiver(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExitAndKillActions$")
+	cmd.Env = append(os.Environ(), "FAILPOINT_CHILD=1", "FAILPOINT_CHILD_LINGER=1", EnvTrace+"="+r.path,
+		EnvFailpoints+"=die.here=1*signal(KILL,30ms)@vm=C")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	out, _ := cmd.CombinedOutput()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child state %v, output %s", cmd.ProcessState, out)
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Fatal("the child lived until its linger ended: the signal never came")
+	}
+	hit, next, fired := r.next(t, 0), r.next(t, 1), r.next(t, 2)
+	if hit.Point != "die.here" || next.Point != "after.hit" || fired.Point != SignalPoint {
+		t.Fatalf("datagrams %s, %s, %s: want die.here, after.hit, %s", hit.Point, next.Point, fired.Point, SignalPoint)
+	}
+	delay := int64(30 * time.Millisecond)
+	if fired.TsNs < hit.TsNs+delay {
+		t.Fatalf("fired %d ns after the hit, before its delay %d", fired.TsNs-hit.TsNs, delay)
+	}
+	a := fired.Attrs
+	if a["point"] != "die.here" || a["signal"] != "KILL" || a["hit_seq"] != float64(hit.Seq) || a["delay_ns"] != float64(delay) ||
+		a["late_ns"] != float64(fired.TsNs-hit.TsNs-delay) || fired.VM != "C" || fired.Pid != hit.Pid {
+		t.Fatalf("fired %+v, hit %+v", fired, hit)
 	}
 }

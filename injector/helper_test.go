@@ -88,6 +88,11 @@ func helperMain(mode string) int {
 		}
 		vm := os.Getenv("HELPER_VM")
 		points := strings.Split(os.Getenv("HELPER_POINTS"), ",")
+		// The in-victim benchmark arms against the main pid of the moment:
+		// a pause before the first hit keeps that the process that hits.
+		if d, err := time.ParseDuration(os.Getenv("HELPER_FIRST_HIT_AFTER")); err == nil {
+			time.Sleep(d)
+		}
 		for i := 0; ; i++ {
 			for _, p := range points {
 				_ = failpoint.Hit(context.Background(), p, failpoint.Attrs{"vm": vm, "i": i})
@@ -128,6 +133,14 @@ func helperMain(mode string) int {
 		}
 		_ = os.WriteFile(os.Getenv("HELPER_READY"), nil, 0o644)
 		select {}
+	case "hog":
+		// The accuracy benchmark's loaded core: spin, bounded.
+		d, err := time.ParseDuration(os.Getenv("HELPER_HOG_FOR"))
+		if err != nil || d <= 0 {
+			return 2
+		}
+		hog(d)
+		return 0
 	case "exec":
 		// An agent-like main process that runs one child and reports it
 		// the way nodeagent does (agent.child.exec / agent.child.exit).

@@ -89,6 +89,7 @@ type Injection struct {
 	TriggerNs     int64  // ts of that hit
 	HitRecvNs     int64  // when the harness read that hit (delivery = HitRecvNs − TriggerNs)
 	ResumedNs     int64  // stop / sigstop with StopFor: when start / SIGCONT was issued
+	InVictim      bool   // the victim fired it on itself (InVictim): ActualNs is its own stamp
 }
 
 // MarshalJSON flattens the embedded Fault and Trigger (whose Kind, VM and
@@ -109,9 +110,10 @@ func (in Injection) MarshalJSON() ([]byte, error) {
 		TriggerNs     int64  `json:"trigger_ns,omitempty"`
 		HitRecvNs     int64  `json:"hit_recv_ns,omitempty"`
 		ResumedNs     int64  `json:"resumed_ns,omitempty"`
+		InVictim      bool   `json:"in_victim,omitempty"`
 	}
 	return json.Marshal(flat{in.Fault.String(), in.Unit, in.Trigger.String(), in.RequestedNs, in.ActualNs, in.Err,
-		in.VictimPID, in.LastPhase, in.IntendedPhase, in.Landed, in.TriggerPID, in.TriggerNs, in.HitRecvNs, in.ResumedNs})
+		in.VictimPID, in.LastPhase, in.IntendedPhase, in.Landed, in.TriggerPID, in.TriggerNs, in.HitRecvNs, in.ResumedNs, in.InVictim})
 }
 
 // Options configure an Injector.
@@ -164,8 +166,9 @@ func (a *Armed) Done() <-chan struct{} { return a.done }
 func (a *Armed) Cancel() { a.cancel() }
 
 type armCfg struct {
-	from   int
-	intend []string
+	from     int
+	intend   []string
+	inVictim bool // see InVictim
 }
 
 // ArmOption tunes one Arm.
@@ -197,6 +200,12 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.inVictim {
+		if _, err := VictimSpec(f, t); err != nil {
+			pre.close()
+			return nil, fmt.Errorf("arm %s: %w", t, err)
+		}
+	}
 	switch t.Kind {
 	case TriggerAt, TriggerAfterExit:
 	case TriggerPark:
@@ -227,7 +236,12 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 	go func() {
 		defer close(a.done)
 		defer cancel()
-		inj := in.run(actx, f, t, cfg, pre)
+		var inj Injection
+		if cfg.inVictim {
+			inj = in.runInVictim(actx, f, t, cfg, pre)
+		} else {
+			inj = in.run(actx, f, t, cfg, pre)
+		}
 		a.mu.Lock()
 		a.inj = inj
 		a.mu.Unlock()

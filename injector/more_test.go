@@ -3,9 +3,11 @@ package injector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -179,4 +181,98 @@ func BenchmarkTraceIngest(b *testing.B) {
 	b.StopTimer()
 	cancel()
 	<-done
+}
+
+// TestLostReportsADroppedDatagram: the real failpoint emitter sends through a
+// relay that drops its second datagram; the trace reports exactly that one as
+// lost, and nothing for a stream that arrived whole.
+func TestLostReportsADroppedDatagram(t *testing.T) {
+	dir := t.TempDir()
+	tr, err := ListenTrace(filepath.Join(dir, "t.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	relay, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "relay.sock"), Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer relay.Close()
+	out, err := net.Dial("unixgram", tr.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	const sent = 5
+	relayed := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 1<<16)
+		for i := 1; i <= sent; i++ {
+			n, err := relay.Read(buf)
+			if err != nil {
+				relayed <- err
+				return
+			}
+			if i == 2 {
+				continue // the deliberate loss
+			}
+			if _, err := out.Write(buf[:n]); err != nil {
+				relayed <- err
+				return
+			}
+		}
+		relayed <- nil
+	}()
+	if err := failpoint.Configure("vmctl", relay.LocalAddr().String(), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	defer failpoint.Reset()
+	for i := 0; i < sent; i++ {
+		if err := failpoint.Hit(context.Background(), fmt.Sprintf("p%d", i+1), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-relayed; err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := tr.WaitPoint(ctx, 0, fmt.Sprintf("p%d", sent), 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	want := []Loss{{Proc: "vmctl", Pid: os.Getpid(), First: 2, Last: 2}}
+	if got := tr.Lost(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Lost() = %v, want %v", got, want)
+	}
+	var seqs []uint64
+	for _, e := range tr.Events() {
+		seqs = append(seqs, e.Seq)
+	}
+	if !reflect.DeepEqual(seqs, []uint64{1, 3, 4, 5}) {
+		t.Fatalf("seqs %v", seqs)
+	}
+}
+
+func TestLostInGapsRestartsAndOldEmitters(t *testing.T) {
+	ev := func(proc string, pid int, seq uint64) failpoint.Event {
+		return failpoint.Event{TsNs: 1, Proc: proc, Pid: pid, Point: "x", Seq: seq}
+	}
+	got := LostIn([]failpoint.Event{
+		ev("vmctl", 7, 1), ev("vmctl", 7, 2), ev("vmctl", 7, 5), // 3..4 lost
+		ev("nodeagent", 7, 2),                // same pid, other proc: #1 lost
+		ev("vmctl", 8, 0), ev("vmctl", 8, 0), // no numbers: not judged
+		ev("vmctl", 7, 6), ev("vmctl", 7, 3), // restart under pid 7: 1..2 of it lost
+		ev("vmctl", 9, 1), ev("vmctl", 9, 2), // whole
+	})
+	want := []Loss{
+		{Proc: "vmctl", Pid: 7, First: 3, Last: 4},
+		{Proc: "nodeagent", Pid: 7, First: 1, Last: 1},
+		{Proc: "vmctl", Pid: 7, First: 1, Last: 2},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("LostIn = %v, want %v", got, want)
+	}
+	if want[0].Count() != 2 || want[0].String() != "vmctl pid 7: datagrams #3..#4 lost (2)" {
+		t.Fatalf("%d %q", want[0].Count(), want[0].String())
+	}
 }

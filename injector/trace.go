@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -122,7 +124,20 @@ var procs struct {
 	sync.Mutex
 	open  int
 	saved int // the value before the first open trace raised it; 0: not raised
+	gc    int // GC percent before the first open trace raised it; 0: not raised
 }
+
+// quietGC is the GC percent floor while a Trace is open: every GC cycle
+// stops the world twice, and on a loaded host a stop waits for every thread
+// of the process to be scheduled, the reader thread included, for
+// milliseconds. A higher percent makes cycles rarer; the live heap of a
+// harness is small. VMCHAOS_INJECTOR_GC=0 leaves GC alone.
+var quietGC = func() int {
+	if os.Getenv("VMCHAOS_INJECTOR_GC") == "0" {
+		return 0
+	}
+	return 800
+}()
 
 func raiseProcs() {
 	procs.Lock()
@@ -131,9 +146,17 @@ func raiseProcs() {
 	if procs.open == 1 && runtime.GOMAXPROCS(0) < minProcs {
 		procs.saved = runtime.GOMAXPROCS(minProcs)
 	}
+	if procs.open == 1 && quietGC > 0 {
+		if old := debug.SetGCPercent(quietGC); old >= 0 && old < quietGC {
+			procs.gc = old
+		} else {
+			debug.SetGCPercent(old) // off or already higher: keep it
+		}
+	}
 }
 
-// restoreProcs puts GOMAXPROCS back when the last trace closes.
+// restoreProcs puts GOMAXPROCS and the GC percent back when the last trace
+// closes.
 func restoreProcs() {
 	procs.Lock()
 	defer procs.Unlock()
@@ -141,6 +164,10 @@ func restoreProcs() {
 	if procs.open == 0 && procs.saved != 0 {
 		runtime.GOMAXPROCS(procs.saved)
 		procs.saved = 0
+	}
+	if procs.open == 0 && procs.gc != 0 {
+		debug.SetGCPercent(procs.gc)
+		procs.gc = 0
 	}
 }
 
@@ -173,23 +200,15 @@ func (t *Trace) read(started chan<- struct{}) {
 	fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.wake), Events: unix.POLLIN}}
 	for {
 		// Fire what is due, then sleep until the next due action or input.
-		var tsp *unix.Timespec
-		for len(t.due) > 0 {
-			now := failpoint.Now()
-			if t.due[0].due > now {
-				ts := unix.NsecToTimespec(t.due[0].due - now)
-				tsp = &ts
-				break
-			}
-			a := t.due[0]
-			t.due = t.due[1:]
-			a.fire()
-		}
+		tsp := t.fireDue()
 		fds[0].Revents, fds[1].Revents = 0, 0
 		_, err := unix.Ppoll(fds, tsp, nil)
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			return
 		}
+		// A due action before the datagrams that woke us with it: reading
+		// a backlog can take milliseconds.
+		t.fireDue()
 		if fds[1].Revents != 0 {
 			var b [8]byte
 			_, _ = unix.Read(t.wake, b[:])
@@ -210,8 +229,40 @@ func (t *Trace) read(started chan<- struct{}) {
 				break // EAGAIN: drained
 			}
 			t.ingest(buf[:n])
+			if len(t.due) > 0 && t.due[0].due-int64(spinFor) <= failpoint.Now() {
+				t.fireDue()
+			}
 		}
 	}
+}
+
+// spinFor is how long before a due action the reader stops sleeping and
+// polls the clock: a ppoll wake-up can be late by tens of µs, a spin is not.
+// VMCHAOS_INJECTOR_SPIN=0 turns it off.
+var spinFor = func() time.Duration {
+	if os.Getenv("VMCHAOS_INJECTOR_SPIN") == "0" {
+		return 0
+	}
+	return 200 * time.Microsecond
+}()
+
+// fireDue fires every action due now (spinning for one due within spinFor)
+// and returns how long to sleep until the next one (nil: none pending).
+func (t *Trace) fireDue() *unix.Timespec {
+	for len(t.due) > 0 {
+		now := failpoint.Now()
+		next := t.due[0].due
+		if next-int64(spinFor) > now {
+			ts := unix.NsecToTimespec(next - int64(spinFor) - now)
+			return &ts
+		}
+		for failpoint.Now() < next {
+		}
+		a := t.due[0]
+		t.due = t.due[1:]
+		a.fire()
+	}
+	return nil
 }
 
 // ingest records one datagram and runs the waiters it completes.
@@ -443,8 +494,8 @@ func (t *Trace) WaitPoint(ctx context.Context, from int, point string, n int, vm
 	return t.Wait(ctx, from, n, PointMatch(point, vm))
 }
 
-// LastOf returns the last event emitted by pid (as the emitter saw its pid) at
-// or before tsNs.
+// LastOf returns the last phase event emitted by pid (as the emitter saw its
+// pid) at or before tsNs; a failpoint.signal datagram is not a phase.
 func (t *Trace) LastOf(pid int, tsNs int64) (failpoint.Event, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -452,7 +503,7 @@ func (t *Trace) LastOf(pid int, tsNs int64) (failpoint.Event, bool) {
 	found := false
 	for i := range t.events {
 		e := &t.events[i]
-		if e.Pid == pid && e.TsNs <= tsNs && (!found || e.TsNs >= best.TsNs) {
+		if e.Pid == pid && e.Point != failpoint.SignalPoint && e.TsNs <= tsNs && (!found || e.TsNs >= best.TsNs) {
 			best, found = *e, true
 		}
 	}

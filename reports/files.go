@@ -38,6 +38,7 @@ func WriteAll(dir string, r *Results) error {
 	if r.Build == "" {
 		r.Build = BuildInfo()
 	}
+	FillInjectionErrors(r)
 	data, err := Marshal(r)
 	if err != nil {
 		return fmt.Errorf("write results %s: %w", dir, err)

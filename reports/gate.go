@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -27,6 +28,10 @@ type GateOptions struct {
 	P95SlackMs float64
 	// FlakyFails makes a case that needed retries count as failed.
 	FlakyFails bool
+	// MaxInjectionError, when > 0, makes a run whose injection error p99
+	// (|actual − requested| over every measured injection) exceeds it
+	// inconclusive.
+	MaxInjectionError time.Duration
 }
 
 // DefaultGateOptions is what `vmchaos report gate` uses without flags.
@@ -130,6 +135,11 @@ func Gate(cur *Results, baseline *Results, opt GateOptions) GateResult {
 			add(GateInconclusive, "INCONCLUSIVE %s: %s; repro: %s", c.ID, oneLine(orDefault(c.Reason, "fault did not land as intended")), reproOrNone(c))
 		case Error:
 			add(GateInfra, "ERROR %s: %s", c.ID, oneLine(orDefault(c.Reason, "harness error")))
+		}
+	}
+	if opt.MaxInjectionError > 0 {
+		if line, ok := injectionErrorGate(cur, opt.MaxInjectionError); !ok {
+			add(GateInconclusive, "%s", line)
 		}
 	}
 	if baseline != nil {

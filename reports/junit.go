@@ -220,9 +220,7 @@ func injectionText(inj Injection) string {
 	if !inj.Landed {
 		s = "DID NOT LAND: " + s
 	}
-	if inj.ActualNs != 0 && inj.RequestedNs != 0 {
-		s += fmt.Sprintf(", signal %s after request", FormatMs(float64(inj.ActualNs-inj.RequestedNs)/1e6))
-	}
+	s += injectionErrorText(inj)
 	if inj.VictimPID != 0 {
 		s += fmt.Sprintf(", victim pid %d", inj.VictimPID)
 	}

@@ -105,6 +105,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 			verdict, FormatMs(c.ConvergeMs), mdEscape(strings.Join(c.FailedInvariants(), ", ")))
 	}
 	b.WriteString("\n")
+	mdInjectionErrors(&b, r)
 
 	var problems []Case
 	for _, c := range r.Cases {

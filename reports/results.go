@@ -82,6 +82,11 @@ type Injection struct {
 	LastPhase     string `json:"last_phase"`
 	IntendedPhase string `json:"intended_phase"`
 	Landed        bool   `json:"landed"`
+	// Injection error (see accuracy.go): actual − requested, and the trigger
+	// hit's delivery (harness read − emitter stamp); absent = not measured.
+	ErrorNs    *int64 `json:"error_ns,omitempty"`
+	DeliveryNs *int64 `json:"delivery_ns,omitempty"`
+	InVictim   bool   `json:"in_victim,omitempty"` // armed inside the victim (failpoint signal action): no delivery in the error
 }
 
 // Invariant is one checked property with its evidence.

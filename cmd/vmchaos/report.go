@@ -34,6 +34,7 @@ truth) and the junit.xml, report.md and report.html rendered from it.
 func newReportGateCmd() *cobra.Command {
 	var baseline, tolerance, slack, stepSummary string
 	var flakyFails bool
+	var maxInjErr time.Duration
 	c := &cobra.Command{
 		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] RUN_DIR|results.json",
 		Short: "Decide a release from a run: exit 0 pass, 1 violated/regressed, 2 inconclusive, 3 infrastructure error",
@@ -43,7 +44,8 @@ func newReportGateCmd() *cobra.Command {
      fails now, or convergence p95 (over the cases converged in both runs) grew beyond
      --p95-tolerance (+ --p95-slack)
   2  a case is inconclusive (its fault did not land where intended), the run has no
-     cases, or a merged run lacks shards
+     cases, a merged run lacks shards, or (--max-injection-error) the p99 of its
+     injection errors exceeds the bound
   3  a case is a harness error, or the results cannot be read
 When several apply the most severe wins: 1, then 3, then 2. Every reason is printed,
 one line each, with the repro command of the case.`,
@@ -65,6 +67,7 @@ one line each, with the repro command of the case.`,
 				opt.P95SlackMs = float64(d) / float64(time.Millisecond)
 			}
 			opt.FlakyFails = flakyFails
+			opt.MaxInjectionError = maxInjErr
 			cur, err := reports.Load(args[0])
 			if err != nil {
 				return reports.InfraError{Err: err}
@@ -89,6 +92,7 @@ one line each, with the repro command of the case.`,
 	c.Flags().StringVar(&tolerance, "p95-tolerance", "20%", `allowed growth of convergence p95 against the baseline: "20%", a fraction "0.2", or "off"`)
 	c.Flags().StringVar(&slack, "p95-slack", "", "absolute p95 growth always allowed on top of the tolerance, e.g. 50ms (default: none)")
 	c.Flags().BoolVar(&flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
+	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "call the run inconclusive when the p99 of |actual − requested| over its injections exceeds this, e.g. 1ms (default 0: off)")
 	c.Flags().StringVar(&stepSummary, "step-summary", "", `append a compact Markdown verdict (reasons, cases needing attention, repro commands) to this file, e.g. "$GITHUB_STEP_SUMMARY" (default: none)`)
 	return c
 }

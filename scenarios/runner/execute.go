@@ -383,7 +383,11 @@ func (cr *caseRun) record(i int, in injector.Injection) reports.Injection {
 	f := cr.s.Faults[i]
 	out := reports.Injection{Fault: in.Fault.String(), Trigger: in.Trigger.String(), RequestedNs: in.RequestedNs,
 		ActualNs: in.ActualNs, Err: in.Err, VictimPID: in.VictimPID, LastPhase: in.LastPhase,
-		IntendedPhase: in.IntendedPhase, Landed: in.Landed}
+		IntendedPhase: in.IntendedPhase, Landed: in.Landed, InVictim: in.InVictim}
+	if in.HitRecvNs > 0 && in.TriggerNs > 0 {
+		d := in.HitRecvNs - in.TriggerNs // the error itself: reports.FillInjectionErrors
+		out.DeliveryNs = &d
+	}
 	if in.VictimPID > 0 {
 		cr.mu.Lock()
 		cr.victims[in.VictimPID] = true

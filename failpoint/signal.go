@@ -1,0 +1,208 @@
+package failpoint
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// SignalPoint is the datagram a `signal(SIG,DELAY)` action sends right before
+// it signals its own process: ts_ns is when it fired; attrs name the point
+// that armed it ("point"), that hit's datagram ("hit_seq", 0 when it had no
+// trace), DELAY ("delay_ns"), how late it fired after hit + DELAY ("late_ns")
+// and the signal ("signal", e.g. "KILL"). Attrs hold small numbers only: JSON
+// numbers pass through float64. It is protocol, not a phase: it is not in the
+// Catalogue and is never a LastPhase.
+const SignalPoint = "failpoint.signal"
+
+// MaxSignalDelay bounds DELAY in signal(SIG,DELAY), as offsets are bounded.
+const MaxSignalDelay = 24 * time.Hour
+
+// signalNames are the signals signal(SIG,DELAY) accepts: the faults the
+// injector delivers plus the usual crash signals.
+var signalNames = map[string]syscall.Signal{
+	"KILL": syscall.SIGKILL, "STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT, "TERM": syscall.SIGTERM,
+	"INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "ABRT": syscall.SIGABRT, "HUP": syscall.SIGHUP,
+	"SEGV": syscall.SIGSEGV, "BUS": syscall.SIGBUS, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
+}
+
+// SignalName is the name signal(SIG,DELAY) uses for sig ("KILL"), or "" when
+// it is not one it accepts.
+func SignalName(sig syscall.Signal) string {
+	for n, s := range signalNames {
+		if s == sig {
+			return n
+		}
+	}
+	return ""
+}
+
+// parseSignalArg parses "SIG,DELAY": SIG a name with or without "SIG"
+// ("KILL", "SIGKILL"); DELAY a Go duration ("59ms", "2950us") or a bare
+// number of milliseconds, 0..24h.
+func parseSignalArg(arg string) (syscall.Signal, time.Duration, error) {
+	name, d, ok := strings.Cut(arg, ",")
+	if !ok {
+		return 0, 0, errors.New("want signal(SIG,DELAY)")
+	}
+	sig, ok := signalNames[strings.TrimPrefix(strings.TrimSpace(name), "SIG")]
+	if !ok {
+		return 0, 0, fmt.Errorf("unknown signal %q", name)
+	}
+	d = strings.TrimSpace(d)
+	var delay time.Duration
+	if n, err := strconv.ParseUint(d, 10, 32); err == nil {
+		delay = time.Duration(n) * time.Millisecond
+	} else if delay, err = time.ParseDuration(d); err != nil {
+		return 0, 0, fmt.Errorf("delay %q: want a duration or a number of ms", d)
+	}
+	if delay < 0 || delay > MaxSignalDelay {
+		return 0, 0, fmt.Errorf("delay %s: want 0..%s", delay, MaxSignalDelay)
+	}
+	return sig, delay, nil
+}
+
+// spinFor is how long before its due time a signal action stops sleeping and
+// polls the clock: a wake-up from clock_nanosleep can be late by tens of µs
+// (more on a loaded host), a spin is not.
+const spinFor = 200 * time.Microsecond
+
+// pendingSignal is one armed signal(SIG,DELAY).
+type pendingSignal struct {
+	point, vm, op string
+	sig           syscall.Signal
+	hitSeq        uint64
+	hitNs, due    int64
+	delay         time.Duration
+}
+
+// sigTimer is the thread that fires the signal actions of one configuration.
+// It is started with the configuration, not at the hit: a goroutine started
+// at the hit waits for the Go scheduler (milliseconds on a loaded host)
+// before it even sleeps. The thread sleeps in ppoll on an eventfd, so a hit
+// wakes it straight from the kernel.
+type sigTimer struct {
+	efd     int
+	mu      sync.Mutex
+	pending []pendingSignal // sorted by due
+	stopped bool
+}
+
+func startSigTimer(st *state) (*sigTimer, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("failpoint: signal timer: %w", err)
+	}
+	t := &sigTimer{efd: efd}
+	go t.run(st)
+	return t, nil
+}
+
+// arm queues p and wakes the thread.
+func (t *sigTimer) arm(p pendingSignal) {
+	t.mu.Lock()
+	i := len(t.pending)
+	for i > 0 && t.pending[i-1].due > p.due {
+		i--
+	}
+	t.pending = slices.Insert(t.pending, i, p)
+	t.mu.Unlock()
+	t.wake()
+}
+
+func (t *sigTimer) wake() {
+	one := [8]byte{1}
+	_, _ = unix.Write(t.efd, one[:])
+}
+
+// stop ends the thread (a new configuration replaced this one); signals
+// still pending are dropped with it.
+func (t *sigTimer) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	t.mu.Unlock()
+	t.wake()
+}
+
+func (t *sigTimer) run(st *state) {
+	// Never unlocked: if its scheduling policy changed the thread must exit
+	// with this goroutine rather than go back to the pool.
+	runtime.LockOSThread()
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	if os.Getenv("VMCHAOS_INJECTOR_RT") != "0" {
+		// SCHED_FIFO when allowed (root): a loaded host then cannot queue
+		// this thread behind normal tasks. It sleeps, spins ≤ spinFor.
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}
+		_ = unix.SchedSetAttr(0, &attr, 0)
+	}
+	defer unix.Close(t.efd)
+	fds := []unix.PollFd{{Fd: int32(t.efd), Events: unix.POLLIN}}
+	for {
+		t.mu.Lock()
+		if t.stopped {
+			t.mu.Unlock()
+			return
+		}
+		var next *pendingSignal
+		if len(t.pending) > 0 {
+			p := t.pending[0]
+			next = &p
+		}
+		t.mu.Unlock()
+		var tsp *unix.Timespec
+		if next != nil {
+			wait := next.due - int64(spinFor) - Now()
+			if wait <= 0 {
+				for Now() < next.due {
+				}
+				t.mu.Lock()
+				t.pending = t.pending[1:]
+				t.mu.Unlock()
+				fire(st, *next)
+				continue
+			}
+			ts := unix.NsecToTimespec(wait)
+			tsp = &ts
+		}
+		fds[0].Revents = 0
+		if _, err := unix.Ppoll(fds, tsp, nil); err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		if fds[0].Revents != 0 {
+			var b [8]byte
+			_, _ = unix.Read(t.efd, b[:])
+		}
+	}
+}
+
+// fire announces SignalPoint and signals this process. Running inside the
+// victim is the point: no trace delivery and no harness wake-up lies between
+// the hit and the fault.
+func fire(st *state, p pendingSignal) {
+	fired := Now()
+	if st.trace != nil {
+		st.send(&Event{TsNs: fired, Pid: st.pid, Proc: st.proc, Point: SignalPoint, VM: p.vm, Op: p.op,
+			Attrs: map[string]any{"point": p.point, "hit_seq": p.hitSeq, "delay_ns": int64(p.delay), "late_ns": fired - p.due, "signal": SignalName(p.sig)}})
+	}
+	_ = syscall.Kill(os.Getpid(), p.sig)
+}
+
+// signalAction runs at the hit: DELAY 0 fires here and now (as `kill` would);
+// anything later goes to the configuration's timer thread.
+func signalAction(st *state, p pendingSignal) {
+	p.due = p.hitNs + int64(p.delay)
+	if p.delay == 0 || st.timer == nil {
+		fire(st, p)
+		return
+	}
+	st.timer.arm(p)
+}

@@ -1,0 +1,157 @@
+package injector
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+)
+
+// InVictim records a fault the victim fires on itself: the process that hits
+// the trigger point was started with the failpoint action
+// `POINT=1*signal(SIG,OFFSET)` (VictimSpec), so the signal comes from inside
+// it, OFFSET after the hit on its own clock, and neither trace delivery nor
+// the harness's wake-up is part of the error. The injector then only waits
+// for the victim's failpoint.signal datagram and checks it: the right signal,
+// the right delay, and a process that is the fault's victim (sigkill-main,
+// sigstop, sigcont: the unit's main process at Arm; sigkill-child: an agent
+// child of Fault.Child's kind). Only `at POINT[@vm=X] + OFFSET` triggers with
+// N = 1 qualify: the action fires at the first hit of each process.
+func InVictim() ArmOption { return func(c *armCfg) { c.inVictim = true } }
+
+// VictimSpec is the VMCHAOS_FAILPOINTS entry that arms f inside the process
+// that hits t's point (see InVictim); "" with the reason when f and t do not
+// qualify.
+func VictimSpec(f Fault, t Trigger) (string, error) {
+	sig, ok := faultSignal[f.Kind]
+	if !ok || f.Kind == FaultSigkillVMM {
+		return "", fmt.Errorf("fault %s: not a signal to the process that hits the point", f.Kind)
+	}
+	if t.Kind != TriggerAt || t.N > 1 {
+		return "", fmt.Errorf("trigger %s: in-victim arming needs `at POINT + OFFSET` at the first hit", t)
+	}
+	spec := fmt.Sprintf("%s=1*signal(%s,%dus)", t.Point, failpoint.SignalName(sig), t.Offset.Microseconds())
+	if t.Offset%time.Microsecond != 0 {
+		spec = fmt.Sprintf("%s=1*signal(%s,%s)", t.Point, failpoint.SignalName(sig), t.Offset)
+	}
+	if t.VM != "" {
+		spec += "@vm=" + t.VM
+	}
+	return spec, nil
+}
+
+func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre *victim) (inj Injection) {
+	inj = Injection{Fault: f, Trigger: t, IntendedPhase: t.Point, InVictim: true}
+	if len(cfg.intend) > 0 {
+		inj.IntendedPhase = strings.Join(cfg.intend, "|")
+	}
+	defer pre.close()
+	if _, err := VictimSpec(f, t); err != nil {
+		inj.Err = "in-victim: " + err.Error()
+		return inj
+	}
+	sig := faultSignal[f.Kind]
+	// The main process's pid as it sees itself (innermost NSpid), read now:
+	// once it has signalled itself /proc may no longer have it.
+	selfPID := 0
+	if pre != nil {
+		if ns := nsPIDs(pre.fd.PID); len(ns) > 0 {
+			selfPID = ns[len(ns)-1]
+		}
+	}
+	fired := func(e *failpoint.Event) bool {
+		return e.Point == failpoint.SignalPoint && e.Attrs["point"] == t.Point && (t.VM == "" || e.VM == t.VM)
+	}
+	h, err := in.tr.Wait(ctx, cfg.from, 1, fired)
+	if err != nil {
+		inj.Err = "trigger: " + err.Error()
+		return inj
+	}
+	fe := h.Event
+	late, _ := fe.Attrs["late_ns"].(float64)
+	delay, _ := fe.Attrs["delay_ns"].(float64)
+	hitSeq, _ := fe.Attrs["hit_seq"].(float64)
+	inj.ActualNs = fe.TsNs
+	inj.RequestedNs = fe.TsNs - int64(late)
+	inj.TriggerPID = fe.Pid
+	// The hit that armed it, for its stamp and its delivery; same process,
+	// so it arrived first.
+	for _, e := range in.tr.eventsOf(fe.Proc, fe.Pid) {
+		if e.Event.Seq == uint64(hitSeq) && e.Event.Point == t.Point {
+			inj.TriggerNs, inj.HitRecvNs = e.Event.TsNs, e.RecvNs
+		}
+	}
+	switch {
+	case fe.Attrs["signal"] != failpoint.SignalName(sig):
+		inj.Err = fmt.Sprintf("in-victim: the process fired SIG%v, the fault is %s", fe.Attrs["signal"], f.Kind)
+	case time.Duration(delay) != t.Offset:
+		inj.Err = fmt.Sprintf("in-victim: the process was armed with a delay of %s, the trigger asks %s", time.Duration(delay), FormatOffset(t.Offset))
+	case inj.TriggerNs != 0 && inj.TriggerNs+int64(t.Offset) != inj.RequestedNs:
+		inj.Err = "in-victim: the signal's due time is not its hit + offset"
+	}
+	if inj.Err == "" {
+		inj.VictimPID, inj.Err = in.victimOfSelf(ctx, f, fe, pre, selfPID)
+	}
+	// Let datagrams sent before the signal arrive, then read where the
+	// operation was when the fault landed.
+	if isKill(f.Kind) && pre != nil && inj.VictimPID == pre.fd.PID {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = pre.fd.WaitExit(wctx)
+		cancel()
+	}
+	time.Sleep(20 * time.Millisecond)
+	if e, ok := in.tr.LastOf(fe.Pid, inj.ActualNs); ok {
+		inj.LastPhase = e.Point
+	}
+	if inj.Err == "" && f.Kind == FaultSigstop && f.StopFor > 0 && pre != nil {
+		in.contLater(pre.fd.Proc, inj.ActualNs+int64(f.StopFor))
+	}
+	inj.Landed = inj.Err == "" && inj.LastPhase != ""
+	if len(cfg.intend) > 0 {
+		inj.Landed = inj.Landed && slices.Contains(cfg.intend, inj.LastPhase)
+	}
+	return inj
+}
+
+// victimOfSelf checks that the process that signalled itself is f's victim
+// and returns its host pid.
+func (in *Injector) victimOfSelf(ctx context.Context, f Fault, fe failpoint.Event, pre *victim, selfPID int) (int, string) {
+	if needsMain(f.Kind) {
+		if pre == nil {
+			return 0, fmt.Sprintf("in-victim: unit %s had no main process at Arm", f.Unit)
+		}
+		// The emitter's pid is as its own pid namespace sees it.
+		if selfPID == 0 || selfPID != fe.Pid {
+			return 0, fmt.Sprintf("in-victim: pid %d (as it sees itself) that hit %s is not unit %s's main process (host pid %d)", fe.Pid, fe.Attrs["point"], f.Unit, pre.fd.PID)
+		}
+		return pre.fd.PID, ""
+	}
+	// sigkill-child: an agent child of the asked kind (and VM).
+	for _, e := range in.tr.Events() {
+		if e.Point == "agent.child.exec" && childPID(e) == fe.Pid && childMatches(e, f.Child) && (f.VM == "" || e.VM == f.VM) {
+			host, err := in.sup.HostPID(ctx, fe.Pid)
+			if err != nil {
+				host = 0 // already gone: the record keeps the emitter's pid in TriggerPID
+			}
+			return host, ""
+		}
+	}
+	return 0, fmt.Sprintf("in-victim: pid %d that hit %s is not an agent child%s", fe.Pid, fe.Attrs["point"],
+		map[bool]string{true: " of kind " + f.Child}[f.Child != ""])
+}
+
+// eventsOf returns the events (with read times) of one emitting process.
+func (t *Trace) eventsOf(proc string, pid int) []Hit {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Hit
+	for i := range t.events {
+		if e := t.events[i]; e.Pid == pid && e.Proc == proc {
+			out = append(out, Hit{Index: i, Event: e, RecvNs: t.recvNs[i]})
+		}
+	}
+	return out
+}

@@ -1,0 +1,85 @@
+package injector
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+)
+
+// TestInVictimMainKillsItselfAtHitPlusOffset: the unit's main process arms
+// signal(KILL, 7ms) at its own first hit; the injector records it from the
+// victim's failpoint.signal datagram: the main pid at Arm, requested = hit +
+// 7ms exactly, actual its own stamp, landed in the trigger point.
+func TestInVictimMainKillsItselfAtHitPlusOffset(t *testing.T) {
+	for _, kind := range []string{KindBuiltin, KindSandbox} {
+		t.Run(kind, func(t *testing.T) {
+			if kind == KindSandbox && SandboxPreflight() != "" {
+				t.Skip(SandboxPreflight())
+			}
+			s := newStack(t, kind)
+			f := Fault{Kind: FaultSigkillMain, Unit: "victim"}
+			tg := MustParseTrigger("at t.tick@vm=vm-a + 7ms")
+			spec, err := VictimSpec(f, tg)
+			if err != nil || spec != "t.tick=1*signal(KILL,7000us)@vm=vm-a" {
+				t.Fatalf("VictimSpec = %q, %v", spec, err)
+			}
+			mark := s.tr.Mark()
+			// The first hit comes after Arm: the main pid Arm reads is the
+			// process that hits.
+			s.loopUnit(t, "victim", "vm-a", "t.tick", 5*time.Millisecond, failpoint.EnvFailpoints+"="+spec, "HELPER_FIRST_HIT_AFTER=300ms")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			before, _ := s.sup.MainPID(ctx, "victim")
+			a, err := s.inj.Arm(ctx, f, tg, From(mark), InVictim())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inj, err := a.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !inj.Landed || inj.Err != "" || !inj.InVictim || inj.LastPhase != "t.tick" {
+				t.Fatalf("not landed in t.tick: %+v", inj)
+			}
+			if inj.VictimPID != before {
+				t.Fatalf("victim %d, want main %d", inj.VictimPID, before)
+			}
+			if inj.TriggerNs == 0 || inj.RequestedNs != inj.TriggerNs+int64(7*time.Millisecond) || inj.ActualNs < inj.RequestedNs {
+				t.Fatalf("hit %d, requested %d (want hit + 7ms), actual %d", inj.TriggerNs, inj.RequestedNs, inj.ActualNs)
+			}
+			waitFor(t, "restart", 30*time.Second, func() bool { p, _ := s.sup.MainPID(ctx, "victim"); return p != 0 && p != before })
+			if lost := s.tr.Lost(); len(lost) != 0 {
+				t.Fatalf("datagrams lost: %v", lost)
+			}
+		})
+	}
+}
+
+// TestInVictimRefusesWhatItCannotArm: only a signal to the process that hits
+// an `at` point at its first hit can be armed inside it.
+func TestInVictimRefusesWhatItCannotArm(t *testing.T) {
+	for _, tc := range []struct {
+		f    Fault
+		trig string
+		why  string
+	}{
+		{Fault{Kind: FaultStop, Unit: "u"}, "at p + 1ms", "not a signal"},
+		{Fault{Kind: FaultSigkillVMM, VM: "v"}, "at p + 1ms", "not a signal"},
+		{Fault{Kind: FaultSigkillMain, Unit: "u"}, "at p#2 + 1ms", "first hit"},
+		{Fault{Kind: FaultSigkillMain, Unit: "u"}, "park p", "first hit"},
+	} {
+		if _, err := VictimSpec(tc.f, MustParseTrigger(tc.trig)); err == nil || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("%s %s: %v, want an error about %q", tc.f, tc.trig, err, tc.why)
+		}
+	}
+	s := newStack(t, KindBuiltin)
+	if _, err := s.inj.Arm(context.Background(), Fault{Kind: FaultRestart, Unit: "u"}, MustParseTrigger("at p + 1ms"), InVictim()); err == nil {
+		t.Fatal("Arm accepted an in-victim restart")
+	}
+	if sp, err := VictimSpec(Fault{Kind: FaultSigstop, Unit: "u"}, MustParseTrigger("at p + 1.5ms")); err != nil || sp != "p=1*signal(STOP,1500us)" {
+		t.Fatalf("sigstop spec %q, %v", sp, err)
+	}
+}

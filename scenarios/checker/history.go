@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/reports"
 )
@@ -19,8 +20,8 @@ import (
 // the stack sent can be accounted for, otherwise why not. sockPath is the
 // trace socket (a socket file gone means later datagrams were dropped by
 // their senders); malformed is the count of datagrams that did not parse.
-// lost is the trace's own loss report ((*injector.Trace).Lost, once it
-// exists), nil when it has none.
+// lost is the trace's own loss report (Losses of (*injector.Trace).Lost:
+// sequence gaps per emitting process), nil when it has none.
 func TraceLoss(sockPath string, malformed int, lastBad string, lost error) error {
 	var why []string
 	if lost != nil {
@@ -38,6 +39,24 @@ func TraceLoss(sockPath string, malformed int, lastBad string, lost error) error
 		return nil
 	}
 	return fmt.Errorf("trace incomplete: %s", strings.Join(why, "; "))
+}
+
+// Losses turns the trace's sequence gaps ((*injector.Trace).Lost) into the
+// error TraceLoss takes: nil when there is none.
+func Losses(ls []injector.Loss) error {
+	if len(ls) == 0 {
+		return nil
+	}
+	var w []string
+	var n uint64
+	for _, l := range ls {
+		w = append(w, l.String())
+		n += l.Count()
+	}
+	if len(w) > 4 {
+		w = append(w[:4], fmt.Sprintf("… %d more gap(s)", len(w)-4))
+	}
+	return fmt.Errorf("%d datagram(s) lost: %s", n, strings.Join(w, "; "))
 }
 
 // traceGuard is the evidence of an invariant judged from an incomplete

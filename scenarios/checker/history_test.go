@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/reports"
@@ -311,5 +312,53 @@ func TestCollectGoalsProbes(t *testing.T) {
 	}
 	if ev := checkIntentGoal(in, p); len(ev) == 0 {
 		t.Fatal("ready without a probe passed")
+	}
+}
+
+// TestALostDatagramIsNotAPass: the trace as it arrived has a sequence gap in
+// the agent's datagrams (the one that said agent.failed may be the lost
+// one); every trace-judged invariant refuses to pass on it.
+func TestALostDatagramIsNotAPass(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "trace.sock")
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	events := []failpoint.Event{
+		{TsNs: 900, Proc: "nodeagent", Pid: 40, Seq: 1, Point: "agent.started"},
+		{TsNs: 1100, Proc: "nodeagent", Pid: 40, Seq: 2, Point: "agent.hibernate.begin"},
+		// seq 3 never arrived
+		{TsNs: 1300, Proc: "nodeagent", Pid: 40, Seq: 4, Point: "agent.hibernate.done"},
+	}
+	complete := &Input{TraceLoss: TraceLoss(sock, 0, "", Losses(injector.LostIn(events[:2])))}
+	if complete.TraceLoss != nil {
+		t.Fatalf("gapless trace reported lost: %v", complete.TraceLoss)
+	}
+	in := &Input{TraceLoss: TraceLoss(sock, 0, "", Losses(injector.LostIn(events)))}
+	if in.TraceLoss == nil || !strings.Contains(in.TraceLoss.Error(), "nodeagent pid 40: datagram #3 lost") {
+		t.Fatalf("TraceLoss = %v", in.TraceLoss)
+	}
+	samples := []Sample{sample(0, 10, 1), sample(1000, 1010, 1)}
+	for _, inv := range []reports.Invariant{
+		NoFailedWriteInvariant(in, events, 1000),
+		SaveRejectedBeforeCaptureInvariant(in, events, 1000, nil),
+		MetricsMonotonicInvariant(in, samples, nil, Restarts(events, 0)),
+	} {
+		if inv.OK || !strings.Contains(inv.Evidence, "datagram #3 lost") {
+			t.Errorf("%s with a lost datagram: OK=%v evidence %q", inv.Name, inv.OK, inv.Evidence)
+		}
+	}
+	// the same judgements pass on the complete trace
+	for _, inv := range []reports.Invariant{
+		NoFailedWriteInvariant(complete, events, 1000),
+		SaveRejectedBeforeCaptureInvariant(complete, events, 1000, nil),
+	} {
+		if !inv.OK {
+			t.Errorf("%s on a complete trace: %q", inv.Name, inv.Evidence)
+		}
 	}
 }

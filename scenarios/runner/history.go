@@ -25,7 +25,7 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 
 	// Every judgement read from the trace refuses to pass when it is incomplete.
 	bad, lastBad := cr.st.Trace.Malformed()
-	in := &checker.Input{TraceLoss: checker.TraceLoss(cr.st.Trace.Path(), bad, lastBad, nil)}
+	in := &checker.Input{TraceLoss: checker.TraceLoss(cr.st.Trace.Path(), bad, lastBad, checker.Losses(cr.st.Trace.Lost()))}
 
 	if ex.Ledger && converged {
 		out = append(out, cr.verifyLedger(ctx, budget))

@@ -362,3 +362,31 @@ func TestALostDatagramIsNotAPass(t *testing.T) {
 		}
 	}
 }
+
+// TestScrapeCutOffIsAGapGarbageIsWrong: a body cut off mid-way (the agent
+// died while answering) is a gap; a whole body that does not parse is a
+// wrong answer, which fails metrics-monotonic.
+func TestScrapeCutOffIsAGapGarbageIsWrong(t *testing.T) {
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100000")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, expo[:40])
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				c.Close()
+			}
+		}
+	}))
+	defer cut.Close()
+	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "nodeagent_wake_total{result=\"ok\" 3\n")
+	}))
+	defer garbage.Close()
+	cl := &http.Client{Timeout: 5 * time.Second}
+	if _, down, err := scrape(context.Background(), cl, strings.TrimPrefix(cut.URL, "http://")); err == nil || !down {
+		t.Fatalf("cut-off body: down=%v err=%v", down, err)
+	}
+	if _, down, err := scrape(context.Background(), cl, strings.TrimPrefix(garbage.URL, "http://")); err == nil || down {
+		t.Fatalf("garbage body: down=%v err=%v", down, err)
+	}
+}

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -231,7 +232,13 @@ func scrape(ctx context.Context, cl *http.Client, addr string) (Sample, bool, er
 	if resp.StatusCode != http.StatusOK {
 		return Sample{}, false, fmt.Errorf("scrape %s: HTTP %d", addr, resp.StatusCode)
 	}
-	smp, err := ParseText(resp.Body)
+	// A body cut off by the agent's death is a gap, not a wrong answer:
+	// read it whole before judging what it says.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return Sample{}, true, fmt.Errorf("scrape %s: read: %w", addr, err)
+	}
+	smp, err := ParseText(bytes.NewReader(body))
 	if err != nil {
 		return Sample{}, false, fmt.Errorf("scrape %s: %w", addr, err)
 	}

@@ -497,7 +497,7 @@ func parkScenarios() []Scenario {
 	var out []Scenario
 	for _, p := range failpoint.Catalogue {
 		op, ok := parkOps[p.Op]
-		if !ok || (p.Proc != "vmctl" && p.Proc != "nodeagent") || p.Name == "vm.create.reserved" || p.Name == "vm.create.committed" {
+		if !ok || (p.Proc != "vmctl" && p.Proc != "nodeagent") || p.Name == "vm.create.reserved" || p.Name == "vm.create.committed" || p.Name == "vm.create.created" {
 			continue
 		}
 		for _, fault := range []string{"sigkill-main", "stop"} {

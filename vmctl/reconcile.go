@@ -307,6 +307,12 @@ func (m *Manager) GC(ctx context.Context) (GCReport, error) {
 			l.Unlock()
 		}
 	}
+	m.deadCaptures(ctx, func(vmID, sid, dir string) {
+		if err := os.RemoveAll(dir); err == nil {
+			m.logf("gc: removed capture %s of a dead save of vm %s", sid, vmID)
+			rep.Staging = append(rep.Staging, sid)
+		}
+	})
 	vx, err := m.loadVMs()
 	if err != nil {
 		return rep, err

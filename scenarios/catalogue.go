@@ -439,6 +439,18 @@ var seedScenarios = []Scenario{
 		After:        []Step{{Kind: StepWake, VM: vmA}},
 		Expect:       Expect{Ledger: true},
 	},
+	{
+		// vmctl starts each VMM in its own cgroup (CLONE_INTO_CGROUP), so
+		// the unit's cgroup holds the agent and its vmctl children only: a
+		// VMM that died here would cold-boot and lose its RAM markers
+		ID: "s001-m-kill-all-spares-vmms", SeedRef: "001 method", Op: OpHibernate, Speed: "fast",
+		Title:  "systemctl kill --kill-who=all of the agent's unit kills the agent and its children, never a VMM: the VM keeps its RAM through the next hibernate/wake",
+		Setup:  readyA,
+		Faults: []Fault{{Kind: "kill-all", Trigger: "now"}},
+		After:  []Step{{Kind: StepHibernate, VM: vmA, Wait: true}, {Kind: StepWake, VM: vmA, Wait: true}},
+		Env:    Env{RestartDelay: 1 * time.Second},
+		Expect: Expect{Ledger: true},
+	},
 
 	// ---- sweeps across clone, save and hibernate --------------------------
 	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", fineFracs),

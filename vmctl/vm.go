@@ -354,6 +354,9 @@ func (m *Manager) finishVMDelete(ctx context.Context, tomb *Tombstone) error {
 			return fmt.Errorf("rm %s: %w", tomb.ID, err)
 		}
 	}
+	if err := m.removeVMMCgroup(tomb.ID); err != nil {
+		return fmt.Errorf("rm %s: %w", tomb.ID, err)
+	}
 	err := m.updateVMs(ctx, tomb.ID, func(ix *vmIndex) error {
 		return dropTombstone(ix.Tombstones, tomb.ID)
 	})

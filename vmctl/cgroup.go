@@ -123,7 +123,11 @@ func (m *Manager) makeVMMCgroup(id string) (*vmmCgroup, error) {
 		return nil, err
 	}
 	dir := filepath.Join(parent, id)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	err = os.MkdirAll(dir, 0o755)
+	if errors.Is(err, os.ErrNotExist) {
+		err = os.MkdirAll(dir, 0o755) // a gc removed the empty parent in between
+	}
+	if err != nil {
 		return nil, err
 	}
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -179,4 +183,29 @@ func (m *Manager) removeVMMCgroup(id string) error {
 		}
 		_ = sleepRaw(context.Background(), 10*time.Millisecond)
 	}
+}
+
+// gcCgroups removes the per-VM cgroups of ids no record or tombstone names
+// (a cgroup with a live process refuses rmdir and stays), then the store's
+// parent if that left it empty.
+func (m *Manager) gcCgroups(known func(id string) bool) []string {
+	if m.cfg.VMMCgroup == CgroupOff {
+		return nil
+	}
+	parent, err := m.cgroupParent()
+	if err != nil {
+		return nil
+	}
+	ents, _ := os.ReadDir(parent)
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() || !validID(e.Name()) || known(e.Name()) {
+			continue
+		}
+		if unix.Rmdir(filepath.Join(parent, e.Name())) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	_ = unix.Rmdir(parent)
+	return out
 }

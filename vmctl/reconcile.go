@@ -268,6 +268,7 @@ type GCReport struct {
 	Staging  []string `json:"staging,omitempty"` // staging dirs of dead builds removed
 	Orphans  []string `json:"orphans,omitempty"` // unreferenced VM dirs (and their VMMs) removed
 	TempFile []string `json:"temp_files,omitempty"`
+	Cgroups  []string `json:"cgroups,omitempty"` // empty per-VM cgroups of unreferenced ids removed
 }
 
 // GC rolls tombstones forward, removes pending snapshots and staging dirs
@@ -361,6 +362,11 @@ func (m *Manager) GC(ctx context.Context) (GCReport, error) {
 		}
 		l.Unlock()
 	}
+	rep.Cgroups = m.gcCgroups(func(id string) bool {
+		_, rec := vx.VMs[id]
+		_, tomb := vx.Tombstones[id]
+		return rec || tomb
+	})
 	rep.TempFile = m.removeTempIndexFiles(ctx)
 	return rep, nil
 }

@@ -176,6 +176,9 @@ func (m *Manager) removeVMMCgroup(id string) error {
 	for i := 0; ; i++ {
 		err := unix.Rmdir(dir)
 		if err == nil || errors.Is(err, unix.ENOENT) {
+			// The store's parent goes with its last VM (a launch racing
+			// this recreates it: makeVMMCgroup retries its mkdir).
+			_ = unix.Rmdir(filepath.Dir(dir))
 			return nil
 		}
 		if !errors.Is(err, unix.EBUSY) || i >= 100 {

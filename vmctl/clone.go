@@ -37,12 +37,9 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 		return nil, fmt.Errorf("clone: snapshot %s is %s", s.ID, s.State)
 	}
 	// Readers hold the lease shared: snapshot rm refuses while we copy.
-	lease, err := lockFile(ctx, m.leasePath(s.ID), shared, false)
-	if errors.Is(err, ErrLocked) {
-		return nil, fmt.Errorf("clone: "+MsgSnapInUse, s.ID)
-	}
+	lease, err := m.readLease(ctx, "clone", s.ID)
 	if err != nil {
-		return nil, fmt.Errorf("clone: lease %s: %w", s.ID, err)
+		return nil, err
 	}
 	defer lease.Unlock()
 	if s, err = m.resolveSnap(s.ID); err != nil {

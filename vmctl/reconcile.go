@@ -268,6 +268,7 @@ type GCReport struct {
 	Staging  []string `json:"staging,omitempty"` // staging dirs of dead builds removed
 	Orphans  []string `json:"orphans,omitempty"` // unreferenced VM dirs (and their VMMs) removed
 	TempFile []string `json:"temp_files,omitempty"`
+	Cgroups  []string `json:"cgroups,omitempty"` // empty per-VM cgroups of unreferenced ids removed
 }
 
 // collectDeadStaging removes the staging dirs of builds that died before
@@ -321,6 +322,12 @@ func (m *Manager) GC(ctx context.Context) (GCReport, error) {
 		}
 	}
 	rep.Staging = m.collectDeadStaging(ctx, sx)
+	m.deadCaptures(ctx, func(vmID, sid, dir string) {
+		if err := os.RemoveAll(dir); err == nil {
+			m.logf("gc: removed capture %s of a dead save of vm %s", sid, vmID)
+			rep.Staging = append(rep.Staging, sid)
+		}
+	})
 	vx, err := m.loadVMs()
 	if err != nil {
 		return rep, err
@@ -369,6 +376,11 @@ func (m *Manager) GC(ctx context.Context) (GCReport, error) {
 		}
 		l.Unlock()
 	}
+	rep.Cgroups = m.gcCgroups(func(id string) bool {
+		_, rec := vx.VMs[id]
+		_, tomb := vx.Tombstones[id]
+		return rec || tomb
+	})
 	rep.TempFile = m.removeTempIndexFiles(ctx)
 	return rep, nil
 }

@@ -250,7 +250,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer ops.Unlock()
+	defer ops.Unlock() // idempotent: released early once created is committed
 	m.logf("create %s: reserved (name %s)", rec.ID, rec.Name)
 	if err := hit(ctx, "vm.create.reserved", rec.ID); err != nil {
 		return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
@@ -267,32 +267,34 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*VM, error) {
 		}
 	}
 	m.logf("create %s: disk copied", rec.ID)
-	state, pid := StateCreated, 0
-	if o.Start {
-		if pid, err = m.bootVMM(ctx, rec); err != nil {
-			return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
-		}
-		state = StateRunning
-		m.logf("create %s: VMM %d running", rec.ID, pid)
-	}
-	var out VM
-	err = m.updateVMs(ctx, rec.ID, func(ix *vmIndex) error {
-		v, ok := ix.VMs[rec.ID]
-		if !ok {
-			return fmt.Errorf("create %s: placeholder vanished", rec.ID)
-		}
-		v.State, v.Pid, v.UpdatedAt = state, pid, now()
-		out = *v
+	created, err := m.editVM(ctx, rec.ID, func(_ *vmIndex, v *VM) error {
+		v.State, v.Pid = StateCreated, 0
 		return nil
 	})
 	if err != nil {
 		return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: commit: %w", rec.ID, err))
 	}
-	m.logf("create %s: committed %s", rec.ID, state)
+	// created is committed: the ops lock goes, and run's start takes it
+	// again, as the field's manager does (cocoon cmd/vm/run.go Run: Create,
+	// then Start; hypervisor/cloudhypervisor/create.go commits
+	// VMStateCreated). Between the two any verb may take the VM, so a
+	// created record is an operation still in flight, not debris.
+	ops.Unlock()
+	m.logf("create %s: committed created", rec.ID)
+	if err := hit(ctx, "vm.create.created", rec.ID); err != nil {
+		return nil, err
+	}
+	out := created
+	if o.Start {
+		if out, err = m.Start(ctx, rec.ID); err != nil {
+			return nil, fmt.Errorf("create %s: %w", rec.ID, err)
+		}
+	}
+	m.logf("create %s: committed %s", rec.ID, out.State)
 	if err := hit(ctx, "vm.create.committed", rec.ID); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	return out, nil
 }
 
 // abandon undoes a create or clone that failed after its reservation: no VMM
@@ -351,6 +353,9 @@ func (m *Manager) finishVMDelete(ctx context.Context, tomb *Tombstone) error {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("rm %s: %w", tomb.ID, err)
 		}
+	}
+	if err := m.removeVMMCgroup(tomb.ID); err != nil {
+		return fmt.Errorf("rm %s: %w", tomb.ID, err)
 	}
 	err := m.updateVMs(ctx, tomb.ID, func(ix *vmIndex) error {
 		return dropTombstone(ix.Tombstones, tomb.ID)
@@ -431,6 +436,9 @@ func (m *Manager) Start(ctx context.Context, ref string) (*VM, error) {
 		return nil, err
 	}
 	defer l.Unlock()
+	if err := hit(ctx, "vm.start.locked", v.ID); err != nil {
+		return nil, err
+	}
 	if v.State == StateCreating {
 		return nil, fmt.Errorf("start: "+MsgVMNotRunningState, v.ID, v.State)
 	}

@@ -60,9 +60,11 @@ func (m *managerFlags) run(cmd *cobra.Command, f *runFlags, filter, shard string
 		return runInfraError{err}
 	}
 	defer r.Close()
-	all, err := r.Cases()
+	ctx, cancel := signalContext()
+	defer cancel()
+	all, err := r.Cases(ctx)
 	if err != nil {
-		return err
+		return runInfraError{err}
 	}
 	cases, err := managerlayer.Filter(all, filter)
 	if err != nil {
@@ -74,8 +76,6 @@ func (m *managerFlags) run(cmd *cobra.Command, f *runFlags, filter, shard string
 	if len(cases) == 0 {
 		return fmt.Errorf("no manager case matches --label-filter %q", filter)
 	}
-	ctx, cancel := signalContext()
-	defer cancel()
 	fmt.Fprintf(os.Stderr, "vmchaos run: %d manager case(s) against %s (%s), time scale %g, seed %d → %s\n",
 		len(cases), m.name, r.BinPath(), f.scale, f.seed, dir)
 	res := r.Run(ctx, cases, filter)

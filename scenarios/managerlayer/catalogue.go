@@ -35,7 +35,6 @@ const (
 type Op struct {
 	Verb   manager.Verb
 	Call   manager.Call
-	Phases []string // fakech points the verb passes through
 	// Fixture are calls run before the fault, after `create src` and
 	// `snapshot save base src`.
 	Fixture []manager.Call
@@ -55,27 +54,21 @@ func call(v manager.Verb, vm, snap, name string) manager.Call {
 // Ops is the catalogue's data: what each verb does, what comes after it.
 var Ops = []Op{
 	{Verb: manager.VerbClone, Call: call(manager.VerbClone, "", BaseSnap, Target),
-		Phases:    []string{"ch.restore.begin", "ch.restore.done", "ch.resume"},
 		Recovery:  []manager.Call{call(manager.VerbRecoverStale, Target, "", ""), call(manager.VerbGC, "", "", ""), call(manager.VerbClone, "", BaseSnap, Target)},
 		Calibrate: []manager.Call{call(manager.VerbClone, "", BaseSnap, "calib")}},
 	{Verb: manager.VerbSnapshotSave, Call: call(manager.VerbSnapshotSave, SrcVM, "", Target),
-		Phases:    []string{"ch.pause", "ch.snapshot.begin", "ch.snapshot.memory-written", "ch.snapshot.done", "ch.resume"},
 		Recovery:  []manager.Call{call(manager.VerbGC, "", "", ""), call(manager.VerbSnapshotSave, SrcVM, "", Target+"-retry")},
 		Calibrate: []manager.Call{call(manager.VerbSnapshotSave, SrcVM, "", "calib")}},
 	{Verb: manager.VerbRestore, Call: call(manager.VerbRestore, SrcVM, BaseSnap, ""),
-		Phases:    []string{"ch.shutdown", "ch.restore.begin", "ch.restore.done", "ch.resume"},
 		Recovery:  []manager.Call{call(manager.VerbGC, "", "", ""), call(manager.VerbRestore, SrcVM, BaseSnap, "")},
 		Calibrate: []manager.Call{call(manager.VerbRestore, SrcVM, BaseSnap, "")}},
 	{Verb: manager.VerbRm, Call: call(manager.VerbRm, SrcVM, "", ""),
-		Phases:    []string{"ch.shutdown"},
 		Recovery:  []manager.Call{call(manager.VerbGC, "", "", ""), call(manager.VerbRm, SrcVM, "", "")},
 		Calibrate: []manager.Call{call(manager.VerbClone, "", BaseSnap, "calib"), call(manager.VerbRm, "calib", "", "")}},
 	{Verb: manager.VerbStop, Call: call(manager.VerbStop, SrcVM, "", ""),
-		Phases:    []string{"ch.shutdown"},
 		Recovery:  []manager.Call{call(manager.VerbGC, "", "", ""), call(manager.VerbStop, SrcVM, "", "")},
 		Calibrate: []manager.Call{call(manager.VerbStop, SrcVM, "", ""), call(manager.VerbStart, SrcVM, "", "")}},
 	{Verb: manager.VerbStart, Call: call(manager.VerbStart, SrcVM, "", ""),
-		Phases:    []string{"ch.boot"},
 		Fixture:   []manager.Call{call(manager.VerbStop, SrcVM, "", "")},
 		Recovery:  []manager.Call{call(manager.VerbGC, "", "", ""), call(manager.VerbStart, SrcVM, "", "")},
 		Calibrate: []manager.Call{call(manager.VerbStart, SrcVM, "", ""), call(manager.VerbStop, SrcVM, "", "")}},
@@ -98,8 +91,10 @@ type Case struct {
 }
 
 // Expand builds the cases of every op the manager supports (a verb it does
-// not have yields no case rather than a skipped one).
-func Expand(m manager.Manager) []Case {
+// not have yields no case rather than a skipped one): a park case per VMM
+// phase the verb passes through on this manager (phases, from discover),
+// offset cases, and the kill -9 of the VMM.
+func Expand(m manager.Manager, phases map[manager.Verb][]string) []Case {
 	name := m.Name()
 	var out []Case
 	for _, op := range Ops {
@@ -110,7 +105,7 @@ func Expand(m manager.Manager) []Case {
 		labels := func(extra ...string) []string {
 			return append([]string{"layer:manager", "manager:" + name, "backend:fake", "op:" + verb, "speed:fast"}, extra...)
 		}
-		for _, p := range op.Phases {
+		for _, p := range phases[op.Verb] {
 			id := fmt.Sprintf("mgr-%s-kill-at-%s", verb, p)
 			out = append(out, Case{ID: id, Manager: name, Op: op, Trigger: TrigPark, Point: p,
 				Title:  fmt.Sprintf("%s SIGKILLed while the VMM is parked at %s, then the manager's recovery", verb, p),

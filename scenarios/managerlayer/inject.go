@@ -180,8 +180,7 @@ func (cr *caseRun) killVMM(ctx context.Context) (reports.Injection, bool, string
 	}
 	inj.VictimPID = vm.PID
 	inj.RequestedNs = failpoint.Now()
-	err = killPID(vm.PID)
-	inj.ActualNs = failpoint.Now()
+	inj.ActualNs, err = killPID(vm.PID)
 	inj.LastPhase = "running"
 	if err != nil {
 		inj.Err = err.Error()
@@ -345,7 +344,7 @@ func (cr *caseRun) teardown() error {
 	var errs []string
 	cr.events.stop()
 	for _, p := range tagged(cr.tag) {
-		if err := killPID(p.PID); err != nil && alive(p.PID) {
+		if _, err := killPID(p.PID); err != nil && alive(p.PID) {
 			errs = append(errs, err.Error())
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/injector"
 )
 
@@ -163,25 +164,27 @@ func alive(pid int) bool {
 
 // killPID SIGKILLs a process of the case through a pidfd (identified by pid
 // and start time, so a reused pid is never hit) and waits until it is gone.
-func killPID(pid int) error {
+// It returns the CLOCK_MONOTONIC time right after the signal was sent.
+func killPID(pid int) (int64, error) {
 	p, err := injector.Identify(pid)
 	if err != nil {
-		return fmt.Errorf("identify %d: %w", pid, err)
+		return 0, fmt.Errorf("identify %d: %w", pid, err)
 	}
 	fd, err := injector.OpenPidFD(p)
 	if err != nil {
-		return fmt.Errorf("pidfd %d: %w", pid, err)
+		return 0, fmt.Errorf("pidfd %d: %w", pid, err)
 	}
 	defer fd.Close()
 	if err := fd.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill %d: %w", pid, err)
+		return 0, fmt.Errorf("kill %d: %w", pid, err)
 	}
+	sent := failpoint.Now()
 	deadline := time.Now().Add(10 * time.Second)
 	for alive(pid) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if alive(pid) {
-		return fmt.Errorf("pid %d still alive 10s after SIGKILL", pid)
+		return sent, fmt.Errorf("pid %d still alive 10s after SIGKILL", pid)
 	}
-	return nil
+	return sent, nil
 }

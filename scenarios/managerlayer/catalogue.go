@@ -33,8 +33,8 @@ const (
 // Op is one verb under test: the call, its VMM phases in order, the
 // fixture it needs, and the manager's recovery after its verb died.
 type Op struct {
-	Verb   manager.Verb
-	Call   manager.Call
+	Verb manager.Verb
+	Call manager.Call
 	// Fixture are calls run before the fault, after `create src` and
 	// `snapshot save base src`.
 	Fixture []manager.Call
@@ -76,7 +76,7 @@ var Ops = []Op{
 
 // Fractions are the offset cases' points in the verb's measured window
 // (§15: offsets inside the window measured on the case's own stack).
-var Fractions = []float64{0.2, 0.5, 0.8}
+var Fractions = []float64{0.1, 0.35, 0.6}
 
 // Case is one manager-level case.
 type Case struct {

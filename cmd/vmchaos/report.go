@@ -34,8 +34,10 @@ truth) and the junit.xml, report.md and report.html rendered from it.
 func newReportGateCmd() *cobra.Command {
 	var baseline, tolerance, slack, stepSummary string
 	var flakyFails bool
+	var accept []string
+	var acceptFile string
 	c := &cobra.Command{
-		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] RUN_DIR|results.json",
+		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] [--accept ID,...] RUN_DIR|results.json",
 		Short: "Decide a release from a run: exit 0 pass, 1 violated/regressed, 2 inconclusive, 3 infrastructure error",
 		Long: `gate reads a run's results.json and exits with:
   0  every case passed
@@ -65,6 +67,9 @@ one line each, with the repro command of the case.`,
 				opt.P95SlackMs = float64(d) / float64(time.Millisecond)
 			}
 			opt.FlakyFails = flakyFails
+			if opt.Accept, err = acceptIDs(accept, acceptFile); err != nil {
+				return err
+			}
 			cur, err := reports.Load(args[0])
 			if err != nil {
 				return reports.InfraError{Err: err}
@@ -89,6 +94,8 @@ one line each, with the repro command of the case.`,
 	c.Flags().StringVar(&tolerance, "p95-tolerance", "20%", `allowed growth of convergence p95 against the baseline: "20%", a fraction "0.2", or "off"`)
 	c.Flags().StringVar(&slack, "p95-slack", "", "absolute p95 growth always allowed on top of the tolerance, e.g. 50ms (default: none)")
 	c.Flags().BoolVar(&flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
+	c.Flags().StringSliceVar(&accept, "accept", nil, "case ids whose failure is a known finding (listed as ACCEPTED, not failing the gate), e.g. mgr-clone-kill-at-ch.restore.begin (default: none)")
+	c.Flags().StringVar(&acceptFile, "accept-file", "", "file of accepted case ids, one per line, # comments (default: none)")
 	c.Flags().StringVar(&stepSummary, "step-summary", "", `append a compact Markdown verdict (reasons, cases needing attention, repro commands) to this file, e.g. "$GITHUB_STEP_SUMMARY" (default: none)`)
 	return c
 }

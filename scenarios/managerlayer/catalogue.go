@@ -57,7 +57,11 @@ var Ops = []Op{
 		Recovery:  []manager.Call{call(manager.VerbRecoverStale, Target, "", ""), call(manager.VerbGC, "", "", ""), call(manager.VerbClone, "", BaseSnap, Target)},
 		Calibrate: []manager.Call{call(manager.VerbClone, "", BaseSnap, "calib")}},
 	{Verb: manager.VerbSnapshotSave, Call: call(manager.VerbSnapshotSave, SrcVM, "", Target),
-		Recovery:  []manager.Call{call(manager.VerbGC, "", "", ""), call(manager.VerbSnapshotSave, SrcVM, "", Target+"-retry")},
+		// `start` is what a user tries on a VM that looks stuck; it must
+		// not report success over a VM it leaves Paused (the invariants
+		// look after it).
+		Recovery: []manager.Call{call(manager.VerbGC, "", "", ""), call(manager.VerbStart, SrcVM, "", ""),
+			call(manager.VerbSnapshotSave, SrcVM, "", Target+"-retry")},
 		Calibrate: []manager.Call{call(manager.VerbSnapshotSave, SrcVM, "", "calib")}},
 	{Verb: manager.VerbRestore, Call: call(manager.VerbRestore, SrcVM, BaseSnap, ""),
 		Recovery:  []manager.Call{call(manager.VerbGC, "", "", ""), call(manager.VerbRestore, SrcVM, BaseSnap, "")},

@@ -219,9 +219,9 @@ func (cr *caseRun) run(ctx context.Context) (string, string) {
 	var err error
 	var window time.Duration
 	if c.Trigger == TrigOffset {
-		// The shorter of two runs: a load hiccup in one would stretch
+		// The shortest of three runs: a load hiccup in one would stretch
 		// every offset past the end of the real run.
-		for i := 0; i < 2; i++ {
+		for i := 0; i < 3; i++ {
 			for _, call := range c.Op.Calibrate {
 				call = calibName(call, i)
 				res := cr.verb(ctx, call)
@@ -437,12 +437,18 @@ func (rv *running) wait(ctx context.Context, limit time.Duration) (int, error) {
 // even into a file).
 var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
-// logTail is the last n lines of a verb's log.
+// logTail is what a failed verb said: its last "Error" line when it
+// printed one (cocoon logs every step before it), else its last n lines.
 func logTail(path string, n int) string {
 	b, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimSpace(ansi.ReplaceAllString(string(b), "")), "\n")
 	if len(lines) > 1 && strings.HasPrefix(lines[0], "$ ") {
 		lines = lines[1:] // the command line, already in the call
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "Error") {
+			return lines[i]
+		}
 	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

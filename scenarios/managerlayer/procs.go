@@ -17,12 +17,12 @@ import (
 	"github.com/vmchaos/vmchaos/injector"
 )
 
-// reaper makes this process a child subreaper and reaps the zombies of
-// VMMs (and of the tools a killed verb left running) that were reparented to
-// it: a manager's liveness check (kill(pid, 0), /proc/PID) sees an unreaped
-// zombie as alive, so without this a killed VMM would never look dead. It
-// never waits for a child this package started itself (exec.Cmd waits for
-// those), and reaps only orphans whose command name is one it was told.
+// reaper makes this process a child subreaper and reaps the zombies of the
+// VMMs that were reparented to it when the verb that launched them died: a
+// manager's liveness check (kill(pid, 0)) sees an unreaped zombie as alive,
+// so without this a killed VMM would never look dead. It reaps only
+// zombies whose command name it was told (the VMM's), never a child that
+// an exec.Cmd of this process waits for (the verbs, the adapters' tools).
 type reaper struct {
 	mu    sync.Mutex
 	names map[string]bool // /proc/PID/comm of orphans to reap

@@ -94,7 +94,7 @@ func New(o Options) (*Runner, error) {
 		_ = os.RemoveAll(tmp)
 		return nil, fmt.Errorf("managerlayer: guest image: %w", err)
 	}
-	if r.reaper, err = startReaper(cocoon.VMMName, "qemu-img"); err != nil {
+	if r.reaper, err = startReaper(cocoon.VMMName); err != nil {
 		_ = os.RemoveAll(tmp)
 		return nil, err
 	}

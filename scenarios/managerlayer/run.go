@@ -85,8 +85,17 @@ func New(o Options) (*Runner, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
+	if killed, err := cleanLeftovers(); err != nil {
+		return nil, err
+	} else if len(killed) > 0 {
+		fmt.Fprintf(o.Progress, "killed %d process(es) left by a manager-layer run whose runner died: %s\n", len(killed), strings.Join(killed, "; "))
+	}
 	tmp, err := os.MkdirTemp("", "vmchaos-mgr-")
 	if err != nil {
+		return nil, fmt.Errorf("managerlayer: %w", err)
+	}
+	if err := writeOwner(tmp); err != nil {
+		_ = os.RemoveAll(tmp)
 		return nil, fmt.Errorf("managerlayer: %w", err)
 	}
 	r := &Runner{opts: o, tmp: tmp, image: filepath.Join(tmp, "guest.img")}

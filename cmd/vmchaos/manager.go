@@ -29,9 +29,9 @@ func (m *managerFlags) add(c *cobra.Command) {
 }
 
 // selected: the manager layer runs when a manager is named, or when the
-// label filter asks for layer:manager (then against vmctl).
+// label filter asks for layer:manager or a manager case (then against vmctl).
 func (m *managerFlags) selected(filter string) bool {
-	if m.name == "" && strings.Contains(filter, "layer:manager") {
+	if m.name == "" && (strings.Contains(filter, "layer:manager") || strings.Contains(filter, "case:mgr-")) {
 		m.name = "vmctl"
 	}
 	return m.name != ""

@@ -352,6 +352,7 @@ func (cr *caseRun) teardown() error {
 		errs = append(errs, fmt.Sprintf("teardown left %d process(es): %v", len(left), left))
 	}
 	if cr.trace != nil {
+		cr.phases = cr.trace.Events()
 		if err := cr.trace.WriteJSONL(filepath.Join(cr.caseDir, "trace.jsonl")); err != nil {
 			errs = append(errs, err.Error())
 		}

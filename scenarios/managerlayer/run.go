@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,6 +190,10 @@ type caseRun struct {
 	seq     int
 	events  *eventStream
 	out     reports.Case
+	// timeline holds the verbs the runner started; the VMM phases, the
+	// fault and the convergence are added at the end.
+	timeline []reports.TimelineEvent
+	phases   []failpoint.Event // the trace, kept at teardown
 }
 
 // RunCase runs one case end to end and tears it down.
@@ -215,6 +220,7 @@ func (r *Runner) RunCase(ctx context.Context, c Case) reports.Case {
 	cr.out.Verdict, cr.out.Reason = verdict, reason
 	cr.out.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
 	cr.out.Logs = logFiles(r.opts.ReportDir, cr.caseDir)
+	cr.out.Timeline = cr.buildTimeline()
 	return cr.out
 }
 
@@ -334,6 +340,26 @@ func calibName(c manager.Call, i int) manager.Call {
 	return c
 }
 
+// buildTimeline merges the verbs, the VMM phases of the trace, the fault
+// and the convergence, in time order.
+func (cr *caseRun) buildTimeline() []reports.TimelineEvent {
+	tl := append([]reports.TimelineEvent(nil), cr.timeline...)
+	for _, e := range cr.phases {
+		tl = append(tl, reports.TimelineEvent{TsNs: e.TsNs, Kind: "phase", Proc: e.Proc, Point: e.Point, VM: e.VM})
+	}
+	for _, inj := range cr.out.Injections {
+		if inj.ActualNs > 0 {
+			tl = append(tl, reports.TimelineEvent{TsNs: inj.ActualNs, Kind: "fault", Note: inj.Fault + " " + inj.Trigger})
+		}
+	}
+	if cr.out.ConvergeMs >= 0 && len(cr.out.Injections) > 0 {
+		ns := cr.out.Injections[0].ActualNs + int64(cr.out.ConvergeMs*1e6)
+		tl = append(tl, reports.TimelineEvent{TsNs: ns, Kind: "converged"})
+	}
+	sort.SliceStable(tl, func(i, j int) bool { return tl[i].TsNs < tl[j].TsNs })
+	return tl
+}
+
 // releasePark lets every hit of the armed point pass.
 func (cr *caseRun) releasePark() error {
 	return os.WriteFile(filepath.Join(cr.ctl, cr.c.Point+".release"), nil, 0o644)
@@ -387,6 +413,8 @@ func (cr *caseRun) startVerb(call manager.Call) (*running, error) {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", call, err)
 	}
+	cr.timeline = append(cr.timeline, reports.TimelineEvent{TsNs: failpoint.Now(), Kind: "phase", Proc: cr.m.Name(),
+		Point: string(call.Verb), Note: strings.Join(argv[1:], " ")})
 	rv := &running{cmd: cmd, log: logPath, exit: make(chan int, 1)}
 	go func() {
 		err := cmd.Wait()

@@ -196,3 +196,76 @@ func (cr *caseRun) converge(ctx context.Context) ([]reports.Invariant, int64) {
 		time.Sleep(pollEvery)
 	}
 }
+
+// streamWait bounds how long the event stream may lag the list (cocoon
+// polls every whole second besides its fsnotify wake-ups).
+const streamWait = 5 * time.Second
+
+// streamMatches: the event stream ends where the store ends. For every VM
+// the list shows, the stream's last event carries the state the list
+// implies (a running record whose VMM is dead reads "stopped (stale)"); a
+// VM the stream still shows is in the list. A VMM death or a state change
+// the stream never reported fails here.
+func (cr *caseRun) streamMatches(ctx context.Context) reports.Invariant {
+	inv := reports.Invariant{Name: "events-match-state"}
+	deadline := time.Now().Add(streamWait)
+	for {
+		bad, err := cr.streamDiff(ctx)
+		switch {
+		case err != nil:
+			inv.Evidence = "data missing: " + err.Error()
+		case len(bad) == 0:
+			inv.OK = true
+			return inv
+		default:
+			inv.Evidence = strings.Join(bad, "; ")
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return inv
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+func (cr *caseRun) streamDiff(ctx context.Context) ([]string, error) {
+	o := cr.observe(ctx)
+	if o.vmsErr != nil {
+		return nil, o.vmsErr
+	}
+	var evs []manager.Event
+	for _, e := range cr.events.since(0) {
+		evs = append(evs, e.ev)
+	}
+	return diffStream(o, evs), nil
+}
+
+// diffStream compares the stream's last event per VM with the observed
+// store.
+func diffStream(o observation, evs []manager.Event) []string {
+	last := map[string]manager.Event{}
+	for _, e := range evs {
+		last[e.ID] = e
+	}
+	var bad []string
+	listed := map[string]bool{}
+	for _, v := range o.vms {
+		listed[v.ID] = true
+		want := v.State
+		if want == manager.StateRunning && o.vmms[v.PID] != v.ID {
+			want = manager.StateStale
+		}
+		e, ok := last[v.ID]
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("%s %q (%s) never appeared on the event stream", v.ID, v.Name, want))
+		case e.Type == "DELETED" || e.State != want:
+			bad = append(bad, fmt.Sprintf("%s %q is %s, the stream's last event says %s %q", v.ID, v.Name, want, e.Type, e.State))
+		}
+	}
+	for id, e := range last {
+		if !listed[id] && e.Type != "DELETED" {
+			bad = append(bad, fmt.Sprintf("%s %q is gone, the stream's last event says %s %q", id, e.Name, e.Type, e.State))
+		}
+	}
+	return sorted(bad)
+}

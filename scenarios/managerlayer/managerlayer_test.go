@@ -214,3 +214,23 @@ func TestCocoonReportsTheIssueStates(t *testing.T) {
 		t.Errorf("kill9: the event stream did not report the dead VMM: %+v", c.Invariants)
 	}
 }
+
+// The stream must end where the store ends: a VMM death it never reported,
+// a VM it never showed, or a deleted VM it still shows fail.
+func TestDiffStream(t *testing.T) {
+	o := observation{vms: []manager.VM{{ID: "A", Name: "src", State: "running", PID: 10}, {ID: "B", Name: "tgt", State: "running", PID: 11}},
+		vmms: map[int]string{10: "A"}}
+	ok := []manager.Event{{Type: "ADDED", ID: "A", Name: "src", State: "running"}, {Type: "ADDED", ID: "B", Name: "tgt", State: "running"},
+		{Type: "MODIFIED", ID: "B", Name: "tgt", State: "stopped (stale)"}, {Type: "ADDED", ID: "C", Name: "x", State: "running"},
+		{Type: "DELETED", ID: "C", Name: "x", State: "running"}}
+	if bad := diffStream(o, ok); len(bad) != 0 {
+		t.Fatalf("matching stream: %v", bad)
+	}
+	missedDeath := ok[:2]
+	if bad := diffStream(o, missedDeath); len(bad) != 1 || !strings.Contains(bad[0], `B "tgt" is stopped (stale), the stream's last event says ADDED "running"`) {
+		t.Fatalf("missed VMM death: %v", bad)
+	}
+	if bad := diffStream(o, ok[2:4]); len(bad) != 2 {
+		t.Fatalf("a VM never shown and a gone VM still shown: %v", bad)
+	}
+}

@@ -272,6 +272,7 @@ func (cr *caseRun) run(ctx context.Context) (string, string) {
 	if convergedNs > 0 {
 		cr.out.ConvergeMs = float64(convergedNs-inj.ActualNs) / 1e6
 	}
+	invs = append(invs, cr.streamMatches(ctx))
 	cr.out.Invariants = append(append([]reports.Invariant{{Name: "fault-landed", OK: true,
 		Evidence: fmt.Sprintf("%s %s, VMM's last phase %q", inj.Fault, inj.Trigger, inj.LastPhase)}}, history...), invs...)
 	for _, inv := range cr.out.Invariants {

@@ -14,27 +14,44 @@ import (
 // kills what a SIGKILLed runner left behind (its VMMs outlive it by design).
 const ownerFile = "owner.json"
 
+// owner is the runner of a run dir: its pid means something only in its
+// own pid namespace.
+type owner struct {
+	injector.Proc
+	PidNS string `json:"pid_ns"`
+}
+
+func pidNS() string {
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return ns
+}
+
 func writeOwner(tmp string) error {
 	p, err := injector.Identify(os.Getpid())
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(p)
+	b, _ := json.Marshal(owner{Proc: p, PidNS: pidNS()})
 	return os.WriteFile(filepath.Join(tmp, ownerFile), b, 0o644)
 }
 
-// ownerAlive reads a run dir's owner; a dir without a readable owner counts
-// as owned only while it is being created (no tagged process can exist yet).
+// ownerAlive reads a run dir's owner. A dir without a readable owner is
+// dead (tagged processes exist only after the owner was written); an owner
+// in another pid namespace (a run inside `vmchaos sandbox`) is never
+// judged from here.
 func ownerAlive(runDir string) bool {
 	b, err := os.ReadFile(filepath.Join(runDir, ownerFile))
 	if err != nil {
 		return false
 	}
-	var p injector.Proc
-	if json.Unmarshal(b, &p) != nil {
+	var o owner
+	if json.Unmarshal(b, &o) != nil {
 		return false
 	}
-	return p.Alive()
+	if o.PidNS != pidNS() {
+		return true
+	}
+	return o.Alive()
 }
 
 // cleanLeftovers kills the processes of manager-layer runs whose runner is

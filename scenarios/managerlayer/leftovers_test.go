@@ -34,7 +34,7 @@ func TestCleanLeftoversKillsOnlyOrphanedRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := gone.Process.Pid
-	if err := os.WriteFile(filepath.Join(orphanDir, ownerFile), []byte(`{"pid":`+itoa(pid)+`,"start":1}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(orphanDir, ownerFile), []byte(`{"pid":`+itoa(pid)+`,"start":1,"pid_ns":"`+pidNS()+`"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_ = gone.Wait()

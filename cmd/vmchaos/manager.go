@@ -78,7 +78,10 @@ func (m *managerFlags) run(cmd *cobra.Command, f *runFlags, filter, shard string
 	}
 	fmt.Fprintf(os.Stderr, "vmchaos run: %d manager case(s) against %s (%s), time scale %g, seed %d → %s\n",
 		len(cases), m.name, r.BinPath(), f.scale, f.seed, dir)
-	res := r.Run(ctx, cases, filter)
+	res, err := r.RunSuite(ctx, cases, filter)
+	if err != nil {
+		return err
+	}
 	res.Dir = dir
 	if err := reports.WriteAll(dir, res); err != nil {
 		return fmt.Errorf("write reports: %w", err)

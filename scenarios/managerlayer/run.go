@@ -143,22 +143,32 @@ func (r *Runner) Repro(c Case) string {
 	return s + fmt.Sprintf(" --time-scale %g --seed %d --label-filter 'case:%s'", r.opts.Scale, r.opts.Seed, caseLabel(c.ID))
 }
 
-// Run runs the cases and returns the results (not yet written).
+// Run runs the cases one after the other without Ginkgo and returns the
+// results (not yet written).
 func (r *Runner) Run(ctx context.Context, cases []Case, filter string) *reports.Results {
-	host, _ := os.Hostname()
-	res := &reports.Results{RunID: filepath.Base(r.opts.ReportDir), StartedAt: time.Now().UTC(), Host: host,
-		Backend: "fake", Supervisor: "none (manager layer: " + r.opts.Manager + ")", TimeScale: r.opts.Scale,
-		Seed: r.opts.Seed, Filter: filter}
+	res := r.newResults(filter)
 	for _, c := range cases {
 		if ctx.Err() != nil {
 			break
 		}
 		rc := r.RunCase(ctx, c)
-		fmt.Fprintf(r.opts.Progress, "%-13s %s (%s)%s\n", strings.ToUpper(rc.Verdict), rc.ID, time.Duration(rc.DurationMs*float64(time.Millisecond)).Round(time.Millisecond), reasonSuffix(rc))
+		r.progress(rc)
 		res.Cases = append(res.Cases, rc)
 	}
 	res.FinishedAt = time.Now().UTC()
 	return res
+}
+
+func (r *Runner) newResults(filter string) *reports.Results {
+	host, _ := os.Hostname()
+	return &reports.Results{RunID: filepath.Base(r.opts.ReportDir), StartedAt: time.Now().UTC(), Host: host,
+		Backend: "fake", Supervisor: "none (manager layer: " + r.opts.Manager + ")", TimeScale: r.opts.Scale,
+		Seed: r.opts.Seed, Filter: filter}
+}
+
+// progress prints one line per finished case.
+func (r *Runner) progress(rc reports.Case) {
+	fmt.Fprintf(r.opts.Progress, "%-13s %s (%s)%s\n", strings.ToUpper(rc.Verdict), rc.ID, time.Duration(rc.DurationMs*float64(time.Millisecond)).Round(time.Millisecond), reasonSuffix(rc))
 }
 
 func reasonSuffix(c reports.Case) string {

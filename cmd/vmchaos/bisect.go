@@ -69,6 +69,11 @@ what it changes from and to), with a repro command for each side.`,
 			}
 			for hi-lo > res && ctx.Err() == nil {
 				mid := lo + (hi-lo)/2
+				// an injection lands within µs of its offset: a finer
+				// midpoint only adds digits to every line it is printed on
+				if m := mid.Round(time.Microsecond); m > lo && m < hi {
+					mid = m
+				}
 				m, err := at(mid)
 				if err != nil {
 					return err

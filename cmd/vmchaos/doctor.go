@@ -44,9 +44,12 @@ func newDoctorCmd() *cobra.Command {
 		Short: "Say what this host lacks (root, cgroup2, systemd, KVM, CH) and list leftovers of SIGKILLed runs",
 		Long: `doctor checks what the injector and the backends need on this host and reads the run
 records every supervisor writes before it starts anything: a run whose runner is gone but
-whose processes, sandbox or cgroups remain is a leftover. With --clean those are killed
-(SIGKILL through verified pidfds) and their cgroups and records removed — the same cleanup
-every new run does on start. Exit status: 0, or 1 when leftovers remain.`,
+whose processes, sandbox, cgroups, stack dirs or network namespaces remain is a leftover.
+With --clean those are killed (SIGKILL through verified pidfds) and their cgroups, stack dirs
+(the run's $TMPDIR/vmchaos-* with its stores, VM disks and sockets; mounts below it are
+detached first), network namespaces and records removed, each named in the output — the
+same cleanup every new run does on start. A run whose runner is alive is never touched.
+Exit status: 0, or 1 when leftovers remain.`,
 		Example: `  vmchaos doctor
   vmchaos doctor --clean
   vmchaos doctor -o json`,
@@ -102,7 +105,7 @@ every new run does on start. Exit status: 0, or 1 when leftovers remain.`,
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&clean, "clean", false, "kill the leftovers' processes and remove their cgroups and records")
+	c.Flags().BoolVar(&clean, "clean", false, "kill the leftovers' processes and remove their cgroups, stack dirs, network namespaces and records")
 	c.Flags().StringVar(&registry, "registry", injector.Registry(), "directory of run records (env "+injector.EnvRegistry+")")
 	c.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	c.Flags().StringVar(&chBinary, "ch-binary", "cloud-hypervisor", "cloud-hypervisor binary to look for (name on PATH or a path)")

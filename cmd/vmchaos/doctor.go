@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/lazyfs"
 )
 
 func init() { register(newDoctorCmd) }
@@ -58,7 +59,7 @@ Exit status: 0, or 1 when leftovers remain.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
 			rep := doctorReport{Checks: injector.HostChecks()}
-			rep.Checks = append(rep.Checks, kvmCheck(), chCheck(ctx, chBinary))
+			rep.Checks = append(rep.Checks, kvmCheck(), chCheck(ctx, chBinary), fuseCheck())
 			var err error
 			if clean {
 				rep.Leftovers, err = injector.CleanLeftovers(ctx, registry)
@@ -134,4 +135,12 @@ func chCheck(ctx context.Context, bin string) injector.Check {
 		return injector.Check{Name: "ch", OK: false, Detail: fmt.Sprintf("%s --version: %v", p, err)}
 	}
 	return injector.Check{Name: "ch", OK: true, Detail: p + ": " + strings.TrimSpace(string(out))}
+}
+
+// fuseCheck says whether the lazy filesystem (power-cut faults) can mount here.
+func fuseCheck() injector.Check {
+	if why := lazyfs.Available(); why != "" {
+		return injector.Check{Name: "fuse", OK: false, Detail: why + " (power-cut cases are inconclusive)"}
+	}
+	return injector.Check{Name: "fuse", OK: true, Detail: "/dev/fuse opens and this user may mount: lazyfs (power cut) works"}
 }

@@ -34,6 +34,7 @@ type node struct {
 	kind     uint32
 	perm     uint32
 	uid, gid uint32
+	links    int       // live entries naming it
 	mtime    time.Time // not modelled as lost (docs/lazyfs.md)
 	// files: data as every reader sees it, and as the last fsync left it
 	data, synced []byte
@@ -63,7 +64,7 @@ type Tree struct {
 // NewTree returns a tree holding only an empty, durable root directory.
 func NewTree() *Tree {
 	t := &Tree{nodes: map[Ino]*node{}, next: RootIno + 1}
-	t.nodes[RootIno] = &node{ino: RootIno, kind: KindDir, perm: 0o755, entries: map[string]Ino{}, durable: map[string]Ino{}}
+	t.nodes[RootIno] = &node{ino: RootIno, kind: KindDir, links: 1, perm: 0o755, entries: map[string]Ino{}, durable: map[string]Ino{}}
 	return t
 }
 
@@ -72,13 +73,14 @@ type Attr struct {
 	Ino      Ino
 	Kind     uint32
 	Perm     uint32
+	Links    int
 	Uid, Gid uint32
 	Size     int64
 	Mtime    time.Time
 }
 
 func (n *node) attr() Attr {
-	a := Attr{Ino: n.ino, Kind: n.kind, Perm: n.perm, Uid: n.uid, Gid: n.gid, Size: int64(len(n.data)), Mtime: n.mtime}
+	a := Attr{Ino: n.ino, Kind: n.kind, Perm: n.perm, Links: n.links, Uid: n.uid, Gid: n.gid, Size: int64(len(n.data)), Mtime: n.mtime}
 	switch n.kind {
 	case KindDir:
 		a.Size = int64(len(n.entries))
@@ -198,7 +200,7 @@ func (t *Tree) create(dir Ino, name string, kind, perm uint32, target string) (A
 		return Attr{}, syscall.EEXIST
 	}
 	now := time.Now()
-	n := &node{ino: t.next, kind: kind, perm: perm & 0o7777, target: target, mtime: now}
+	n := &node{ino: t.next, kind: kind, perm: perm & 0o7777, target: target, mtime: now, links: 1}
 	d.mtime = now
 	t.next++
 	if kind == KindDir {
@@ -234,8 +236,37 @@ func (t *Tree) Remove(dir Ino, name string, isDir bool) error {
 		return syscall.ENOTEMPTY
 	}
 	delete(d.entries, name)
+	n.links--
 	t.pending = append(t.pending, op{dirs: []Ino{dir}, apply: func(t *Tree) { delete(t.nodes[dir].durable, name) }})
 	return nil
+}
+
+// Link gives the file ino a second name in dir (link(2)); like any entry,
+// durable at the fsync of dir.
+func (t *Tree) Link(ino, dir Ino, name string) (Attr, error) {
+	if err := validName(name); err != nil {
+		return Attr{}, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d, err := t.dir(dir)
+	if err != nil {
+		return Attr{}, err
+	}
+	n, err := t.get(ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	if n.kind == KindDir {
+		return Attr{}, syscall.EPERM
+	}
+	if _, ok := d.entries[name]; ok {
+		return Attr{}, syscall.EEXIST
+	}
+	d.entries[name] = ino
+	n.links++
+	t.pending = append(t.pending, op{dirs: []Ino{dir}, apply: func(t *Tree) { t.nodes[dir].durable[name] = ino }})
+	return n.attr(), nil
 }
 
 // Rename moves src/oldName to dst/newName, replacing what is there (a file
@@ -277,6 +308,9 @@ func (t *Tree) Rename(src Ino, oldName string, dst Ino, newName string) error {
 	}
 	if n.kind == KindDir && (ino == dst || t.isAncestor(ino, dst)) {
 		return syscall.EINVAL // into itself
+	}
+	if old, ok := d.entries[newName]; ok {
+		t.nodes[old].links--
 	}
 	delete(s.entries, oldName)
 	d.entries[newName] = ino
@@ -532,6 +566,9 @@ func (t *Tree) PowerCut() {
 			delete(t.nodes, ino)
 			continue
 		}
+		if ino != RootIno {
+			n.links = 0
+		}
 		switch n.kind {
 		case KindFile:
 			n.data = append(n.synced[:0:0], n.synced...)
@@ -540,6 +577,11 @@ func (t *Tree) PowerCut() {
 			for k, v := range n.durable {
 				n.entries[k] = v
 			}
+		}
+	}
+	for _, n := range t.nodes {
+		for _, c := range n.entries {
+			t.nodes[c].links++
 		}
 	}
 }

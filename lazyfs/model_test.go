@@ -160,6 +160,24 @@ func TestPowerCutModel(t *testing.T) {
 			ok(t, tr.Fsync(f.Ino))
 			ok(t, tr.Fsync(sub.Ino))
 		}, map[string]string{"sub": "<absent>"}},
+		{"a hard link without dir fsync is lost, the first name stays", func(t *testing.T, tr *Tree, d Ino) {
+			f := must(tr.Create(d, "index", KindFile, 0o644))
+			must(tr.Write(f.Ino, 0, []byte("gen1")))
+			ok(t, tr.Fsync(f.Ino))
+			ok(t, tr.Fsync(d))
+			a := must(tr.Link(f.Ino, d, "index.prev"))
+			if a.Links != 2 {
+				t.Fatalf("links = %d, want 2", a.Links)
+			}
+		}, map[string]string{"index": "gen1", "index.prev": "<absent>"}},
+		{"a hard link with dir fsync names the same data", func(t *testing.T, tr *Tree, d Ino) {
+			f := must(tr.Create(d, "index", KindFile, 0o644))
+			must(tr.Write(f.Ino, 0, []byte("gen1")))
+			ok(t, tr.Fsync(f.Ino))
+			must(tr.Link(f.Ino, d, "index.prev"))
+			ok(t, tr.Remove(d, "index", false))
+			ok(t, tr.Fsync(d))
+		}, map[string]string{"index": "<absent>", "index.prev": "gen1"}},
 		{"sync(2) makes everything durable", func(t *testing.T, tr *Tree, d Ino) {
 			f := must(tr.Create(d, "f", KindFile, 0o644))
 			must(tr.Write(f.Ino, 0, []byte("all")))

@@ -37,6 +37,7 @@ var (
 	_ fs.NodeWriter     = (*lnode)(nil)
 	_ fs.NodeFsyncer    = (*lnode)(nil)
 	_ fs.NodeFlusher    = (*lnode)(nil)
+	_ fs.NodeLinker     = (*lnode)(nil)
 )
 
 func errno(err error) syscall.Errno {
@@ -55,7 +56,7 @@ func fill(a Attr, out *fuse.Attr) {
 	out.Mode = a.Kind | a.Perm
 	out.Size = uint64(a.Size)
 	out.Blocks = (out.Size + 511) / 512
-	out.Nlink = 1
+	out.Nlink = uint32(max(a.Links, 0))
 	if a.Kind == KindDir {
 		out.Nlink = 2
 	}
@@ -176,6 +177,19 @@ func (n *lnode) Symlink(ctx context.Context, target, name string, out *fuse.Entr
 func (n *lnode) Readlink(context.Context) ([]byte, syscall.Errno) {
 	s, err := n.t.Readlink(n.ino)
 	return []byte(s), errno(err)
+}
+
+// Link is link(2): a second name for a file.
+func (n *lnode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	tn, ok := target.(*lnode)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	a, err := n.t.Link(tn.ino, n.ino, name)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return n.child(ctx, a, out), 0
 }
 
 func (n *lnode) Unlink(_ context.Context, name string) syscall.Errno {

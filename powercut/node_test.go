@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -126,21 +127,23 @@ func (n *node) list() ([]vmRec, error) {
 	return vs, nil
 }
 
-// vmms are the live VMMs of this store: the pids its records hold, each
-// verified to be a VMM serving a socket under this store's run dir.
+// vmms are the live VMMs of this store: every process whose argv names a
+// socket under this store's run dir (a temp dir of this test; this is how
+// vmctl itself tells its VMMs apart), found in /proc so that a VMM whose
+// record never committed is still found.
 func (n *node) vmms() []injector.Proc {
-	vs, _ := n.list()
+	es, _ := os.ReadDir("/proc")
 	var out []injector.Proc
-	for _, v := range vs {
-		if v.Pid <= 0 {
+	for _, e := range es {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		p, err := injector.Identify(v.Pid)
-		if err != nil {
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if !bytes.Contains(b, []byte("path="+n.run+"/")) {
 			continue
 		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", v.Pid))
-		if bytes.Contains(b, []byte(n.run+"/")) {
+		if p, err := injector.Identify(pid); err == nil {
 			out = append(out, p)
 		}
 	}

@@ -30,15 +30,20 @@ func TestMain(m *testing.M) {
 
 // node is one vmctl store whose root is a lazy filesystem.
 type node struct {
-	t          *testing.T
+	t          testing.TB
 	vmctl      string
 	root, run  string
 	env        []string
 	lazy       *Node
+	img        string
 	violations []string
 }
 
-func newNode(t *testing.T, vmctl string) *node {
+func newNode(t testing.TB, vmctl string) *node { return newNodeOn(t, vmctl, true) }
+
+// newNodeOn builds a store whose root is a lazy filesystem, or (lazy
+// false: the benchmark's baseline) a plain dir.
+func newNodeOn(t testing.TB, vmctl string, lazy bool) *node {
 	t.Helper()
 	if why := lazyfs.Available(); why != "" {
 		t.Skip(why)
@@ -69,7 +74,14 @@ func newNode(t *testing.T, vmctl string) *node {
 	n.env = append(os.Environ(), "VMCTL_ROOT_DIR="+n.root, "VMCTL_RUN_DIR="+n.run,
 		"VMCTL_CH_BINARY="+filepath.Join(bins, "cloud-hypervisor"), "VMCTL_FIRMWARE="+fw,
 		fmt.Sprintf("VMCTL_NET_POOL=127.248.%d.0/24", b[0]), "VMCHAOS_TIME_SCALE=0.05")
-	if n.lazy, err = Mount([]string{n.root}, []string{n.run}); err != nil {
+	durable := []string{n.root}
+	if !lazy {
+		durable = nil
+		if err := os.MkdirAll(n.root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n.lazy, err = Mount(durable, []string{n.run}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -77,7 +89,8 @@ func newNode(t *testing.T, vmctl string) *node {
 		_ = n.lazy.Unmount()
 		_ = os.RemoveAll(tmp)
 	})
-	t.Setenv("POWERCUT_IMAGE", img)
+	n.env = append(n.env, "POWERCUT_IMAGE="+img)
+	n.img = img
 	return n
 }
 
@@ -156,10 +169,10 @@ func (n *node) vmms() []injector.Proc {
 // record's data usable (the VMs boot from their disks, the snapshot
 // clones), and vmctl's own invariants.
 func (n *node) scenario() {
-	n.ack("vm", "run", "--name", "a", os.Getenv("POWERCUT_IMAGE"))
+	n.ack("vm", "run", "--name", "a", n.img)
 	n.ack("snapshot", "save", "--name", "s1", "a")
-	n.ack("vm", "run", "--name", "b", os.Getenv("POWERCUT_IMAGE"))
-	n.ack("vm", "run", "--name", "c", os.Getenv("POWERCUT_IMAGE"))
+	n.ack("vm", "run", "--name", "b", n.img)
+	n.ack("vm", "run", "--name", "c", n.img)
 	n.ack("vm", "rm", "--force", "c")
 	procs := n.vmms()
 	n.check(len(procs) == 2, "before the cut: %d live VMMs, want 2 (a, b)", len(procs))
@@ -270,4 +283,29 @@ func buildVariant(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// BenchmarkVmctlLifecycle is what lazyfs costs vmctl: create (disk copy),
+// snapshot save, and both deletes, on a plain dir and on a lazy one.
+func BenchmarkVmctlLifecycle(b *testing.B) {
+	bins, err := stackbin.Dir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, lazy := range []bool{false, true} {
+		name := "plain"
+		if lazy {
+			name = "lazyfs"
+		}
+		b.Run(name, func(b *testing.B) {
+			n := newNodeOn(b, filepath.Join(bins, "vmctl"), lazy)
+			for i := 0; b.Loop(); i++ {
+				vm, snap := fmt.Sprintf("v%d", i), fmt.Sprintf("s%d", i)
+				n.ack("vm", "run", "--name", vm, n.img)
+				n.ack("snapshot", "save", "--name", snap, vm)
+				n.ack("vm", "rm", "--force", vm)
+				n.ack("snapshot", "rm", snap)
+			}
+		})
+	}
 }

@@ -279,9 +279,20 @@ func (m *Mounted) Unmount() error {
 	if err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("lazyfs: unmount %s: %w", m.Dir, err)
 	}
-	m.server.Wait()
-	return nil
+	done := make(chan struct{})
+	go func() { m.server.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(unmountWait):
+		// a process still holds a file there and may still write: a
+		// power cut now would not be one
+		return fmt.Errorf("lazyfs: unmount %s: still in use after %s (a process of the stack is alive)", m.Dir, unmountWait)
+	}
 }
+
+// unmountWait bounds the wait for the last user of a detached mount.
+const unmountWait = 30 * time.Second
 
 // PowerCut is the power cut of a mounted tree: unmount, drop everything not
 // durable, and mount the survivor again at the same place. Kill the

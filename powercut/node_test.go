@@ -19,6 +19,9 @@ import (
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/lazyfs"
+	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/nodeagent"
+	"github.com/vmchaos/vmchaos/scenarios/stack"
 	"github.com/vmchaos/vmchaos/stackbin"
 )
 
@@ -33,6 +36,7 @@ type node struct {
 	t          testing.TB
 	vmctl      string
 	root, run  string
+	state, reg string // the agent's state dir and registry
 	env        []string
 	lazy       *Node
 	img        string
@@ -57,7 +61,8 @@ func newNodeOn(t testing.TB, vmctl string, lazy bool) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, vmctl: vmctl, root: filepath.Join(tmp, "root"), run: filepath.Join(tmp, "run")}
+	n := &node{t: t, vmctl: vmctl, root: filepath.Join(tmp, "root"), run: filepath.Join(tmp, "run"),
+		state: filepath.Join(tmp, "state"), reg: filepath.Join(tmp, "registry")}
 	if err := os.MkdirAll(n.run, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -65,27 +70,36 @@ func newNodeOn(t testing.TB, vmctl string, lazy bool) *node {
 	if err := os.WriteFile(fw, []byte("fake firmware\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	key, err := ledger.NewKey(filepath.Join(tmp, "key")) // the agent's post-clone work logs into the guest
+	if err != nil {
+		t.Fatal(err)
+	}
 	img := filepath.Join(tmp, "guest.img")
-	if _, err := guestimg.Build(img, guestimg.Options{Hostname: "powercut"}); err != nil {
+	if _, err := guestimg.Build(img, guestimg.Options{Hostname: "powercut", AuthorizedKeys: []string{key.AuthorizedKey()}}); err != nil {
 		t.Fatal(err)
 	}
 	var b [1]byte
 	_, _ = rand.Read(b[:])
 	n.env = append(os.Environ(), "VMCTL_ROOT_DIR="+n.root, "VMCTL_RUN_DIR="+n.run,
 		"VMCTL_CH_BINARY="+filepath.Join(bins, "cloud-hypervisor"), "VMCTL_FIRMWARE="+fw,
-		fmt.Sprintf("VMCTL_NET_POOL=127.248.%d.0/24", b[0]), "VMCHAOS_TIME_SCALE=0.05")
-	durable := []string{n.root}
+		fmt.Sprintf("VMCTL_NET_POOL=127.248.%d.0/24", b[0]), "VMCHAOS_TIME_SCALE=0.05", envNodeTag+"="+n.run,
+		"VMCTL_SSH_KEY="+key.PrivatePath())
+	durable := []string{n.root, n.state, n.reg}
 	if !lazy {
-		durable = nil
-		if err := os.MkdirAll(n.root, 0o755); err != nil {
-			t.Fatal(err)
+		for _, d := range durable {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
+		durable = nil
 	}
 	if n.lazy, err = Mount(durable, []string{n.run}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = n.lazy.Cut(context.Background(), n.vmms()) // stops every VMM of the store
+		if err := n.lazy.Cut(context.Background(), n.procs()); err != nil { // stops every process of the node
+			t.Errorf("teardown: %v; users of %s: %v", err, tmp, users(tmp))
+		}
 		_ = n.lazy.Unmount()
 		_ = os.RemoveAll(tmp)
 	})
@@ -140,11 +154,12 @@ func (n *node) list() ([]vmRec, error) {
 	return vs, nil
 }
 
-// vmms are the live VMMs of this store: every process whose argv names a
-// socket under this store's run dir (a temp dir of this test; this is how
-// vmctl itself tells its VMMs apart), found in /proc so that a VMM whose
-// record never committed is still found.
-func (n *node) vmms() []injector.Proc {
+// procs are the live processes of this node: every process whose
+// environment carries the node's tag (the test sets it on everything it
+// starts; vmctl's children and VMMs inherit it), the way the injector finds
+// the processes of a run.
+func (n *node) procs() []injector.Proc {
+	tag := []byte(envNodeTag + "=" + n.run)
 	es, _ := os.ReadDir("/proc")
 	var out []injector.Proc
 	for _, e := range es {
@@ -152,8 +167,8 @@ func (n *node) vmms() []injector.Proc {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if !bytes.Contains(b, []byte("path="+n.run+"/")) {
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if !slices.ContainsFunc(bytes.Split(b, []byte{0}), func(kv []byte) bool { return bytes.Equal(kv, tag) }) {
 			continue
 		}
 		if p, err := injector.Identify(pid); err == nil {
@@ -162,6 +177,9 @@ func (n *node) vmms() []injector.Proc {
 	}
 	return out
 }
+
+// envNodeTag marks every process of a test node.
+const envNodeTag = "VMCHAOS_POWERCUT_NODE"
 
 // scenario acknowledges creates, a snapshot and a delete, cuts the power
 // (every VMM SIGKILLed with the store), and checks what must survive:
@@ -174,7 +192,7 @@ func (n *node) scenario() {
 	n.ack("vm", "run", "--name", "b", n.img)
 	n.ack("vm", "run", "--name", "c", n.img)
 	n.ack("vm", "rm", "--force", "c")
-	procs := n.vmms()
+	procs := n.procs()
 	n.check(len(procs) == 2, "before the cut: %d live VMMs, want 2 (a, b)", len(procs))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -308,4 +326,145 @@ func BenchmarkVmctlLifecycle(b *testing.B) {
 			}
 		})
 	}
+}
+
+// startAgent starts nodeagent on the node (a tracked child; the node's
+// cut or cleanup ends it) and waits for its API.
+func (n *node) startAgent(bins string) *stack.AgentClient {
+	n.t.Helper()
+	c := exec.Command(filepath.Join(bins, "nodeagent"), "--state-dir", n.state, "--vmctl", n.vmctl,
+		"--registry-dir", n.reg, "--metrics-addr", "127.0.0.1:0")
+	c.Env = n.env
+	log, err := os.Create(filepath.Join(n.t.TempDir(), "nodeagent.log"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	c.Stdout, c.Stderr = log, log
+	if err := c.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	go func() { _ = c.Wait(); log.Close() }() // reaped whichever way it ends
+	a := stack.NewAgentClient(filepath.Join(n.state, "agent.sock"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.WaitUp(ctx); err != nil {
+		n.t.Fatalf("nodeagent did not come up: %v", err)
+	}
+	return a
+}
+
+// waitReady waits until the agent reports every name ready.
+func waitReady(a *stack.AgentClient, names []string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		var notReady []string
+		for _, name := range names {
+			v, err := a.Get(context.Background(), name)
+			if err != nil || v.Status.Lifecycle != nodeagent.LifecycleReady {
+				notReady = append(notReady, fmt.Sprintf("%s (%s %v)", name, v.Status.Lifecycle, err))
+			}
+		}
+		if len(notReady) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s: %v", within, notReady)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestPowerCutKeepsEveryAcknowledgedIntentOfTheAgent: nodeagent answers a
+// PUT with 2xx only once the intent is durable, so after a power cut (the
+// agent, its vmctl children and every VMM killed at once, unsynced state
+// dropped, the agent started again as after a boot) every acknowledged
+// intent exists and its startup convergence brings it to ready, with one VM
+// per name and vmctl's invariants holding.
+func TestPowerCutKeepsEveryAcknowledgedIntentOfTheAgent(t *testing.T) {
+	bins, err := stackbin.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNode(t, filepath.Join(bins, "vmctl"))
+	n.ack("vm", "run", "--name", "base-src", n.img)
+	n.ack("snapshot", "save", "--name", "base", "base-src")
+	n.ack("vm", "rm", "--force", "base-src")
+	a := n.startAgent(bins)
+	ctx := context.Background()
+	if err := a.Put(ctx, "vm-a", nodeagent.Intent{Snapshot: "base"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitReady(a, []string{"vm-a"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// acknowledged, its create in flight when the power goes
+	if err := a.Put(ctx, "vm-b", nodeagent.Intent{Snapshot: "base"}); err != nil {
+		t.Fatal(err)
+	}
+	procs := n.procs()
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := n.lazy.Cut(cctx, procs); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cut %d processes (agent, vmctl children, VMMs)", len(procs))
+
+	a = n.startAgent(bins) // the unit starts after the boot; startup convergence runs
+	vs, err := a.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range vs {
+		names = append(names, v.Name)
+	}
+	for _, want := range []string{"vm-a", "vm-b"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("acknowledged intent %s is gone after the cut (intents: %v)", want, names)
+		}
+	}
+	if err := waitReady(a, []string{"vm-a", "vm-b"}, 2*time.Minute); err != nil {
+		t.Fatalf("after the cut: %v", err)
+	}
+	vms, err := n.list()
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, v := range vms {
+		count[v.Name]++
+	}
+	for _, name := range []string{"vm-a", "vm-b"} {
+		if count[name] != 1 {
+			t.Errorf("%d VMs named %s, want 1 (vms: %v)", count[name], name, vms)
+		}
+	}
+	if out, err := n.vmctlRun("check"); err != nil {
+		t.Errorf("vmctl check after convergence: %v %s", err, out)
+	}
+}
+
+// users lists the processes with a file, cwd or mapping under dir (what
+// keeps a detached mount alive), for a failure message.
+func users(dir string) []string {
+	var out []string
+	es, _ := os.ReadDir("/proc")
+	for _, e := range es {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		var hits []string
+		links, _ := filepath.Glob("/proc/" + e.Name() + "/fd/*")
+		links = append(links, "/proc/"+e.Name()+"/cwd", "/proc/"+e.Name()+"/root")
+		for _, l := range links {
+			if p, err := os.Readlink(l); err == nil && strings.HasPrefix(p, dir+"/") {
+				hits = append(hits, p)
+			}
+		}
+		if len(hits) > 0 {
+			cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			out = append(out, fmt.Sprintf("pid %s %q: %v", e.Name(), bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}), hits))
+		}
+	}
+	return out
 }

@@ -111,7 +111,7 @@ func (r *ref) state() map[string]string {
 
 // FuzzTreeAgainstReference drives Tree and the reference with the same
 // operations (create, write, truncate, fsync of a file or a dir, rename,
-// unlink, power cut) and requires the same errors and the same visible
+// unlink, link, power cut) and requires the same errors and the same visible
 // tree after every step.
 func FuzzTreeAgainstReference(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 0, 'x', 3, 0, 4, 0, 7})
@@ -145,7 +145,7 @@ func FuzzTreeAgainstReference(f *testing.F) {
 			return b
 		}
 		for i, step := 0, 0; i < len(prog) && step < 200; step++ {
-			code := arg(&i) % 8
+			code := arg(&i) % 9
 			p := fuzzPaths[int(arg(&i))%len(fuzzPaths)]
 			var got, want error
 			what := ""
@@ -227,6 +227,23 @@ func FuzzTreeAgainstReference(f *testing.F) {
 				} else {
 					delete(r.live, p)
 					r.log = append(r.log, refOp{dirs: []string{dirOf(p)}, clear: []string{p}})
+				}
+			case 8: // link p → q
+				q := fuzzPaths[int(arg(&i))%len(fuzzPaths)]
+				what = "link " + p + " " + q
+				dd, dn := split(q)
+				ino, err := lookup(p)
+				id, ok := r.live[p]
+				switch _, exists := r.live[q]; {
+				case !ok:
+					got, want = err, syscall.ENOENT
+				case exists:
+					_, got = tr.Link(ino, dd, dn)
+					want = syscall.EEXIST
+				default:
+					_, got = tr.Link(ino, dd, dn)
+					r.live[q] = id
+					r.log = append(r.log, refOp{dirs: []string{dirOf(q)}, set: map[string]int{q: id}})
 				}
 			case 7:
 				what = "power cut"

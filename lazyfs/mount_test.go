@@ -236,3 +236,32 @@ func TestMountServesWhatTheStackNeeds(t *testing.T) {
 		t.Fatalf("readdir: %d entries, %v", len(es), err)
 	}
 }
+
+// TestNothingReachesTheTreeAfterTheCut: a descriptor still open on the old
+// mount (a process the cut missed, or a mount namespace that copied the
+// mount) must not change what survived: its writes fail and the tree keeps
+// the durable contents.
+func TestNothingReachesTheTreeAfterTheCut(t *testing.T) {
+	m := mounted(t)
+	p := filepath.Join(m.Dir, "f")
+	writeFile(t, p, "durable", true)
+	syncDir(t, m.Dir)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m2, err := m.PowerCut() // our own descriptor keeps the old mount alive
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m2.Unmount() })
+	if _, err := f.WriteAt([]byte("LATE!!!"), 0); err == nil {
+		if err := f.Sync(); err == nil {
+			t.Error("a write and fsync through the old mount succeeded after the cut")
+		}
+	}
+	if got := read(p); got != "durable" {
+		t.Errorf("after the cut f = %q, want %q", got, "durable")
+	}
+}

@@ -29,6 +29,9 @@ func mounted(t *testing.T) *Mounted {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hostNS, _ := os.Readlink("/proc/1/ns/mnt")
+	ownNS, _ := os.Readlink("/proc/self/ns/mnt")
+	t.Logf("mounted in mount namespace %s (host's: %s)", ownNS, hostNS)
 	cur := m
 	t.Cleanup(func() { _ = cur.Unmount() })
 	return m

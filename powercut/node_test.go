@@ -19,6 +19,7 @@ import (
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/lazyfs"
+	"github.com/vmchaos/vmchaos/lazyfs/privatens"
 	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/scenarios/stack"
@@ -26,6 +27,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if code, done := privatens.Reexec(); done {
+		os.Exit(code)
+	}
 	code := m.Run()
 	stackbin.Cleanup()
 	os.Exit(code)

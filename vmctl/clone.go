@@ -156,7 +156,7 @@ func (m *Manager) cloneFiles(rec *VM, snapDir string) error {
 	if err := durable.WriteFile(filepath.Join(rd, "config.json"), b, 0o600); err != nil {
 		return err
 	}
-	return syncDir(m.vmDir(id))
+	return m.syncVMDir(id)
 }
 
 // rewriteConfig points the first disk at disk, a later disk that is a

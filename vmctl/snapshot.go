@@ -423,6 +423,11 @@ func (m *Manager) finishSnapDelete(ctx context.Context, tomb *Tombstone) error {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("snapshot rm %s: %w", tomb.ID, err)
 		}
+		// the tombstone goes next: the removal must be durable before it,
+		// or a power cut brings back a dir nothing references
+		if err := syncDir(filepath.Dir(d)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("snapshot rm %s: %w", tomb.ID, err)
+		}
 	}
 	err := m.updateSnaps(ctx, tomb.ID, func(ix *snapIndex) error {
 		return dropTombstone(ix.Tombstones, tomb.ID)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -266,6 +267,12 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*VM, error) {
 			return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
 		}
 	}
+	// the record about to be committed points at this dir: its entries and
+	// its own entry in vms/ must be durable first (a power cut keeps the
+	// record and would lose the disk — powercut.TestPowerCutKeepsEveryAcknowledgedWriteOfVmctl)
+	if err := m.syncVMDir(rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
+	}
 	m.logf("create %s: disk copied", rec.ID)
 	created, err := m.editVM(ctx, rec.ID, func(_ *vmIndex, v *VM) error {
 		v.State, v.Pid = StateCreated, 0
@@ -351,6 +358,11 @@ func (m *Manager) finishVMDelete(ctx context.Context, tomb *Tombstone) error {
 	}
 	for _, d := range tomb.Dirs {
 		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("rm %s: %w", tomb.ID, err)
+		}
+		// the tombstone goes next: the removal must be durable before it,
+		// or a power cut brings back a dir nothing references
+		if err := syncDir(filepath.Dir(d)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("rm %s: %w", tomb.ID, err)
 		}
 	}
@@ -711,6 +723,14 @@ func growFile(path string, size int64, fake bool) error {
 
 // Durable sync of a dir after creating files in it.
 var syncDir = durable.SyncDir
+
+// syncVMDir makes a VM dir's entries and its own entry in vms/ durable.
+func (m *Manager) syncVMDir(id string) error {
+	if err := syncDir(m.vmDir(id)); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(m.vmDir(id)))
+}
 
 // sleepRaw is the one timer of the package; callers pass scaled durations.
 func sleepRaw(ctx context.Context, d time.Duration) error { return timescale.SleepRaw(ctx, d) }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/progress"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
@@ -30,6 +31,7 @@ type runFlags struct {
 	scale      float64
 	seed       int64
 	reportDir  string
+	meter      *progress.Meter // made by runner(); Start/Stop around the cases
 }
 
 func (f *runFlags) add(c *cobra.Command) {
@@ -52,12 +54,13 @@ func regressFromEnv() ([]string, error) {
 	return regress.Parse(os.Getenv(regress.Env))
 }
 
-func (f *runFlags) runner(ctx context.Context, dir string, progress io.Writer, bugs []string) (*runner.Runner, error) {
+func (f *runFlags) runner(ctx context.Context, dir string, out io.Writer, bugs []string) (*runner.Runner, error) {
 	if !(f.scale > 0 && f.scale <= 1000) { // written so NaN fails too
 		return nil, fmt.Errorf("--time-scale %v: want a number in (0, 1000]", f.scale)
 	}
+	f.meter = progress.New(out)
 	return runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Supervisor: f.supervisor,
-		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: progress})
+		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: f.meter, Done: f.meter.Case})
 }
 
 // signalContext cancels on SIGINT/SIGTERM so a run tears its stacks down.
@@ -118,11 +121,13 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 			fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d → %s\n",
 				len(cases), f.backend, sup, f.scale, f.seed, dir)
 			var runErr error
+			f.meter.Start("run", len(cases), parallel)
 			if parallel > 1 {
 				runErr = suite.RunParallel(ctx, r, cases, parallel, dir, f.seed)
 			} else {
 				runErr = suite.Run(ctx, r, cases, filter, dir, f.seed)
 			}
+			f.meter.Stop()
 			res, werr := r.WriteAll()
 			if cerr := r.Close(); cerr != nil {
 				fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)

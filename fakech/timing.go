@@ -72,7 +72,11 @@ type Timing struct {
 	RestorePerGiB Duration `json:"restore_per_gib"`
 	AddDevice     Duration `json:"add_device"`
 	RemoveDevice  Duration `json:"remove_device"`
-	Shutdown      Duration `json:"shutdown"`
+	// EjectAck is how long the guest takes, in running time, to ack a
+	// hot-unplug (the ACPI eject) after vm.remove-device returned; until then
+	// the device stays in CH's device tree.
+	EjectAck Duration `json:"eject_ack"`
+	Shutdown Duration `json:"shutdown"`
 	// Jitter is the relative spread applied when FAKECH_JITTER_SEED is set:
 	// each duration is multiplied by a factor uniform in [1-j, 1+j].
 	Jitter float64 `json:"jitter"`
@@ -89,6 +93,7 @@ var DefaultTiming = Timing{
 	RestorePerGiB:  Duration(500 * time.Millisecond),
 	AddDevice:      Duration(100 * time.Millisecond),
 	RemoveDevice:   Duration(100 * time.Millisecond),
+	EjectAck:       Duration(300 * time.Millisecond),
 	Shutdown:       Duration(200 * time.Millisecond),
 	Jitter:         0.2,
 }

@@ -175,7 +175,7 @@ func startFromCLI(vmm *VMM, opts *Options) error {
 		_, _ = vmm.create(cfg)
 		step, err = "Failed to boot VM", vmm.boot()
 	case opts.Restore != "":
-		rc, perr := ParseRestore(opts.Restore)
+		rc, perr := ParseRestoreFor(vmm.compat, opts.Restore)
 		if perr != nil {
 			return chainExit("Error parsing --restore", perr.Error())
 		}

@@ -26,6 +26,7 @@ type Compat string
 // Supported compat modes.
 const (
 	CompatV51 Compat = "v51" // bind EADDRINUSE on any existing socket path; not-created errors are 500
+	CompatV52 Compat = "v52" // as v51, plus RestoreConfig's resume and memory_restore_mode
 	CompatV53 Compat = "v53" // OFD lock on <path>.lock, stale sockets unlinked; not-created errors are 404
 )
 
@@ -34,15 +35,20 @@ func ParseCompat(s string) (Compat, error) {
 	switch s {
 	case "", "v51":
 		return CompatV51, nil
+	case "v52":
+		return CompatV52, nil
 	case "v53":
 		return CompatV53, nil
 	}
-	return "", fmt.Errorf("%s=%q: want v51 or v53", EnvCompat, s)
+	return "", fmt.Errorf("%s=%q: want v51, v52 or v53", EnvCompat, s)
 }
 
 // BuildVersion is what --version and vmm.ping report.
 func (c Compat) BuildVersion() string {
-	if c == CompatV53 {
+	switch c {
+	case CompatV52:
+		return "v52.0"
+	case CompatV53:
 		return "v53.0"
 	}
 	return "v51.0"
@@ -622,6 +628,12 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 		return vmmErr(500, ctx, "VM is already created")
 	}
 	fail := func(err error) error { return vmmErr(500, ctx, "Cannot restore VM", err.Error()) }
+	if v.compat == CompatV51 {
+		// v51's RestoreConfig has only source_url, prefault and net_fds
+		// (vmm/src/config.rs); serde ignores the rest, so a JSON
+		// "resume":true leaves the VM Paused.
+		rc.Resume, rc.MemoryRestoreMode = false, ""
+	}
 	if rc.MemoryRestoreMode != "" && rc.MemoryRestoreMode != "Copy" && rc.MemoryRestoreMode != "OnDemand" {
 		return fail(fmt.Errorf("invalid memory_restore_mode %q", rc.MemoryRestoreMode))
 	}

@@ -76,6 +76,7 @@ var Catalogue = []Point{
 	{"agent.failed", "nodeagent", "agent", "lifecycle failed written with the reason", "retry"},
 
 	// fakech
+	{"ch.cli.start", "fakech", "vmm", "API socket bound and serving (vmm.ping answers)", "the command-line VM created/booted or restored"},
 	{"ch.boot", "fakech", "vmm", "VM booted, guest running", "-"},
 	{"ch.pause", "fakech", "vmm", "VM paused", "-"},
 	{"ch.resume", "fakech", "vmm", "VM resumed", "-"},

@@ -1,6 +1,9 @@
 package fakech_test
 
 import (
+	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,6 +47,85 @@ func TestRestoreOptionsByVersion(t *testing.T) {
 			_, c3 := startReady(t, sock2, env, args...)
 			if info, err := c3.Info(ctx); err != nil || info.State != chapi.StateRunning {
 				t.Fatalf("--restore resume=on: %v %v", info.State, err)
+			}
+		})
+	}
+}
+
+// TestPingAnswersBeforeTheCLIVMExists: CH binds and serves the API socket,
+// then its main thread parses the command-line config and sends
+// create+boot to the VMM thread; a ping in between answers 200 while
+// vm.info says "VM is not created". CH: cloud-hypervisor/src/main.rs
+// start_vmm.
+func TestPingAnswersBeforeTheCLIVMExists(t *testing.T) {
+	ctl := t.TempDir()
+	dir := vmDir(t, "VMPING")
+	g := newGuest(t, dir)
+	sock := filepath.Join(dir, "api.sock")
+	start(t, sock, baseEnv("VMCHAOS_FAILPOINTS=ch.cli.start=pause", "VMCHAOS_FAILPOINT_CTL="+ctl), bootArgs(sock, g.path, loopbackIP())...)
+	if _, err := waitParked(t, ctl, "ch.cli.start"); err != nil {
+		t.Fatal(err)
+	}
+	c := chapi.New(sock)
+	ctx := ctxT(t)
+	if _, err := c.Ping(ctx); err != nil {
+		t.Fatalf("vmm.ping before the CLI VM exists: %v", err)
+	}
+	if e := chError(t, firstErr(c.Info(ctx))); e.Innermost() != "VM is not created" {
+		t.Fatalf("vm.info before the CLI VM exists: %v", e)
+	}
+	release(t, ctl, "ch.cli.start")
+	if info, err := c.WaitVM(ctx); err != nil || info.State != chapi.StateRunning {
+		t.Fatalf("after the CLI boot: %v %v", info.State, err)
+	}
+}
+
+// TestKill9MidSnapshotLeavesCHsDebris: CH writes config.json, then
+// state.json, then memory-ranges (vm.rs Vm::send, memory_manager.rs
+// MemoryManager::send); a kill -9 during the memory write leaves the first
+// two complete and memory-ranges partial — v53 pre-sizes it (set_len), v51
+// grows it. A retry into that directory fails on config.json.
+func TestKill9MidSnapshotLeavesCHsDebris(t *testing.T) {
+	for _, compat := range []string{"v51", "v53"} {
+		t.Run(compat, func(t *testing.T) {
+			ctl := t.TempDir()
+			p, c, _, _, dir := bootVM(t, "FAKECH_COMPAT="+compat, "VMCHAOS_FAILPOINTS=ch.snapshot.memory-writing=pause", "VMCHAOS_FAILPOINT_CTL="+ctl)
+			ctx := ctxT(t)
+			if err := c.Pause(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			snap := filepath.Join(dir, "snap")
+			if err := os.Mkdir(snap, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = c.Snapshot(context.Background(), snap) }()
+			if _, err := waitParked(t, ctl, "ch.snapshot.memory-writing"); err != nil {
+				t.Fatal(err)
+			}
+			p.kill9()
+			for _, f := range []string{"config.json", "state.json"} {
+				var v map[string]any
+				decodeJSONFile(t, filepath.Join(snap, f), &v)
+			}
+			b, err := os.ReadFile(filepath.Join(snap, "memory-ranges"))
+			if err != nil {
+				t.Fatalf("memory-ranges: %v", err)
+			}
+			var m map[string]any
+			if json.Unmarshal(b, &m) == nil {
+				t.Fatal("memory-ranges is complete after a kill -9 mid-write")
+			}
+			zeroTail := len(b) > 0 && b[len(b)-1] == 0
+			if (compat == "v53") != zeroTail {
+				t.Fatalf("%s: memory-ranges of %d bytes, zero tail %v: want a pre-sized file only in v53", compat, len(b), zeroTail)
+			}
+			_, c2, _, _, _ := bootVM(t)
+			if err := c2.Pause(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			e := chError(t, c2.Snapshot(ctx, snap))
+			if !chapi.HasMessage(e, "Error creating VM config snapshot file") {
+				t.Fatalf("snapshot into the debris: %v", e)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ package fakech
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -124,17 +125,24 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 	srv := &server{vmm: vmm}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	// The CLI's create+boot (or restore) is the VMM thread's first job:
-	// requests accepted meanwhile queue behind it, so a ping that answers
-	// means the CLI's VM exists.
-	vmm.mu.Lock()
+	// The API serves from the moment the socket is bound. CH's main thread
+	// then parses the CLI config and sends create+boot (or restore) to the
+	// VMM thread like any API request (cloud-hypervisor/src/main.rs
+	// start_vmm): a vmm.ping that arrives first answers 200 while the VM
+	// does not exist yet, and vm.info says "VM is not created". Requests that
+	// arrive after the CLI's request queue behind it.
 	if sock != nil {
 		go srv.serve(sock.ln)
 	}
-	err = startFromCLI(vmm, opts)
-	vmm.mu.Unlock()
-	if err != nil {
-		return err
+	if opts.Boots() || opts.Restore != "" {
+		_ = failpoint.Hit(context.Background(), "ch.cli.start", failpoint.Attrs{"vm": vmID})
+		_ = timescale.SleepRaw(context.Background(), clk.d(clk.t.CLIStart))
+		vmm.mu.Lock()
+		err = startFromCLI(vmm, opts)
+		vmm.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 
 	code := 0

@@ -59,9 +59,13 @@ type Timing struct {
 	// Boot is how long the guest OS takes from vm.boot until its SSH server
 	// answers (vm.boot itself returns at once, as CH's does; the time is spent
 	// "in the guest" and stops while the VM is paused).
-	Boot   Duration `json:"boot"`
-	Pause  Duration `json:"pause"`
-	Resume Duration `json:"resume"`
+	Boot Duration `json:"boot"`
+	// CLIStart is how long CH's main thread takes, after the API socket is
+	// bound, to parse the command-line VM config and send create+boot (or
+	// restore) to the VMM thread; a ping answers meanwhile with no VM.
+	CLIStart Duration `json:"cli_start"`
+	Pause    Duration `json:"pause"`
+	Resume   Duration `json:"resume"`
 	// Snapshot = SnapshotFixed + SnapshotPerGiB × guest RAM in GiB. The
 	// per-GiB part is spent before ch.snapshot.memory-written, the fixed part
 	// after it (device state and config).
@@ -85,6 +89,7 @@ type Timing struct {
 // DefaultTiming is realistic for a small guest on a KVM host.
 var DefaultTiming = Timing{
 	Boot:           Duration(time.Second),
+	CLIStart:       Duration(2 * time.Millisecond),
 	Pause:          Duration(50 * time.Millisecond),
 	Resume:         Duration(50 * time.Millisecond),
 	SnapshotFixed:  Duration(300 * time.Millisecond),

@@ -3,9 +3,11 @@ package fakech_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vmchaos/vmchaos/chapi"
@@ -128,5 +130,85 @@ func TestKill9MidSnapshotLeavesCHsDebris(t *testing.T) {
 				t.Fatalf("snapshot into the debris: %v", e)
 			}
 		})
+	}
+}
+
+// TestFlagsByVersion: clap refuses a flag its release does not define
+// (exit 2): --no-shutdown and --log-format arrived in v52, --rtc in v53.
+// CH: cloud-hypervisor/src/main.rs create_app, v51.0/v52.0/v53.0.
+func TestFlagsByVersion(t *testing.T) {
+	for _, tc := range []struct {
+		flag []string
+		ok   map[string]bool
+	}{
+		{[]string{"--no-shutdown"}, map[string]bool{"v51": false, "v52": true, "v53": true}},
+		{[]string{"--log-format", "json"}, map[string]bool{"v51": false, "v52": true, "v53": true}},
+		{[]string{"--rtc", "base=utc"}, map[string]bool{"v51": false, "v52": false, "v53": true}},
+		{[]string{"--pvpanic"}, map[string]bool{"v51": true, "v52": true, "v53": true}},
+	} {
+		for compat, ok := range tc.ok {
+			sock := filepath.Join(vmDir(t, "VMF"+compat), "api.sock")
+			args := append([]string{"--api-socket", "path=" + sock, "--firmware", "/nonexistent"}, tc.flag...)
+			env := baseEnv("FAKECH_COMPAT=" + compat)
+			if !ok {
+				p := start(t, sock, env, args...)
+				if code := p.wait(); code != 2 || !strings.Contains(p.stderr.String(), "unexpected argument '"+tc.flag[0]+"'") {
+					t.Fatalf("%s %v: exit %d, want 2 (unknown flag)\n%s", compat, tc.flag, code, p.stderr.String())
+				}
+				continue
+			}
+			p, _ := startReady(t, sock, env, args...) // fails the test unless the VM boots
+			p.kill9()
+		}
+	}
+}
+
+// TestSerialSocketLeftByKill9BlocksTheNextStart: --serial socket=P is a
+// plain bind (console_devices.rs pre_create_console_devices), removed only by
+// the serial manager's drop (serial_manager.rs); after kill -9 the file stays
+// and the next start on P exits 1 with "Address already in use", in v51
+// through v53. A clean exit removes it.
+func TestSerialSocketLeftByKill9BlocksTheNextStart(t *testing.T) {
+	dir := vmDir(t, "VMSERIAL")
+	g := newGuest(t, dir)
+	sock := filepath.Join(dir, "api.sock")
+	serial := filepath.Join(dir, "serial.sock")
+	args := []string{"--api-socket", "path=" + sock, "--firmware", "/nonexistent", "--disk", "path=" + g.path,
+		"--console", "off", "--serial", "socket=" + serial}
+	p, _ := startReady(t, sock, baseEnv(), args...)
+	if fi, err := os.Stat(serial); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("serial socket not bound: %v", err)
+	}
+	conn, err := net.Dial("unix", serial)
+	if err != nil {
+		t.Fatalf("connect to the serial socket: %v", err)
+	}
+	conn.Close()
+	p.kill9()
+	if _, err := os.Stat(serial); err != nil {
+		t.Fatalf("kill -9 removed the serial socket: %v", err)
+	}
+	_ = os.Remove(sock) // v51: the API socket is left too; that is a separate row
+	p2 := start(t, sock, baseEnv(), args...)
+	if code := p2.wait(); code != 1 {
+		t.Fatalf("start over a leftover serial socket: exit %d, want 1\n%s", code, p2.stderr.String())
+	}
+	out := p2.stderr.String()
+	for _, want := range []string{"Error creating VM", "Error creating console device", "Address already in use (os error 98)"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("stderr lacks %q:\n%s", want, out)
+		}
+	}
+	_ = os.Remove(serial)
+	_ = os.Remove(sock)
+	p3, _ := startReady(t, sock, baseEnv(), args...)
+	if err := p3.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p3.wait(); code != 0 {
+		t.Fatalf("SIGTERM: exit %d", code)
+	}
+	if _, err := os.Stat(serial); !os.IsNotExist(err) {
+		t.Fatalf("a clean exit left the serial socket: %v", err)
 	}
 }

@@ -44,15 +44,15 @@ func printChain(w io.Writer, chain []string) {
 // Main runs fakech with argv (without the program name) and returns the exit
 // status: 0 clean exit, 1 VMM error (CH's chain on stderr), 2 usage error.
 func Main(args []string, stdout, stderr io.Writer) int {
-	opts, err := ParseArgs(args)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
 	compat, err := ParseCompat(os.Getenv(EnvCompat))
 	if err != nil {
 		printChain(stderr, []string{"fakech configuration", err.Error()})
 		return 1
+	}
+	opts, err := ParseArgsFor(compat, args)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
 	}
 	if opts.Help {
 		fmt.Fprint(stdout, HelpText())
@@ -164,6 +164,11 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 	if sock != nil {
 		sock.closeClean()
 	}
+	// The serial manager's drop removes its socket on every exit that runs
+	// it (not on kill -9).
+	vmm.mu.Lock()
+	vmm.closeSerial()
+	vmm.mu.Unlock()
 	if code != 0 {
 		return chainExit(fmt.Sprintf("VMM exited with code %d", code))
 	}
@@ -180,7 +185,10 @@ func startFromCLI(vmm *VMM, opts *Options) error {
 		if perr != nil {
 			return chainExit("Error parsing config", perr.Error())
 		}
-		_, _ = vmm.create(cfg)
+		if _, cerr := vmm.create(cfg); cerr != nil {
+			step, err = "Error creating VM", cerr
+			break
+		}
 		step, err = "Failed to boot VM", vmm.boot()
 	case opts.Restore != "":
 		rc, perr := ParseRestoreFor(vmm.compat, opts.Restore)

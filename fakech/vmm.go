@@ -96,6 +96,7 @@ type VMM struct {
 	tree    map[string]*devNode // CH's device tree; nil without a VM object
 	gen     uint64              // bumped when the VM object goes or is replaced
 	guest   atomic.Pointer[guest]
+	serial  *serialSocket // --serial socket=, bound while a VM config has it
 	nics    *nicSet
 	events  *eventMonitor // nil without --event-monitor
 }
@@ -210,6 +211,7 @@ func (v *VMM) dispatch(c *call) (*response, error) {
 			_ = v.hit("ch.shutdown", nil)
 		}
 		v.config = nil
+		v.closeSerial()
 		v.event("deleted", nil)
 		return respNoContent, nil
 	}
@@ -221,7 +223,12 @@ func (v *VMM) create(cfg *chapi.VmConfig) (*response, error) {
 		return nil, vmmErr(500, "The VM could not be created", "VM is already created")
 	}
 	fillDefaults(cfg)
+	// CH stores the config, then pre-creates the console devices; a bind
+	// failure leaves the config in place (lib.rs vm_create).
 	v.config = cfg
+	if err := v.openSerial(cfg); err != nil {
+		return nil, vmmErr(500, append([]string{"The VM could not be created"}, err.(chainErr)...)...)
+	}
 	return respNoContent, nil
 }
 
@@ -686,6 +693,9 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	} else {
 		g = restoreGuest("", nil, &mem)
 	}
+	if err := v.openSerial(&cfg); err != nil {
+		return vmmErr(500, append([]string{ctx}, err.(chainErr)...)...)
+	}
 	v.config = &cfg
 	v.sleep(v.clock.t.RestoreFixed + perGiB(v.clock.t.RestorePerGiB, v.memSize()))
 	// The restored NICs are best effort: the snapshot's source VM may still
@@ -913,6 +923,9 @@ func (v *VMM) console(format string, a ...any) {
 		return
 	}
 	line := fmt.Sprintf("[%s] fakech guest: %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, a...))
+	if v.serial != nil {
+		v.serial.write(line)
+	}
 	for _, c := range []*chapi.ConsoleConfig{v.config.Serial, v.config.Console} {
 		if c == nil || c.Mode != "File" || c.File == "" {
 			continue

@@ -3,6 +3,7 @@ package fakech_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,7 +30,7 @@ func TestRestoreOptionsByVersion(t *testing.T) {
 		t.Run(tc.compat, func(t *testing.T) {
 			env := baseEnv("FAKECH_COMPAT=" + tc.compat)
 			sock := filepath.Join(vmDir(t, "VMR"+tc.compat), "api.sock")
-			_, c2 := startReady(t, sock, env, "--api-socket", "path="+sock)
+			p2, c2 := startReady(t, sock, env, "--api-socket", "path="+sock)
 			ctx := ctxT(t)
 			if err := c2.Restore(ctx, chapi.RestoreConfig{SourceURL: "file://" + snap, Resume: true, MemoryRestoreMode: "Copy"}); err != nil {
 				t.Fatal(err)
@@ -37,6 +38,8 @@ func TestRestoreOptionsByVersion(t *testing.T) {
 			if info, err := c2.Info(ctx); err != nil || info.State != tc.wantState {
 				t.Fatalf("after a JSON restore with resume:true: %v %v, want %s", info.State, err, tc.wantState)
 			}
+			// The restored VMM holds the disk's advisory lock: end it first.
+			p2.kill9()
 			sock2 := filepath.Join(vmDir(t, "VMC"+tc.compat), "api.sock")
 			args := []string{"--api-socket", "path=" + sock2, "--restore", "source_url=file://" + snap + ",resume=on"}
 			if tc.compat == "v51" {
@@ -46,7 +49,8 @@ func TestRestoreOptionsByVersion(t *testing.T) {
 				}
 				return
 			}
-			_, c3 := startReady(t, sock2, env, args...)
+			p3, c3 := startReady(t, sock2, env, args...)
+			defer p3.kill9()
 			if info, err := c3.Info(ctx); err != nil || info.State != chapi.StateRunning {
 				t.Fatalf("--restore resume=on: %v %v", info.State, err)
 			}
@@ -210,5 +214,43 @@ func TestSerialSocketLeftByKill9BlocksTheNextStart(t *testing.T) {
 	}
 	if _, err := os.Stat(serial); !os.IsNotExist(err) {
 		t.Fatalf("a clean exit left the serial socket: %v", err)
+	}
+}
+
+// TestDiskAdvisoryLockAndInPlaceWrites: the VMM holds an OFD lock on each
+// disk image from boot (write for read-write, read for read-only), so a
+// second VMM on the same image fails to boot until the first is gone; the
+// guest's sync writes through the opened inode (the inode number never
+// changes). CH: block/src/fcntl.rs try_acquire_lock, virtio-devices block.rs
+// try_lock_image, vm.rs Vm::boot.
+func TestDiskAdvisoryLockAndInPlaceWrites(t *testing.T) {
+	p, _, g, ip, dir := bootVM(t)
+	ino := func() uint64 {
+		fi, err := os.Stat(g.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	before := ino()
+	if _, _, st := g.sshRun(t, ip, "mkdir -p /var/lib/m && touch /var/lib/m/synced && sync"); st != 0 {
+		t.Fatal("guest write failed")
+	}
+	if after := ino(); after != before {
+		t.Fatalf("sync replaced the image file (inode %d → %d): CH writes through the inode it opened", before, after)
+	}
+	for i, ro := range []string{"", ",readonly=on"} {
+		sock := filepath.Join(dir, fmt.Sprintf("b%d.sock", i))
+		q := start(t, sock, baseEnv(), "--api-socket", "path="+sock, "--firmware", "/nonexistent", "--disk", "path="+g.path+ro)
+		if code := q.wait(); code != 1 || !strings.Contains(q.stderr.String(), "The file is already locked") ||
+			!strings.Contains(q.stderr.String(), "Error locking disk images: Another instance likely holds a lock") {
+			t.Fatalf("second VMM on a locked image (%q): exit %d\n%s", ro, code, q.stderr.String())
+		}
+	}
+	p.kill9()
+	sock := filepath.Join(dir, "c.sock")
+	startReady(t, sock, baseEnv(), bootArgs(sock, g.path, ip)...)
+	if _, _, st := g.sshRun(t, ip, "ls /var/lib/m/synced"); st != 0 {
+		t.Fatal("the synced write did not reach the image")
 	}
 }

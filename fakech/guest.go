@@ -88,6 +88,7 @@ const memoryFormat = "fakech-memory-v1"
 type guest struct {
 	mu       sync.Mutex
 	diskPath string          // "" when the guest has no fake image
+	diskFile *os.File        // the VMM's open, locked image: sync writes through it
 	base     *guestimg.Image // the image file's content as of the last sync
 	disk     tree            // what the guest sees: base + dirty page cache
 	ram      tree
@@ -353,7 +354,7 @@ func (g *guest) syncLocked() error {
 		img.Dirs = append(img.Dirs, d)
 	}
 	sort.Strings(img.Dirs)
-	if err := img.Save(g.diskPath); err != nil {
+	if err := g.writeDisk(img); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
 	g.base = img
@@ -455,4 +456,26 @@ func guestPath(p string) string {
 		p = "/root/" + p
 	}
 	return path.Clean(p)
+}
+
+// writeDisk writes the image through the VMM's open fd, in place, as CH
+// writes guest I/O to the inode it opened (a temp file renamed over the path
+// would leave the VMM writing to the old inode). The trailing bytes of a
+// longer old image are cut after the write; the decoder ignores them if a
+// kill lands in between.
+func (g *guest) writeDisk(img *guestimg.Image) error {
+	if g.diskFile == nil {
+		return img.Save(g.diskPath)
+	}
+	b, err := img.Encode()
+	if err != nil {
+		return err
+	}
+	if _, err := g.diskFile.WriteAt(b, 0); err != nil {
+		return err
+	}
+	if err := g.diskFile.Truncate(int64(len(b))); err != nil {
+		return err
+	}
+	return g.diskFile.Sync()
 }

@@ -89,3 +89,11 @@ func (v *VMM) closeSerial() {
 type chainErr []string
 
 func (c chainErr) Error() string { return fmt.Sprint([]string(c)) }
+
+// chainOf returns err's chain elements (one element for a plain error).
+func chainOf(err error) []string {
+	if c, ok := err.(chainErr); ok {
+		return c
+	}
+	return []string{err.Error()}
+}

@@ -96,7 +96,8 @@ type VMM struct {
 	tree    map[string]*devNode // CH's device tree; nil without a VM object
 	gen     uint64              // bumped when the VM object goes or is replaced
 	guest   atomic.Pointer[guest]
-	serial  *serialSocket // --serial socket=, bound while a VM config has it
+	serial  *serialSocket       // --serial socket=, bound while a VM config has it
+	disks   map[string]*os.File // disk id → the image, open and advisory-locked while booted
 	nics    *nicSet
 	events  *eventMonitor // nil without --event-monitor
 }
@@ -227,7 +228,7 @@ func (v *VMM) create(cfg *chapi.VmConfig) (*response, error) {
 	// failure leaves the config in place (lib.rs vm_create).
 	v.config = cfg
 	if err := v.openSerial(cfg); err != nil {
-		return nil, vmmErr(500, append([]string{"The VM could not be created"}, err.(chainErr)...)...)
+		return nil, vmmErr(500, append([]string{"The VM could not be created"}, chainOf(err)...)...)
 	}
 	return respNoContent, nil
 }
@@ -344,8 +345,14 @@ func (v *VMM) boot() error {
 		v.counter = saved
 		return vmmErr(500, ctx, "Error creating VM", err.Error())
 	}
+	if err := v.lockDisks(&work); err != nil {
+		v.counter = saved
+		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
+	}
+	g.diskFile = v.bootDisk(&work)
 	if err := v.nics.openPort(work.Net, g.port(), true); err != nil {
 		v.counter = saved
+		v.releaseDisks()
 		return vmmErr(500, ctx, "Error creating VM", "Cannot create virtio-net device", err.Error())
 	}
 	v.event("booting", nil)
@@ -391,6 +398,7 @@ func (v *VMM) teardown() {
 		g.kill()
 	}
 	v.nics.closeAll()
+	v.releaseDisks()
 	v.state = ""
 	v.tree = nil
 	v.gen++
@@ -421,6 +429,7 @@ func (v *VMM) reboot() error {
 	if err != nil {
 		return vmmErr(500, ctx, err.Error())
 	}
+	g.diskFile = v.bootDisk(v.config)
 	if old := v.guest.Swap(g); old != nil {
 		old.kill()
 	}
@@ -694,8 +703,14 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 		g = restoreGuest("", nil, &mem)
 	}
 	if err := v.openSerial(&cfg); err != nil {
-		return vmmErr(500, append([]string{ctx}, err.(chainErr)...)...)
+		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
 	}
+	// On a failure CH deletes the half-built VM; the VMM stays, with no VM.
+	if err := v.lockDisks(&cfg); err != nil {
+		v.closeSerial()
+		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
+	}
+	g.diskFile = v.bootDisk(&cfg)
 	v.config = &cfg
 	v.sleep(v.clock.t.RestoreFixed + perGiB(v.clock.t.RestorePerGiB, v.memSize()))
 	// The restored NICs are best effort: the snapshot's source VM may still
@@ -837,6 +852,15 @@ func (v *VMM) addDisk(d chapi.DiskConfig) (*response, error) {
 	if d.ID == "" {
 		d.ID = v.nextID("_disk", seen)
 	}
+	// A hot-plugged disk is locked at once (device_manager.rs, is_hotplug).
+	f, err := lockImage(d.Path, d.Readonly)
+	if err != nil {
+		return nil, vmmErr(500, append([]string{ctx, "Error from device manager"}, chainOf(err)...)...)
+	}
+	if v.disks == nil {
+		v.disks = map[string]*os.File{}
+	}
+	v.disks[d.ID] = f
 	v.sleep(v.clock.t.AddDevice)
 	v.config.Disks = append(v.config.Disks, d)
 	v.tree[d.ID] = &devNode{ID: d.ID, Kind: "disk", Slot: v.slots}
@@ -871,6 +895,8 @@ func (v *VMM) removeDevice(id string) error {
 		return vmmErr(500, ctx, dm, "Missing PCI device")
 	}
 	v.removeFromConfig(id)
+	// remove_device drops the block device at once, and its lock with it.
+	v.releaseDisk(id)
 	v.sleep(v.clock.t.RemoveDevice)
 	if err := v.requestEject(n); err != nil {
 		return wrapHit(err, ctx)

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/fakech/qcow2"
 )
 
 // lockDisks opens every disk of cfg and takes CH's advisory lock on it: an
@@ -19,21 +20,38 @@ import (
 // caller holds v.mu; the files stay open until teardown.
 func (v *VMM) lockDisks(cfg *chapi.VmConfig) error {
 	locked := map[string]*os.File{}
+	qcows := map[string]*qcow2.Image{}
+	undo := func() {
+		for id, f := range locked {
+			if q := qcows[id]; q != nil {
+				q.Close()
+			} else {
+				f.Close()
+			}
+		}
+	}
 	for _, d := range cfg.Disks {
 		if d.Path == "" {
 			continue
 		}
 		f, err := lockImage(d.Path, d.Readonly)
 		if err != nil {
-			for _, f := range locked {
-				f.Close()
-			}
+			undo()
 			return err
 		}
 		locked[d.ID] = f
+		var magic [4]byte
+		if n, _ := f.ReadAt(magic[:], 0); n == 4 && qcow2.IsQcow2(magic[:]) {
+			q, err := qcow2.OpenFile(f, !d.Readonly)
+			if err != nil {
+				undo()
+				return chainErr{"Failed to open disk image " + d.Path, err.Error()}
+			}
+			qcows[d.ID] = q
+		}
 	}
 	v.releaseDisks()
-	v.disks = locked
+	v.disks, v.qcows = locked, qcows
 	return nil
 }
 
@@ -69,6 +87,12 @@ func lockImage(path string, readonly bool) (*os.File, error) {
 // releaseDisk drops one disk's lock (remove-device: CH drops the block
 // device at the request, and the lock with its last fd).
 func (v *VMM) releaseDisk(id string) {
+	if q := v.qcows[id]; q != nil {
+		q.Close() // closes the locked fd too
+		delete(v.qcows, id)
+		delete(v.disks, id)
+		return
+	}
 	if f := v.disks[id]; f != nil {
 		f.Close()
 		delete(v.disks, id)
@@ -79,6 +103,14 @@ func (v *VMM) releaseDisks() {
 	for id := range v.disks {
 		v.releaseDisk(id)
 	}
+}
+
+// bootQcow is the first disk's qcow2 image, nil for a raw one.
+func (v *VMM) bootQcow(cfg *chapi.VmConfig) *qcow2.Image {
+	if len(cfg.Disks) == 0 {
+		return nil
+	}
+	return v.qcows[cfg.Disks[0].ID]
 }
 
 // bootDisk is the locked fd of the first disk, through which the guest

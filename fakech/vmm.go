@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/fakech/qcow2"
 	"github.com/vmchaos/vmchaos/timescale"
 )
 
@@ -96,8 +97,9 @@ type VMM struct {
 	tree    map[string]*devNode // CH's device tree; nil without a VM object
 	gen     uint64              // bumped when the VM object goes or is replaced
 	guest   atomic.Pointer[guest]
-	serial  *serialSocket       // --serial socket=, bound while a VM config has it
-	disks   map[string]*os.File // disk id → the image, open and advisory-locked while booted
+	serial  *serialSocket           // --serial socket=, bound while a VM config has it
+	disks   map[string]*os.File     // disk id → the image, open and advisory-locked while booted
+	qcows   map[string]*qcow2.Image // disk id → its qcow2 chain, for a qcow2 image
 	nics    *nicSet
 	events  *eventMonitor // nil without --event-monitor
 }
@@ -349,7 +351,7 @@ func (v *VMM) boot() error {
 		v.counter = saved
 		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
 	}
-	g.diskFile = v.bootDisk(&work)
+	g.diskFile, g.diskQcow = v.bootDisk(&work), v.bootQcow(&work)
 	if err := v.nics.openPort(work.Net, g.port(), true); err != nil {
 		v.counter = saved
 		v.releaseDisks()
@@ -429,7 +431,7 @@ func (v *VMM) reboot() error {
 	if err != nil {
 		return vmmErr(500, ctx, err.Error())
 	}
-	g.diskFile = v.bootDisk(v.config)
+	g.diskFile, g.diskQcow = v.bootDisk(v.config), v.bootQcow(v.config)
 	if old := v.guest.Swap(g); old != nil {
 		old.kill()
 	}
@@ -710,7 +712,7 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 		v.closeSerial()
 		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
 	}
-	g.diskFile = v.bootDisk(&cfg)
+	g.diskFile, g.diskQcow = v.bootDisk(&cfg), v.bootQcow(&cfg)
 	v.config = &cfg
 	v.sleep(v.clock.t.RestoreFixed + perGiB(v.clock.t.RestorePerGiB, v.memSize()))
 	// The restored NICs are best effort: the snapshot's source VM may still

@@ -57,8 +57,8 @@ func (s *nicSet) openPort(nets []chapi.NetConfig, port int, strict bool) error {
 		if ip == "" {
 			// A TAP-only NIC (tap=,mac= without ip=): a real guest gets its
 			// address from its seed or DHCP; the fake guest takes it from
-			// the MAC (guestAddrFromMAC).
-			ip = guestAddrFromMAC(n.Mac)
+			// its cloud-init seed, else from the MAC (guestAddrFromMAC).
+			ip = s.v.tapAddr(n.Mac)
 		}
 		if ip == "" {
 			s.byID[n.ID] = ""
@@ -270,4 +270,15 @@ func guestAddrFromMAC(mac string) string {
 		return ""
 	}
 	return fmt.Sprintf("127.%d.%d.%d", hw[3], hw[4], hw[5])
+}
+
+// tapAddr is the fake guest's address on a TAP-only NIC: the seed's static
+// address for its MAC when that is a loopback one, else guestAddrFromMAC.
+func (v *VMM) tapAddr(mac string) string {
+	if hw, err := net.ParseMAC(mac); err == nil {
+		if ip := v.seed[hw.String()]; ip != "" && checkAddr(ip) == nil {
+			return ip
+		}
+	}
+	return guestAddrFromMAC(mac)
 }

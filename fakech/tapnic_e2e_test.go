@@ -90,3 +90,29 @@ func TestTapOnlyNICAnswersInsideTheVMMsNetns(t *testing.T) {
 		t.Fatalf("%s answers in the host namespace too: the guest must live in the VMM's", addr)
 	}
 }
+
+// TestTapOnlyNICTakesItsAddressFromTheSeed: with a cloud-init NoCloud seed
+// disk (as realch writes it) giving the NIC's MAC a static loopback address,
+// the fake guest answers there rather than at the MAC-derived one.
+func TestTapOnlyNICTakesItsAddressFromTheSeed(t *testing.T) {
+	dir := vmDir(t, "VMSEED")
+	g := newGuest(t, dir)
+	b := byte(1 + mrandN(250))
+	mac := fmt.Sprintf("52:54:00:7c:%02x:01", b)
+	ip := fmt.Sprintf("127.124.%d.9", b)
+	seed := filepath.Join(dir, "cidata.img")
+	if err := realch.BuildCIData(seed, realch.CloudInit{Hostname: "seeded", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA test"},
+		Interfaces: []realch.GuestInterface{{MAC: mac, Address: ip + "/30"}}}); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "api.sock")
+	startReady(t, sock, baseEnv(), "--api-socket", "path="+sock, "--firmware", "/nonexistent",
+		"--disk", "path="+g.path, "path="+seed+",readonly=on", "--console", "off", "--serial", "null", "--net", "tap=vtfake2,mac="+mac)
+	if out, _, st := g.sshRun(t, ip, "hostname"); st != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("guest at its seed address %s: status %d %q", ip, st, out)
+	}
+	if conn, err := net.DialTimeout("tcp", net.JoinHostPort(fmt.Sprintf("127.124.%d.1", b), fmt.Sprint(g.img.SSHPort)), time.Second); err == nil {
+		conn.Close()
+		t.Fatal("the MAC-derived address answers too: the seed must take precedence")
+	}
+}

@@ -100,6 +100,7 @@ type VMM struct {
 	serial  *serialSocket           // --serial socket=, bound while a VM config has it
 	disks   map[string]*os.File     // disk id → the image, open and advisory-locked while booted
 	qcows   map[string]*qcow2.Image // disk id → its qcow2 chain, for a qcow2 image
+	seed    map[string]string       // MAC → address from the cloud-init seed disk (TAP-only NICs)
 	nics    *nicSet
 	events  *eventMonitor // nil without --event-monitor
 }
@@ -352,6 +353,7 @@ func (v *VMM) boot() error {
 		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
 	}
 	g.diskFile, g.diskQcow = v.bootDisk(&work), v.bootQcow(&work)
+	v.seed = seedAddrs(&work)
 	if err := v.nics.openPort(work.Net, g.port(), true); err != nil {
 		v.counter = saved
 		v.releaseDisks()
@@ -715,6 +717,7 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	g.diskFile, g.diskQcow = v.bootDisk(&cfg), v.bootQcow(&cfg)
 	v.config = &cfg
 	v.sleep(v.clock.t.RestoreFixed + perGiB(v.clock.t.RestorePerGiB, v.memSize()))
+	v.seed = seedAddrs(&cfg)
 	// The restored NICs are best effort: the snapshot's source VM may still
 	// hold its address (a clone), and the manager replaces NICs anyway.
 	_ = v.nics.openPort(cfg.Net, g.port(), false)

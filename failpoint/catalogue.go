@@ -80,16 +80,20 @@ var Catalogue = []Point{
 	{"agent.failed", "nodeagent", "agent", "lifecycle failed written with the reason", "retry"},
 
 	// fakech
+	{"ch.cli.start", "fakech", "vmm", "API socket bound and serving (vmm.ping answers)", "the command-line VM created/booted or restored"},
 	{"ch.boot", "fakech", "vmm", "VM booted, guest running", "-"},
 	{"ch.pause", "fakech", "vmm", "VM paused", "-"},
 	{"ch.resume", "fakech", "vmm", "VM resumed", "-"},
 	{"ch.snapshot.begin", "fakech", "vmm", "snapshot request accepted on a Paused VM", "files written"},
-	{"ch.snapshot.memory-written", "fakech", "vmm", "memory-ranges written", "config.json/state.json"},
+	{"ch.snapshot.memory-writing", "fakech", "vmm", "config.json and state.json complete, memory-ranges half written", "rest of memory-ranges"},
+	{"ch.snapshot.memory-written", "fakech", "vmm", "config.json, state.json, memory-ranges written (CH's order)", "response sent"},
 	{"ch.snapshot.done", "fakech", "vmm", "all snapshot files written", "response sent"},
 	{"ch.restore.begin", "fakech", "vmm", "restore request accepted", "memory loaded"},
 	{"ch.restore.done", "fakech", "vmm", "VM restored, Paused", "-"},
 	{"ch.net.added", "fakech", "vmm", "NIC added, guest listener open", "-"},
-	{"ch.net.removed", "fakech", "vmm", "NIC removed, guest listener closed", "-"},
+	{"ch.net.removed", "fakech", "vmm", "NIC out of the config, guest asked to eject", "eject acked: node still in the device tree, guest listener open"},
+	{"ch.eject.requested", "fakech", "vmm", "remove-device took the device out of the config, eject pending", "guest ack; node leaves the device tree"},
+	{"ch.eject.acked", "fakech", "vmm", "guest acked the eject (eject_ack of running time)", "node removed from the device tree, NIC listener closed"},
 	{"ch.shutdown", "fakech", "vmm", "VM shut down", "-"},
 
 	// runner: ledger (proc "vmchaos", the process that writes the journal)

@@ -413,7 +413,7 @@ func (a *Agent) doHibernate(ctx context.Context, rec *record, resumed bool) erro
 			}
 		}
 		if order < hibernateOrder[stepNICDropped] {
-			if _, err := a.vmctl(ctx, name, "vm", "net", vmID, "--nics", "0"); err != nil {
+			if err := a.netNICs(ctx, name, vmID, 0); err != nil {
 				a.metrics.inc(mHibernate, "netresize", "failed")
 				return opErr("netresize", err)
 			}
@@ -547,7 +547,7 @@ func (a *Agent) doUnhibernate(ctx context.Context, rec *record) error {
 		return opErr("start", err)
 	}
 	if rec.NICDropped {
-		if _, err := a.vmctl(ctx, name, "vm", "net", vmID, "--nics", strconv.Itoa(a.cfg.NICs)); err != nil {
+		if err := a.netNICs(ctx, name, vmID, a.cfg.NICs); err != nil {
 			return opErr("netresize", err)
 		}
 		if _, err := a.store.update(name, func(r *record) error { r.NICDropped = false; return nil }); err != nil {

@@ -194,7 +194,15 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 	rctx, cancel := context.WithTimeout(ctx, rto)
 	defer cancel()
 	ready := make(chan error, 1)
-	go func() { ready <- v.Client().WaitReady(rctx) }()
+	go func() {
+		// CH answers vmm.ping before its main thread created the
+		// command-line VM: ready means the VM exists.
+		err := v.Client().WaitReady(rctx)
+		if err == nil {
+			_, err = v.Client().WaitVM(rctx)
+		}
+		ready <- err
+	}()
 	select {
 	case err = <-ready:
 	case <-v.done:

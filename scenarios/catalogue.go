@@ -581,3 +581,59 @@ func SortedIDs() []string {
 	sort.Strings(out)
 	return out
 }
+
+// ---- CH fidelity (issue 14): windows fakech reproduces from CH's source --
+//
+// vm.remove-device only asks the guest to eject; CH keeps the device in its
+// device tree until the guest acks, checks new ids against that tree, and a
+// snapshot carries it (docs/fakech.md, conformance table). These cases park
+// the guest's ack (ch.eject.acked) or the snapshot's memory write inside the
+// fake VMM, so they run on the fake backend only.
+func init() { Catalogue = append(Catalogue, chFidelityScenarios...) }
+
+// armedHibernate creates the VM after the stack was armed, so its VMM (a
+// process that outlives the setup's agent) carries the park of a ch.* point,
+// then writes the ledger and starts the hibernate.
+var armedHibernate = []Step{createA, ledgerA, {Kind: StepHibernate, VM: vmA}}
+
+var chFidelityScenarios = []Scenario{
+	{
+		ID: "ch-eject-pending-hibernate-save", SeedRef: "ch14", Op: OpHibernate, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity"},
+		Title: "the guest holds the eject of a hibernate's NIC drop pending: the save must wait until CH's device tree no longer holds the NIC (vm net fails 'eject pending', the agent runs it again) and the wake keeps the guest's RAM",
+		Act:   armedHibernate,
+		// held until the first vm net gave up on its budget
+		Faults: []Fault{{Kind: "none", Trigger: "park ch.eject.acked", ReleaseAfterChild: "vm-net"}},
+		After:  []Step{{Kind: StepWake, VM: vmA, Wait: true}},
+		Expect: Expect{Ledger: true},
+	},
+	{
+		ID: "ch-eject-pending-sigkill-agent", SeedRef: "ch14", Op: OpHibernate, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity"},
+		Title:  "agent SIGKILLed while the eject of the hibernate's NIC drop is pending: the resumed hibernate waits for the same eject (kept in the VM record) before it saves",
+		Act:    armedHibernate,
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "park ch.eject.acked", ReleaseAfter: "agent.startup.reconciled"}},
+		Env:    Env{RestartDelay: 1 * time.Second},
+		Expect: Expect{Ledger: true},
+	},
+	{
+		ID: "ch-eject-pending-stop-agent", SeedRef: "ch14", Op: OpHibernate, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity"},
+		Title:  "systemctl stop while the eject of the hibernate's NIC drop is pending (the vm net child dies with the agent): the resumed hibernate waits for it before it saves",
+		Act:    armedHibernate,
+		Faults: []Fault{{Kind: "stop", Trigger: "park ch.eject.acked", StopFor: 1 * time.Second, ReleaseAfter: "agent.startup.reconciled"}},
+		Expect: Expect{Ledger: true},
+	},
+	{
+		ID: "ch-clone-restored-tree-holds-nic", SeedRef: "ch14", Op: OpClone, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity"},
+		Title:  "a clone's restored device tree still holds the snapshot source's NIC (CH neither removes it nor frees its id): the clone must add its NIC under an id the tree does not hold",
+		Act:    []Step{{Kind: StepDirectClone, VM: "direct-t"}},
+		Faults: []Fault{{Kind: "none", Trigger: "park vm.clone.restored"}},
+		Expect: Expect{DirectVMs: []string{"direct-t"}},
+	},
+	{
+		ID: "ch-kill9-mid-snapshot", SeedRef: "ch14", Op: OpSave, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity"},
+		Title:  "kill -9 of the VMM while CH writes memory-ranges (config.json and state.json already complete): the debris must never become a ready snapshot, and the hibernate converges",
+		Act:    armedHibernate,
+		Faults: []Fault{{Kind: "sigkill-vmm", Trigger: "park ch.snapshot.memory-writing", VM: vmA}},
+		// the VMM died: its RAM is legitimately gone
+		Expect: Expect{Ledger: false, FailedOK: true},
+	},
+}

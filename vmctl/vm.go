@@ -149,7 +149,7 @@ func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, sshPor
 				return fmt.Errorf("reserve VM record: %w", err)
 			}
 			for i, ip := range ips {
-				rec.Network = append(rec.Network, NIC{ID: "net" + strconv.Itoa(i), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: sshPort})
+				rec.Network = append(rec.Network, NIC{ID: nicID(macFor(id, i)), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: sshPort})
 			}
 		}
 		c := *rec

@@ -79,7 +79,7 @@ var wellKnown = func() map[string][]string {
 			"/usr/share/cloud-hypervisor/hypervisor-fw", "/usr/local/share/cloud-hypervisor/hypervisor-fw",
 			filepath.Join(w, "CLOUDHV.fd"), filepath.Join(w, "hypervisor-fw"),
 		},
-		"kernel": {filepath.Join(w, "vmlinux-x86_64"), filepath.Join(w, "vmlinux")},
+		"kernel": {filepath.Join(w, "vmlinux-x86_64"), filepath.Join(w, "vmlinux"), filepath.Join(DefaultImageDir, ImageKernel)},
 		"image": {
 			"/var/lib/vmchaos/images/guest.qcow2", "/var/lib/vmchaos/images/guest.raw", "/var/lib/vmchaos/images/guest.img",
 		},
@@ -158,6 +158,13 @@ func Discover(o Options) (*Env, error) {
 		if strings.HasPrefix(iWhere, "not found:") {
 			missing = append(missing, "initramfs ("+iWhere+")")
 		}
+		// `vmchaos image real` writes its initramfs next to its kernel, and
+		// that kernel cannot mount its root without it.
+		if initrd == "" && iWhere != "" && !strings.HasPrefix(iWhere, "not found:") && filepath.Base(env.Kernel) == ImageKernel {
+			if p := filepath.Join(filepath.Dir(env.Kernel), ImageInitramfs); isFile(p) {
+				initrd = p
+			}
+		}
 		env.Initramfs = initrd
 	}
 
@@ -176,6 +183,11 @@ func Discover(o Options) (*Env, error) {
 	}
 	env.CHVersion = v
 	return env, nil
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir()
 }
 
 // resolve picks the first of: the explicit value, the env variable, PATH

@@ -1,0 +1,106 @@
+package realch
+
+import (
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The guest agent reads exactly what BuildCIData writes: the plan it prints
+// for a seed is what the guest then applies (hostname, root's keys, a static
+// address by MAC with its gateway, or DHCP on every NIC).
+func TestSeedAgentPlansWhatTheSeedSays(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	key1 := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJx run@host"
+	key2 := `command="echo \"hi\"" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJy other`
+	cases := []struct {
+		name string
+		ci   CloudInit
+		want []string
+	}{
+		{"static", CloudInit{Hostname: "vm-0", SSHAuthorizedKeys: []string{key1, key2}, Interfaces: []GuestInterface{
+			{MAC: "52:54:00:1E:00:02", Address: "172.30.0.2/30", Gateway: "172.30.0.1", Nameservers: []string{"172.30.0.1"}},
+			{MAC: "52:54:00:1e:00:06", Address: "172.30.0.6/30"},
+		}}, []string{
+			"hostname vm-0", "key " + key1, "key " + key2,
+			"static 52:54:00:1e:00:02 172.30.0.2/30 172.30.0.1", "static 52:54:00:1e:00:06 172.30.0.6/30",
+		}},
+		{"dhcp", CloudInit{Hostname: "base-src", SSHAuthorizedKeys: []string{key1}}, []string{
+			"hostname base-src", "key " + key1, "dhcp",
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			files, err := c.ci.Files()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			for n, b := range files {
+				if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := exec.Command(sh, "guest/vmchaos-seed", "plan", dir).CombinedOutput()
+			if err != nil {
+				t.Fatalf("plan: %v\n%s", err, out)
+			}
+			got := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Fatalf("plan:\n%s\nwant:\n%s\nseed:\n%s%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"), files["user-data"], files["network-config"])
+			}
+		})
+	}
+}
+
+func TestParseInReleaseFindsThePackageIndex(t *testing.T) {
+	in := "Origin: Debian\nSuite: stable\nMD5Sum:\n 0123456789abcdef0123456789abcdef 8788 main/binary-amd64/Packages.xz\n" +
+		"SHA256:\n " + strings.Repeat("a", 64) + " 123 contrib/binary-amd64/Packages.xz\n " + strings.Repeat("b", 64) + " 8788 main/binary-amd64/Packages.xz\n" +
+		"-----BEGIN PGP SIGNATURE-----\n"
+	got, err := parseInRelease([]byte(in))
+	if err != nil || got != strings.Repeat("b", 64) {
+		t.Fatalf("got %q %v", got, err)
+	}
+	if _, err := parseInRelease([]byte("SHA256:\n " + strings.Repeat("a", 64) + " 1 main/binary-arm64/Packages.xz\n")); err == nil {
+		t.Fatal("no amd64 index: want an error")
+	}
+}
+
+// The cache key moves with everything the image is made of.
+func TestImageKeyFollowsItsInputs(t *testing.T) {
+	base := ImageOptions{Suite: "bookworm", Mirror: DefaultMirror, SizeMiB: 2048}
+	k0, err := imageKey(base, "idx1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k1, _ := imageKey(base, "idx1"); k1 != k0 {
+		t.Fatalf("same inputs, keys %s %s", k0, k1)
+	}
+	other := base
+	other.SizeMiB = 4096
+	for name, k := range map[string]func() (string, error){
+		"index": func() (string, error) { return imageKey(base, "idx2") },
+		"size":  func() (string, error) { return imageKey(other, "idx1") },
+	} {
+		if k2, _ := k(); k2 == k0 {
+			t.Errorf("%s changed, key did not", name)
+		}
+	}
+}
+
+func TestMBRHasOneLinuxPartitionAtOneMiB(t *testing.T) {
+	b := mbr(2 << 30)
+	p := b[446:462]
+	if b[510] != 0x55 || b[511] != 0xaa || p[4] != 0x83 {
+		t.Fatalf("not an MBR with a Linux partition: % x", b[446:])
+	}
+	if start, n := binary.LittleEndian.Uint32(p[8:]), binary.LittleEndian.Uint32(p[12:]); start != 2048 || n != (2<<30-1<<20)/512 {
+		t.Fatalf("partition start %d sectors %d", start, n)
+	}
+}

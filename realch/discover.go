@@ -21,6 +21,7 @@ import (
 // Environment variables read when an Options field is empty.
 const (
 	EnvCHBinary  = "VMCHAOS_CH_BINARY"
+	EnvCHShort   = "VMCHAOS_CH" // same as VMCHAOS_CH_BINARY, which wins when both are set
 	EnvFirmware  = "VMCHAOS_FIRMWARE"
 	EnvKernel    = "VMCHAOS_KERNEL"
 	EnvInitramfs = "VMCHAOS_INITRAMFS"
@@ -121,7 +122,11 @@ func Discover(o Options) (*Env, error) {
 	env := &Env{}
 	var missing []string
 
-	ch, where := resolve(o.CHBinary, EnvCHBinary, wk["ch"], true)
+	chEnv := EnvCHBinary
+	if os.Getenv(EnvCHBinary) == "" && os.Getenv(EnvCHShort) != "" {
+		chEnv = EnvCHShort // the short name the project's docs use
+	}
+	ch, where := resolve(o.CHBinary, chEnv, wk["ch"], true)
 	if ch == "" {
 		missing = append(missing, "cloud-hypervisor binary ("+where+")")
 	}

@@ -33,7 +33,7 @@ var guestFiles embed.FS
 
 // imageRecipe names this recipe in the cache key: bump it when the build
 // steps change, so a cached image from older steps is not reused.
-const imageRecipe = "vmchaos-image-real/1"
+const imageRecipe = "vmchaos-image-real/2"
 
 // ImagePackages are what debootstrap installs on top of Debian's minbase:
 // systemd as init (udev runs the NIC hotplug rule), the cloud kernel and
@@ -63,7 +63,8 @@ const (
 const (
 	ImageRaw       = "guest.raw"
 	ImageQCOW2     = "guest.qcow2"
-	ImageKernel    = "vmlinuz"
+	ImageKernel    = "vmlinux" // PVH ELF, extracted from the bzImage
+	ImageBzImage   = "vmlinuz" // the Debian bzImage as packaged (CH v53 boots it too, slower)
 	ImageInitramfs = "initrd.img"
 	ImageManifest  = "image-real.json"
 )
@@ -148,6 +149,9 @@ var imageTools = []struct{ bin, pkg string }{
 	{"qemu-img", "qemu-utils"},
 	{"mkfs.ext4", "e2fsprogs"},
 	{"/usr/lib/apt/apt-helper", "apt"},
+	{"lz4", "lz4"}, // Debian's x86 kernels are LZ4-compressed bzImages
+	{"xz", "xz-utils"},
+	{"zstd", "zstd"},
 }
 
 // BuildImage builds (or takes from the cache) a guest for real CH: a raw
@@ -351,10 +355,14 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 	if err := runLogged(ctx, o.Log, "", "chroot", root, "update-initramfs", "-u", "-k", kver); err != nil {
 		return nil, fmt.Errorf("image real: update-initramfs: %w", err)
 	}
-	for _, c := range [][2]string{{"boot/vmlinuz-" + kver, ImageKernel}, {"boot/initrd.img-" + kver, ImageInitramfs}} {
+	for _, c := range [][2]string{{"boot/vmlinuz-" + kver, ImageBzImage}, {"boot/initrd.img-" + kver, ImageInitramfs}} {
 		if err := copySparse(ctx, filepath.Join(root, c[0]), filepath.Join(work, c[1])); err != nil {
 			return nil, fmt.Errorf("image real: %w", err)
 		}
+	}
+	step("vmlinux from the bzImage")
+	if err := ExtractVmlinux(ctx, filepath.Join(work, ImageBzImage), filepath.Join(work, ImageKernel)); err != nil {
+		return nil, fmt.Errorf("image real: %w", err)
 	}
 	pkgs, err := installedPackages(ctx, root)
 	if err != nil {
@@ -380,7 +388,7 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 		Requested: ImagePackages, Kernel: kver, Cmdline: DefaultCmdline, SizeMiB: o.SizeMiB,
 		Packages: pkgs, Files: map[string]ImageFile{}, BuiltAt: time.Now().UTC().Truncate(time.Second),
 	}
-	for _, name := range []string{ImageRaw, ImageQCOW2, ImageKernel, ImageInitramfs} {
+	for _, name := range []string{ImageRaw, ImageQCOW2, ImageKernel, ImageBzImage, ImageInitramfs} {
 		f, err := describeFile(filepath.Join(work, name))
 		if err != nil {
 			return nil, fmt.Errorf("image real: %w", err)
@@ -580,6 +588,84 @@ func describeFile(p string) (ImageFile, error) {
 		return ImageFile{}, err
 	}
 	return ImageFile{Bytes: n, Allocated: allocated(p), SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// bzImage compression formats by the magic at the start of the payload,
+// and the command that decompresses each to stdout.
+var kernelCompressions = []struct {
+	name  string
+	magic []byte
+	cmd   []string
+}{
+	{"gzip", []byte{0x1f, 0x8b}, []string{"gzip", "-dc"}},
+	{"xz", []byte{0xfd, '7', 'z', 'X', 'Z', 0}, []string{"xz", "-dc"}},
+	{"zstd", []byte{0x28, 0xb5, 0x2f, 0xfd}, []string{"zstd", "-dcq"}},
+	{"lz4", []byte{0x02, 0x21, 0x4c, 0x18}, []string{"lz4", "-dc"}},
+	{"bzip2", []byte("BZh"), []string{"bzip2", "-dc"}},
+	{"lzma", []byte{0x5d, 0, 0}, []string{"xz", "--format=lzma", "-dc"}},
+}
+
+// bzImagePayload returns the compressed kernel inside a bzImage and its
+// format, from the setup header (boot protocol 2.08+: payload_offset and
+// payload_length, relative to the protected-mode code after the setup
+// sectors).
+func bzImagePayload(b []byte) ([]byte, int, error) {
+	if len(b) < 0x250 || string(b[0x202:0x206]) != "HdrS" {
+		return nil, -1, errors.New("not a bzImage (no HdrS setup header)")
+	}
+	if v := binary.LittleEndian.Uint16(b[0x206:]); v < 0x208 {
+		return nil, -1, fmt.Errorf("bzImage boot protocol %#x has no payload fields (2.08+)", v)
+	}
+	setup := int(b[0x1f1])
+	if setup == 0 {
+		setup = 4
+	}
+	off := (setup+1)*512 + int(binary.LittleEndian.Uint32(b[0x248:]))
+	n := int(binary.LittleEndian.Uint32(b[0x24c:]))
+	if off < 0 || n <= 0 || off+n > len(b) {
+		return nil, -1, fmt.Errorf("bzImage payload %d+%d outside the file (%d bytes)", off, n, len(b))
+	}
+	p := b[off : off+n]
+	for i, c := range kernelCompressions {
+		if bytes.HasPrefix(p, c.magic) {
+			return p, i, nil
+		}
+	}
+	return nil, -1, fmt.Errorf("bzImage payload: unknown compression (starts % x)", p[:min(8, len(p))])
+}
+
+// ExtractVmlinux writes the uncompressed ELF kernel inside a bzImage to
+// dst: cloud-hypervisor boots it through its PVH entry point directly,
+// without running the bzImage's decompressor in the guest.
+func ExtractVmlinux(ctx context.Context, bzImage, dst string) error {
+	b, err := os.ReadFile(bzImage)
+	if err != nil {
+		return fmt.Errorf("vmlinux: %w", err)
+	}
+	p, i, err := bzImagePayload(b)
+	if err != nil {
+		return fmt.Errorf("vmlinux: %s: %w", bzImage, err)
+	}
+	c := kernelCompressions[i]
+	out, err := os.Create(dst)
+	if err != nil {
+		return fmt.Errorf("vmlinux: %w", err)
+	}
+	defer out.Close()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.cmd[0], c.cmd[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(p), out, &stderr
+	// Decompressors may complain about the padding after the stream; the
+	// ELF check below is what decides.
+	runErr := cmd.Run()
+	if err := out.Sync(); err != nil {
+		return fmt.Errorf("vmlinux: %w", err)
+	}
+	head := make([]byte, 4)
+	if _, err := out.ReadAt(head, 0); err != nil || string(head) != "\x7fELF" {
+		return fmt.Errorf("vmlinux: %s payload (%s) did not decompress to an ELF: %v %s", bzImage, c.name, runErr, stderr.Bytes())
+	}
+	return out.Close()
 }
 
 // allocated is how much of p is on disk (st_blocks), 0 when unknown.

@@ -1,6 +1,9 @@
 package realch
 
 import (
+	"bytes"
+	"compress/gzip"
+	"context"
 	"encoding/binary"
 	"os"
 	"os/exec"
@@ -102,5 +105,48 @@ func TestMBRHasOneLinuxPartitionAtOneMiB(t *testing.T) {
 	}
 	if start, n := binary.LittleEndian.Uint32(p[8:]), binary.LittleEndian.Uint32(p[12:]); start != 2048 || n != (2<<30-1<<20)/512 {
 		t.Fatalf("partition start %d sectors %d", start, n)
+	}
+}
+
+// A bzImage built here (setup header, gzip payload holding an ELF) gives the
+// ELF back; a payload that is not a kernel is refused.
+func TestExtractVmlinuxFromABzImage(t *testing.T) {
+	elf := append([]byte("\x7fELF"), bytes.Repeat([]byte("kernel"), 1000)...)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(elf)
+	zw.Close()
+	mk := func(payload []byte) string {
+		b := make([]byte, 5*512) // 4 setup sectors + the boot sector
+		b[0x1f1] = 4
+		copy(b[0x202:], "HdrS")
+		binary.LittleEndian.PutUint16(b[0x206:], 0x20f)
+		binary.LittleEndian.PutUint32(b[0x248:], 0x40) // after some decompressor code
+		binary.LittleEndian.PutUint32(b[0x24c:], uint32(len(payload)))
+		b = append(b, make([]byte, 0x40)...)
+		b = append(b, payload...)
+		b = append(b, 0, 0, 0, 0) // the size trailer the real ones carry
+		p := filepath.Join(t.TempDir(), "vmlinuz")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	dst := filepath.Join(t.TempDir(), "vmlinux")
+	if err := ExtractVmlinux(context.Background(), mk(gz.Bytes()), dst); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(dst); !bytes.Equal(got, elf) {
+		t.Fatalf("extracted %d bytes, want the %d-byte ELF", len(got), len(elf))
+	}
+	var notELF bytes.Buffer
+	zw = gzip.NewWriter(&notELF)
+	zw.Write([]byte("MZ not a kernel"))
+	zw.Close()
+	if err := ExtractVmlinux(context.Background(), mk(notELF.Bytes()), dst); err == nil || !strings.Contains(err.Error(), "ELF") {
+		t.Fatalf("non-ELF payload: %v", err)
+	}
+	if _, _, err := bzImagePayload(make([]byte, 4096)); err == nil {
+		t.Fatal("no setup header: want an error")
 	}
 }

@@ -150,3 +150,20 @@ func TestExtractVmlinuxFromABzImage(t *testing.T) {
 		t.Fatal("no setup header: want an error")
 	}
 }
+
+func TestDiskImageTypeFromMagic(t *testing.T) {
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q")
+	r := filepath.Join(dir, "r")
+	os.WriteFile(q, []byte("QFI\xfb\x00\x00\x00\x03rest"), 0o644)
+	os.WriteFile(r, make([]byte, 512), 0o644)
+	if got := diskImageType(q); got != "qcow2" {
+		t.Errorf("qcow2 magic: %s", got)
+	}
+	if got := diskImageType(r); got != "raw" {
+		t.Errorf("zeros: %s", got)
+	}
+	if got := diskImageType(filepath.Join(dir, "none")); got != "raw" {
+		t.Errorf("missing: %s", got)
+	}
+}

@@ -167,3 +167,36 @@ func TestDiskImageTypeFromMagic(t *testing.T) {
 		t.Errorf("missing: %s", got)
 	}
 }
+
+// Downloaded and packaged bytes: the parsers never panic, and what they
+// return lies inside their input.
+func FuzzBzImagePayload(f *testing.F) {
+	b := make([]byte, 0x300)
+	b[0x1f1] = 0
+	copy(b[0x202:], "HdrS")
+	binary.LittleEndian.PutUint16(b[0x206:], 0x20f)
+	binary.LittleEndian.PutUint32(b[0x248:], 0)
+	binary.LittleEndian.PutUint32(b[0x24c:], 4)
+	f.Add(b)
+	f.Add([]byte("HdrS"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, i, err := bzImagePayload(b)
+		if err != nil {
+			return
+		}
+		if i < 0 || i >= len(kernelCompressions) || len(p) == 0 || !bytes.Contains(b, p) || !bytes.HasPrefix(p, kernelCompressions[i].magic) {
+			t.Fatalf("payload %d bytes, format %d: not a slice of the input with its magic", len(p), i)
+		}
+	})
+}
+
+func FuzzParseInRelease(f *testing.F) {
+	f.Add([]byte("SHA256:\n " + strings.Repeat("b", 64) + " 8788 main/binary-amd64/Packages.xz\n"))
+	f.Add([]byte("MD5Sum:\n x 1 main/binary-amd64/Packages.xz\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := parseInRelease(b)
+		if err == nil && (len(got) != 64 || !bytes.Contains(b, []byte(got))) {
+			t.Fatalf("digest %q not a 64-character field of the input", got)
+		}
+	})
+}

@@ -124,6 +124,9 @@ func kvmCheck() injector.Check {
 }
 
 func chCheck(ctx context.Context, bin string) injector.Check {
+	if chPreflight != nil {
+		return chPreflight(ctx, bin)
+	}
 	p, err := exec.LookPath(bin)
 	if err != nil {
 		return injector.Check{Name: "ch", OK: false, Detail: bin + " not found: only the fake backend (fakech) runs"}

@@ -18,7 +18,7 @@ func newImageCmd() *cobra.Command {
 		Short: "Build guest disk images",
 		Args:  cobra.NoArgs,
 	}
-	c.AddCommand(newImageFakeCmd())
+	c.AddCommand(newImageFakeCmd(), newImageRealCmd())
 	return c
 }
 

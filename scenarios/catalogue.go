@@ -215,24 +215,32 @@ var seedScenarios = []Scenario{
 		Targets:      []string{"save-no-lease-wait"},
 	},
 	{
+		// The field killed the agent 6 s into a save that landed 2 s
+		// later: three quarters into the save, placed in the save window
+		// measured on the case's stack (a fixed 6 s scaled fell after the
+		// end of the bundled stack's shorter save).
 		ID: "s001-3-sigkill-6s-into-save", SeedRef: "001 #3", Op: OpSave, Speed: "slow",
-		Title:   "SIGKILL of the agent 6 s (scaled) into a snapshot save, the field trigger",
-		Setup:   readyA,
-		Act:     []Step{{Kind: StepHibernate, VM: vmA}},
-		Faults:  []Fault{{Kind: "sigkill-main", Trigger: "at snapshot.save.locked", Window: [2]string{"snapshot.save.locked", ""}}},
-		Offsets: []time.Duration{6 * time.Second},
-		Env:     Env{RestartDelay: 5 * time.Second},
-		Expect:  Expect{Ledger: true},
+		Title:  "SIGKILL of the agent three quarters into a snapshot save (the field's 6 s of 8 s), the field trigger",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "at snapshot.save.locked", Window: [2]string{"snapshot.save.locked", "snapshot.save.finalized"}}},
+		Sweep:  "75%",
+		Env:    Env{RestartDelay: 5 * time.Second},
+		Expect: Expect{Ledger: true},
 	},
 	{
+		// The field's 28 ms after the save child exited fell inside the
+		// push; scaled (1.4 ms at 0.05) it came before the agent had even
+		// recorded the save. Placed half-way through the push window
+		// measured on the case's stack instead.
 		ID: "s001-3-sigkill-after-save-exit", SeedRef: "001 #3", Op: OpHibernate, Speed: "fast",
-		Title:   "SIGKILL 28 ms after the save child exited cleanly (push interrupted): the finalized holder is replaced, re-saved, re-pushed",
-		Setup:   readyA,
-		Act:     []Step{{Kind: StepHibernate, VM: vmA}},
-		Faults:  []Fault{{Kind: "sigkill-main", Trigger: "after-exit snapshot-save", Window: [2]string{"agent.hibernate.saved", "agent.hibernate.done"}}},
-		Offsets: []time.Duration{28 * time.Millisecond},
-		Env:     Env{RestartDelay: 1 * time.Second},
-		Expect:  Expect{Ledger: true},
+		Title:  "SIGKILL inside the push after the save child exited cleanly (field: 28 ms after the exit): the finalized holder is replaced, re-saved, re-pushed",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "at agent.hibernate.saved", VM: vmA, Window: [2]string{"agent.hibernate.saved", "agent.hibernate.pushed"}}},
+		Sweep:  "50%",
+		Env:    Env{RestartDelay: 1 * time.Second},
+		Expect: Expect{Ledger: true},
 	},
 	{
 		// The agent's hibernate starts with the guest DHCP release over
@@ -440,12 +448,12 @@ var seedScenarios = []Scenario{
 	},
 
 	// ---- sweeps across clone, save and hibernate --------------------------
-	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", fineFracs),
-	sweep("sweep-clone-stop", OpCreate, "stop", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", fineFracs),
-	sweep("sweep-save-sigkill", OpSave, "sigkill-main", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", fineFracs),
-	sweep("sweep-save-stop", OpSave, "stop", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", fineFracs),
-	sweep("sweep-hibernate-sigkill", OpHibernate, "sigkill-main", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", fineFracs),
-	sweep("sweep-hibernate-stop", OpHibernate, "stop", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", fineFracs),
+	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, coarseFracs, fineFracs),
+	sweep("sweep-clone-stop", OpCreate, "stop", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, coarseFracs, fineFracs),
+	sweep("sweep-save-sigkill", OpSave, "sigkill-main", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, coarseFracs, fineFracs),
+	sweep("sweep-save-stop", OpSave, "stop", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, coarseFracs, fineFracs),
+	sweep("sweep-hibernate-sigkill", OpHibernate, "sigkill-main", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, coarseFracs, fineFracs),
+	sweep("sweep-hibernate-stop", OpHibernate, "stop", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, coarseFracs, fineFracs),
 }
 
 // fineFracs is every fine sweep: fractions of the operation's window (the
@@ -455,15 +463,21 @@ var seedScenarios = []Scenario{
 // (the window's tail is covered by the park cases at its last points).
 const fineFracs = "5%..85%/5%"
 
+// coarseFracs is every coarse sweep (speed:fast), in fractions of the
+// window like the fine ones: absolute offsets sized for one machine's speed
+// sat on the window's edge and flipped between pass and inconclusive with
+// the load (issue #19). 60% keeps 40% of the window between the fault and
+// the end the calibration measured: on the shared 2-core box under heavy
+// load (load average ~20) a run's window came out down to 67% of the
+// shorter of its two calibrations, and a stop lands up to tens of ms after
+// it was asked for. The fine sweeps (speed:slow) cover the rest.
+const coarseFracs = "10%,35%,60%"
+
 // sweep builds an offset sweep over one operation: the fault fires OFFSET
 // after the operation's first point and must land before its last (else the
-// case is inconclusive: the fault hit a finished operation). Coarse offsets
-// are real time, sized for the fast suite's scale 0.05, where on a 2-core box
-// the bundled stack's create takes 54..460 ms (p50 116), a save 87..764 ms
-// (p50 136) and a hibernate 127..809 ms (p50 272) depending on load — process
-// start-up does not scale; they stay below the fastest observed run so the
-// fast subset always lands. The fine sweep is in fractions of the window
-// (FROM%..TO%/STEP%), resolved per case on its stack (see runner.resolveFrac).
+// case is inconclusive: the fault hit a finished operation). Both the coarse
+// and the fine sweep are in fractions of the window (FROM%..TO%/STEP% or a
+// list), resolved per case on its stack (see runner.placeFault).
 func sweep(id, op, fault, trigger string, window [2]string, setup []Step, coarse, fine string) Scenario {
 	act := StepCreate
 	if op == OpSave || op == OpHibernate {

@@ -42,9 +42,14 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
 			return fmt.Errorf("setup %s %s: %w", step.Kind, step.VM, err)
 		}
 	}
-	if cr.c.HasFrac {
-		if err := cr.resolveFrac(ctx, budget); err != nil {
-			return fmt.Errorf("fine sweep %s: %w", scenarios.FormatFrac(cr.c.Frac), err)
+	if windowed(s) && (cr.c.HasFrac || cr.c.HasOff) {
+		refusal, err := cr.placeFault(ctx, budget)
+		if err != nil {
+			return fmt.Errorf("measuring the window of %s: %w", cr.c.ID, err)
+		}
+		if refusal != "" {
+			cr.rc.Verdict, cr.rc.Reason = reports.Inconclusive, refusal
+			return nil
 		}
 	}
 	// Counters are sampled from the end of the setup on, so the re-arm
@@ -178,6 +183,11 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
 					Trigger: r.triggerString(cr.c, j), Err: res.err.Error(), IntendedPhase: intended(s.Faults[j])})
 			}
 			continue
+		}
+		for k, j := range waits[i].idx {
+			if j == 0 && k < len(res.injs) {
+				cr.margin(res.injs[k])
+			}
 		}
 		cr.rc.Injections = append(cr.rc.Injections, res.injs...)
 	}
@@ -1134,93 +1144,4 @@ func (cr *caseRun) orphanPause(ctx context.Context, name string) error {
 	}
 	// later saves must not park here
 	return failpoint.Release(cr.st.CtlDir, point)
-}
-
-// calibVM is the VM a fraction case runs its operation on once, before the
-// fault is armed, to measure the operation's window on this stack.
-// (calib-0, calib-1, ...: calibRuns of them).
-const (
-	calibVM   = "calib"
-	calibRuns = 2
-)
-
-// resolveFrac turns the case's fraction of the first fault's window into an
-// absolute offset. The window's length is measured on the case's own stack:
-// from the setup's trace when the setup already ran the operation (both
-// window points for one VM), else from calibration runs of the operation on
-// the VMs "calib-N" (create; or create + hibernate for save and hibernate)
-// with the unarmed agent, taking the shortest. No sweep's setup runs its
-// operation today, so every fine sweep case calibrates. The offset is recorded unscaled, like every
-// catalogue offset (the trigger scales it back), so OffsetMs and the repro
-// line carry an absolute offset that `vmchaos repro` replays exactly.
-func (cr *caseRun) resolveFrac(ctx context.Context, budget time.Duration) error {
-	w := cr.s.Faults[0].Window
-	winNs, src := windowNs(cr.st.Trace.Sorted(), w, "")
-	if winNs <= 0 {
-		// Two calibration runs, one after the other, and the shorter
-		// window: a load hiccup in one of them would otherwise stretch
-		// every offset past the swept run's end.
-		var got []string
-		for i := 0; i < calibRuns; i++ {
-			vm := fmt.Sprintf("%s-%d", calibVM, i)
-			steps := []scenarios.Step{{Kind: scenarios.StepCreate, VM: vm, Wait: true}}
-			if cr.s.Op == scenarios.OpSave || cr.s.Op == scenarios.OpHibernate {
-				steps = append(steps, scenarios.Step{Kind: scenarios.StepHibernate, VM: vm, Wait: true})
-			}
-			for _, st := range steps {
-				if err := cr.step(ctx, st, budget); err != nil {
-					return fmt.Errorf("calibration %s %s: %w", st.Kind, st.VM, err)
-				}
-			}
-			// the goal is reported before the last trace datagram may
-			// have been read: give the trace a moment
-			var ns int64
-			deadline := time.Now().Add(2 * time.Second)
-			for {
-				if ns, _ = windowNs(cr.st.Trace.Sorted(), w, vm); ns > 0 || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if ns <= 0 {
-				return fmt.Errorf("calibration: no %s → %s in the trace for %s", w[0], w[1], vm)
-			}
-			got = append(got, fmt.Sprintf("%.3fms", float64(ns)/1e6))
-			if winNs <= 0 || ns < winNs {
-				winNs = ns
-			}
-		}
-		src = "shortest of calibration runs " + strings.Join(got, ", ")
-	}
-	off := time.Duration(cr.c.Frac * float64(winNs) / cr.r.opts.Scale).Round(time.Millisecond)
-	cr.c.Offset, cr.c.HasOff = off, true
-	cr.rc.OffsetMs = float64(off) / float64(time.Millisecond)
-	cr.rc.Trigger = cr.r.triggerString(cr.c, 0)
-	cr.rc.Repro = cr.r.repro(cr.c, cr.bugs)
-	note := fmt.Sprintf("window %s → %s: %.3fms measured (%s); %s of it = %s real, --offset %s at scale %g\n",
-		w[0], w[1], float64(winNs)/1e6, src, scenarios.FormatFrac(cr.c.Frac),
-		injector.FormatOffset(cr.r.scale(off).Round(time.Microsecond)), injector.FormatOffset(off), cr.r.opts.Scale)
-	return os.WriteFile(filepath.Join(cr.st.CaseDir, "window.txt"), []byte(note), 0o644)
-}
-
-// windowNs is the length of the first complete window w[0] → w[1] of one VM
-// in the trace (vm "" = any VM), and where it came from.
-func windowNs(evs []failpoint.Event, w [2]string, vm string) (int64, string) {
-	start := map[string]int64{}
-	for _, e := range evs {
-		if vm != "" && e.VM != vm {
-			continue
-		}
-		switch e.Point {
-		case w[0]:
-			if _, ok := start[e.VM]; !ok {
-				start[e.VM] = e.TsNs
-			}
-		case w[1]:
-			if t0, ok := start[e.VM]; ok && e.TsNs > t0 {
-				return e.TsNs - t0, "setup's " + e.VM
-			}
-		}
-	}
-	return 0, ""
 }

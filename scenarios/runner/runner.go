@@ -36,6 +36,7 @@ type Options struct {
 	Regress     []string
 	Progress    io.Writer // one line per finished case; nil = silent
 	StablePolls int       // consecutive clean polls that count as converged (default 3)
+	Repeat      int       // runs of every case (default 1); differing verdicts make it flaky
 }
 
 // preflight, binDir and newRun are realch.Preflight, stackbin.Dir and
@@ -225,10 +226,15 @@ func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []strin
 			Labels: c.Labels, Backend: r.opts.Backend, Supervisor: r.opts.Supervisor, TimeScale: r.opts.Scale,
 			Seed: r.opts.Seed, Operation: c.Scenario.Op, Fault: faultsString(c.Scenario), ConvergeMs: -1, Attempts: 1,
 			StartedAt: time.Now().UTC(), Repro: r.repro(c, bugs), Verdict: reports.Inconclusive, Reason: r.skip}
+	} else if r.opts.Repeat > 1 {
+		rc = r.repeatCase(ctx, c, bugs)
 	} else {
-		rc = r.runCase(ctx, c, bugs)
+		rc = r.runCase(ctx, c, bugs, "")
+		rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
 	}
-	rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
+	if rc.DurationMs == 0 {
+		rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
+	}
 	r.mu.Lock()
 	r.res.Cases = append(r.res.Cases, rc)
 	r.mu.Unlock()
@@ -290,6 +296,7 @@ type caseRun struct {
 	scraper *checker.Scraper
 	victims map[int]bool
 	bugs    []string
+	win     *opWindow // the first fault's window as measured (windowed cases)
 	mu      sync.Mutex
 }
 
@@ -303,12 +310,29 @@ type directProc struct {
 	exit <-chan int
 }
 
-func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string) reports.Case {
+// repeatCase runs a case Repeat times, each on a fresh stack in its own
+// dir, and joins the runs: one verdict when they agree, else flaky.
+func (r *Runner) repeatCase(ctx context.Context, c scenarios.Case, bugs []string) reports.Case {
+	var runs []reports.Case
+	for i := 0; i < r.opts.Repeat && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		rc := r.runCase(ctx, c, bugs, fmt.Sprintf(".run%d", i+1))
+		rc.DurationMs = float64(time.Since(t0)) / float64(time.Millisecond)
+		runs = append(runs, rc)
+		if r.opts.Progress != nil {
+			fmt.Fprintf(r.opts.Progress, "  run %d/%d %s\n", i+1, r.opts.Repeat, progressLine(rc))
+		}
+	}
+	return reports.JoinRuns(runs)
+}
+
+func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, runSuffix string) reports.Case {
 	s := c.Scenario
 	dirName := c.ID
 	if len(bugs) > 0 {
 		dirName += "+" + strings.Join(bugs, "+")
 	}
+	dirName += runSuffix
 	caseDir := filepath.Join(r.opts.ReportDir, "cases", unsafeChars.ReplaceAllString(dirName, "_"))
 	rc := reports.Case{
 		ID: c.ID, Scenario: s.ID, Title: s.Title, SeedRef: s.SeedRef, Labels: c.Labels, Backend: r.opts.Backend,

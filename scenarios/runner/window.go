@@ -1,0 +1,281 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+)
+
+// calibVM is the VM a case runs its operation on, before the fault is
+// armed, to measure the operation's window on its own stack (calib-0,
+// calib-1, ...: calibRuns of them, one after the other).
+const (
+	calibVM   = "calib"
+	calibRuns = 2
+)
+
+// minGuard is the least distance a fixed offset must keep from a window
+// edge it does not share with its trigger: on a loaded 2-core machine a
+// signal lands a millisecond or two late, whatever the spread measured.
+const minGuard = 2 * time.Millisecond
+
+// maxPlace is how far into its window a fixed offset may sit: the coarse
+// sweeps' last fraction (60%), for the same reason.
+const maxPlace = 0.6
+
+// opWindow is the first fault's window measured on the case's stack, on
+// the axis of its trigger's hit: the latest start and the earliest end over
+// the calibration runs, and how far the end moved between them.
+type opWindow struct {
+	W              [2]string
+	StartNs, EndNs int64
+	SpreadNs       int64 // of the end edge
+	StartSpreadNs  int64
+	Source         string
+}
+
+// windowed reports whether the case's first fault has a closed window that
+// its offset is placed in (at and after-exit triggers): those are measured
+// before the fault is armed.
+func windowed(s *scenarios.Scenario) bool {
+	if len(s.Faults) == 0 {
+		return false
+	}
+	f := s.Faults[0]
+	t := f.Trigger
+	return f.Window[0] != "" && f.Window[1] != "" && (strings.HasPrefix(t, "at ") || strings.HasPrefix(t, "after-exit "))
+}
+
+// spanAfter finds, among evs at or after fromNs, the trigger's hit and the
+// window's edges after it: start = first Open at or after the hit, end =
+// first Close after the start; both relative to the hit.
+func spanAfter(evs []failpoint.Event, t injector.Trigger, w [2]string, fromNs int64) (start, end int64, ok bool) {
+	var trig int64 = -1
+	n := 0
+	want := max(t.N, 1)
+	var match func(*failpoint.Event) bool
+	if t.Kind == injector.TriggerAfterExit {
+		match = childExit(fromNs, t.Child, "")
+	} else {
+		match = func(e *failpoint.Event) bool { return e.Point == t.Point }
+	}
+	open := int64(-1)
+	for i := range evs {
+		e := &evs[i]
+		if e.TsNs < fromNs {
+			continue
+		}
+		if trig < 0 {
+			if match(e) {
+				if n++; n == want {
+					trig = e.TsNs
+				} else {
+					continue
+				}
+			} else {
+				continue
+			}
+		}
+		if open < 0 && e.Point == w[0] && e.TsNs >= trig {
+			open = e.TsNs
+			continue
+		}
+		if open >= 0 && e.Point == w[1] && e.TsNs > open {
+			return open - trig, e.TsNs - trig, true
+		}
+	}
+	return 0, 0, false
+}
+
+// calibSteps are the steps that bring calibration VM vm to the operation
+// (prep) and the operation itself, for a scenario's operation.
+func calibSteps(op, vm string) (prep []scenarios.Step, run scenarios.Step) {
+	create := scenarios.Step{Kind: scenarios.StepCreate, VM: vm, Wait: true}
+	hib := scenarios.Step{Kind: scenarios.StepHibernate, VM: vm, Wait: true}
+	switch op {
+	case scenarios.OpSave, scenarios.OpHibernate:
+		return []scenarios.Step{create}, hib
+	case scenarios.OpWake:
+		return []scenarios.Step{create, hib}, scenarios.Step{Kind: scenarios.StepWake, VM: vm, Wait: true}
+	case scenarios.OpDelete:
+		return []scenarios.Step{create}, scenarios.Step{Kind: scenarios.StepDelete, VM: vm, Wait: true}
+	}
+	return nil, create // create, clone: the agent's create runs `vm clone`
+}
+
+// measureWindow runs the case's operation calibRuns times on VMs calib-N
+// with the unarmed agent and measures the first fault's window after its
+// trigger in each run. Two runs, one after the other, and the narrowest
+// reading: a load hiccup in one of them would otherwise stretch the window.
+func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opWindow, error) {
+	f := cr.s.Faults[0]
+	t, err := injector.ParseTrigger(f.Trigger + " + 0ms")
+	if err != nil {
+		return opWindow{}, fmt.Errorf("trigger %q: %w", f.Trigger, err)
+	}
+	ow := opWindow{W: f.Window, StartNs: -1, EndNs: -1}
+	var got []string
+	minEnd, maxEnd, minStart := int64(-1), int64(-1), int64(-1)
+	t0 := time.Now()
+	// The steps that only bring the calibration VMs to the operation run
+	// for all of them at once (nothing is measured there); the measured
+	// operation runs on one VM at a time.
+	vms := make([]string, calibRuns)
+	for i := range vms {
+		vms[i] = fmt.Sprintf("%s-%d", calibVM, i)
+	}
+	prep0, _ := calibSteps(cr.s.Op, vms[0])
+	for k := range prep0 {
+		for _, vm := range vms {
+			prep, _ := calibSteps(cr.s.Op, vm)
+			st := prep[k]
+			st.Wait = false
+			if err := cr.step(ctx, st, budget); err != nil {
+				return ow, fmt.Errorf("calibration %s %s: %w", st.Kind, st.VM, err)
+			}
+		}
+		for _, vm := range vms {
+			if err := cr.waitGoal(ctx, vm, budget); err != nil {
+				return ow, fmt.Errorf("calibration %s %s: %w", prep0[k].Kind, vm, err)
+			}
+		}
+	}
+	for _, vm := range vms {
+		_, run := calibSteps(cr.s.Op, vm)
+		fromNs := failpoint.Now()
+		if err := cr.step(ctx, run, budget); err != nil {
+			return ow, fmt.Errorf("calibration %s %s: %w", run.Kind, run.VM, err)
+		}
+		// the goal is reported before the last datagram may have been
+		// read: give the trace a moment
+		var start, end int64
+		ok := false
+		deadline := time.Now().Add(2 * time.Second)
+		for !ok && time.Now().Before(deadline) {
+			if start, end, ok = spanAfter(cr.st.Trace.Sorted(), t, f.Window, fromNs); !ok {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		if !ok {
+			return ow, fmt.Errorf("calibration %s: no %s → %s after %s in the trace", vm, f.Window[0], f.Window[1], f.Trigger)
+		}
+		got = append(got, fmt.Sprintf("%s..%s", ms(start), ms(end)))
+		ow.StartNs = max(ow.StartNs, start)
+		if minStart < 0 || start < minStart {
+			minStart = start
+		}
+		if minEnd < 0 || end < minEnd {
+			minEnd = end
+		}
+		maxEnd = max(maxEnd, end)
+	}
+	ow.EndNs, ow.SpreadNs, ow.StartSpreadNs = minEnd, maxEnd-minEnd, ow.StartNs-minStart
+	ow.Source = fmt.Sprintf("%d calibration runs on this stack (%.1fs): %s after the trigger", calibRuns, time.Since(t0).Seconds(), strings.Join(got, ", "))
+	return ow, nil
+}
+
+// placeFault measures the first fault's window and places the case's
+// offset in it: a fraction becomes an absolute offset; a fixed offset is
+// checked, and a case whose offset cannot lie inside its window at this
+// time scale is refused before it runs (refusal != ""). The offset is
+// recorded unscaled, like every catalogue offset, so the repro line replays
+// it exactly.
+func (cr *caseRun) placeFault(ctx context.Context, budget time.Duration) (refusal string, err error) {
+	ow, err := cr.measureWindow(ctx, budget)
+	if err != nil {
+		return "", err
+	}
+	cr.win = &ow
+	scale := cr.r.opts.Scale
+	var off time.Duration // scaled
+	switch {
+	case cr.c.HasFrac:
+		off = time.Duration(ow.StartNs + int64(cr.c.Frac*float64(ow.EndNs-ow.StartNs)))
+		cr.c.Offset, cr.c.HasOff = (time.Duration(float64(off) / scale)).Round(time.Microsecond), true
+		cr.rc.OffsetMs = float64(cr.c.Offset) / float64(time.Millisecond)
+		cr.rc.Trigger = cr.r.triggerString(cr.c, 0)
+		cr.rc.Repro = cr.r.repro(cr.c, cr.bugs)
+	default:
+		off = cr.r.scale(cr.c.Offset)
+	}
+	cr.rc.Window = &reports.WindowMargin{Open: ow.W[0], Close: ow.W[1], StartMs: nsMs(ow.StartNs), EndMs: nsMs(ow.EndNs),
+		SpreadMs: nsMs(ow.SpreadNs), Source: ow.Source, PlannedMs: nsMs(int64(off))}
+	note := fmt.Sprintf("window %s → %s: %s..%s after the trigger (%s); fault planned at %s (--offset %s at scale %g)\n",
+		ow.W[0], ow.W[1], ms(ow.StartNs), ms(ow.EndNs), ow.Source, ms(int64(off)), injector.FormatOffset(cr.c.Offset), scale)
+	if werr := os.WriteFile(filepath.Join(cr.st.CaseDir, "window.txt"), []byte(note), 0o644); werr != nil {
+		return "", fmt.Errorf("window.txt: %w", werr)
+	}
+	if cr.c.HasFrac {
+		return "", nil
+	}
+	// A fixed field offset keeps its value. It must lie in the first
+	// maxPlace of the window (the headroom the coarse sweeps keep: this run
+	// may be faster than the fastest calibration) and clear the end by
+	// minGuard; after a start edge that is not the trigger's own hit it
+	// must clear the start by that edge's spread and minGuard.
+	lo, hi := ow.fixedRange()
+	if off < lo || off > hi {
+		return fmt.Sprintf("window too short at time scale %g: the fault at %s after %s (offset %s) must lie in %s → %s, measured %s..%s after it on this stack, so within %s..%s; run at a larger --time-scale",
+			scale, ms(int64(off)), cr.s.Faults[0].Trigger, injector.FormatOffset(cr.c.Offset), ow.W[0], ow.W[1],
+			ms(ow.StartNs), ms(ow.EndNs), ms(int64(lo)), ms(int64(hi))), nil
+	}
+	return "", nil
+}
+
+// fixedRange is where a fixed offset may lie in the window (see placeFault).
+func (ow opWindow) fixedRange() (lo, hi time.Duration) {
+	lo = time.Duration(ow.StartNs)
+	if ow.StartNs > 0 {
+		lo += max(time.Duration(ow.StartSpreadNs), minGuard)
+	}
+	hi = min(time.Duration(ow.StartNs)+time.Duration(maxPlace*float64(ow.EndNs-ow.StartNs)), time.Duration(ow.EndNs)-minGuard)
+	return lo, hi
+}
+
+// margin fills the case's window margin from the injection of the first
+// fault: its time after the trigger's hit (requested − scaled offset), the
+// start edge as this run hit it, the end edge as this run hit it before the
+// fault or else as measured.
+func (cr *caseRun) margin(in reports.Injection) {
+	w := cr.rc.Window
+	if w == nil || cr.win == nil || in.ActualNs == 0 || in.RequestedNs == 0 {
+		return
+	}
+	trig := in.RequestedNs - int64(cr.r.scale(cr.c.Offset))
+	fault := in.ActualNs - trig
+	w.Fired, w.FaultMs = true, nsMs(fault)
+	evs := cr.st.Trace.Sorted()
+	start, end := cr.win.StartNs, cr.win.EndNs
+	openNs := int64(-1)
+	for _, e := range evs {
+		if e.TsNs < trig {
+			continue
+		}
+		if openNs < 0 && e.Point == cr.win.W[0] {
+			openNs = e.TsNs
+			if e.TsNs <= in.ActualNs {
+				start = e.TsNs - trig
+			}
+			continue
+		}
+		if openNs >= 0 && e.Point == cr.win.W[1] && e.TsNs > openNs {
+			if e.TsNs <= in.ActualNs {
+				end, w.EndObserved = e.TsNs-trig, true
+			}
+			break
+		}
+	}
+	w.MarginStartMs, w.MarginEndMs = nsMs(fault-start), nsMs(end-fault)
+}
+
+func nsMs(ns int64) float64 { return float64(ns) / 1e6 }
+
+func ms(ns int64) string { return fmt.Sprintf("%.1fms", float64(ns)/1e6) }

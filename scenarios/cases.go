@@ -316,6 +316,12 @@ func Validate(bugNames []string) error {
 			if !FaultKinds[f.Kind] {
 				errs = append(errs, fmt.Sprintf("%s: unknown fault kind %q", s.ID, f.Kind))
 			}
+			// every fault has a closed window (issue #12): a window with
+			// no end would count any landing as landed
+			timed := strings.HasPrefix(f.Trigger, "at ") || strings.HasPrefix(f.Trigger, "after-exit ") || f.Kind == "failpoint"
+			if timed && f.Kind != "none" && (f.Window[0] == "" || f.Window[1] == "") {
+				errs = append(errs, fmt.Sprintf("%s: fault %s %q needs a closed window (both ends)", s.ID, f.Kind, f.Trigger))
+			}
 			if f.Trigger != "" && f.Trigger != "now" {
 				trig := f.Trigger
 				if !strings.HasPrefix(trig, "park ") {

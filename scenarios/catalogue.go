@@ -62,10 +62,10 @@ type Fault struct {
 	Trigger string
 	VM      string // VM name: of the trigger for agent points ("@vm=NAME"); the victim for sigkill-vmm
 	Child   string // sigkill-child: kind of the agent child to kill ("snapshot-save", "vm-clone")
-	// Window names the phase the fault must land in: the fault must come
-	// after Window[0] was hit and before Window[1] was hit (Window[1] "" = any
-	// time after Window[0]). Empty: the trigger point itself (park) or the
-	// injector's own landing judgement.
+	// Window is the closed window the fault must land in: after Window[0]
+	// was hit and before Window[1] was hit (an operation in flight). Every
+	// at, after-exit and failpoint trigger names both ends (Validate); a
+	// park's window is its parked point, a "now" fault's steady state.
 	Window [2]string
 	// ReleaseAfter (park only): keep the parked process parked until the n-th
 	// hit of this point after the fault (or a child running ReleaseAfterChild
@@ -286,7 +286,7 @@ var seedScenarios = []Scenario{
 		Title:  "a transient failure inside the hibernate writes failed: failed is a report, the intent must leave it by itself",
 		Setup:  readyA,
 		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
-		Faults: []Fault{{Kind: "failpoint", Trigger: "at agent.failed"}},
+		Faults: []Fault{{Kind: "failpoint", Trigger: "at agent.failed", Window: [2]string{"agent.hibernate.begin", "agent.hibernate.done"}}},
 		// one failure of the agent's own step (the process outlives it, so
 		// 1* makes it transient); with one attempt it is written failed
 		Env: Env{Failpoints: "agent.hibernate.dhcp-released=1*error(transient DHCP release blip)@vm=" + vmA,
@@ -364,7 +364,7 @@ var seedScenarios = []Scenario{
 			{Kind: "restart", Trigger: "park agent.hibernate.nic-dropped", VM: vmA},
 			// the first reconcile after arming is the restarted agent's:
 			// restart it again while it re-derives the owed hibernate
-			{Kind: "restart", Trigger: "at agent.startup.reconciled", Window: [2]string{"agent.startup.reconciled", ""}},
+			{Kind: "restart", Trigger: "at agent.startup.reconciled", Window: [2]string{"agent.startup.reconciled", "agent.hibernate.done"}},
 		},
 		Expect: Expect{Ledger: true},
 	},
@@ -411,7 +411,7 @@ var seedScenarios = []Scenario{
 		Act:   []Step{{Kind: StepCreate, VM: vmA}},
 		Faults: []Fault{
 			{Kind: "sigkill-child", Trigger: "at vm.clone.reserved", Child: "vm-clone", Window: [2]string{"vm.clone.reserved", "vm.clone.committed"}},
-			{Kind: "sigkill-main", Trigger: "at vm.clone.reserved", Window: [2]string{"vm.clone.reserved", ""}},
+			{Kind: "sigkill-main", Trigger: "at vm.clone.reserved", Window: [2]string{"vm.clone.reserved", "vm.clone.committed"}},
 		},
 		Offsets: []time.Duration{59 * time.Millisecond},
 		Env:     Env{RestartDelay: 1 * time.Second},

@@ -297,6 +297,10 @@ type caseRun struct {
 	victims map[int]bool
 	bugs    []string
 	win     *opWindow // the first fault's window as measured (windowed cases)
+	refusal string    // the case was refused before it ran (its window is too short)
+	mark    int       // trace index after arming: the faults count hits from here
+	armNs   int64     // when the armed agent was up
+	adopted map[string]string
 	mu      sync.Mutex
 }
 
@@ -341,10 +345,10 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		StartedAt: time.Now().UTC(), ConvergeMs: -1, Attempts: 1, Repro: r.repro(c, bugs),
 	}
 	if err := os.RemoveAll(caseDir); err != nil {
-		return infra(rc, err)
+		return harnessFailed(rc, err)
 	}
 	if err := os.MkdirAll(caseDir, 0o755); err != nil {
-		return infra(rc, err)
+		return harnessFailed(rc, err)
 	}
 	budget := floor(r.scale(orDefault(s.Expect.Budget, 120*time.Second)), 20*time.Second)
 	cctx, cancel := context.WithTimeout(ctx, budget+90*time.Second)
@@ -354,12 +358,12 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
 		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs})
 	if err != nil {
-		return infra(rc, err)
+		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}
 	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
 	cr.inj = injector.New(r.run.Sup, st.Trace, injector.Options{CtlDir: st.CtlDir})
-	verdictErr := cr.execute(cctx, budget)
+	o := cr.execute(cctx, budget)
 	// teardown is part of the verdict: a case that leaves processes behind
 	// is a harness error
 	if cr.scraper != nil {
@@ -374,23 +378,14 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Logs[k] = filepath.Join("cases", filepath.Base(caseDir), v)
 	}
 	rc.Timeline = timeline(st.Trace.Sorted(), rc.Injections, rc.ConvergeMs, cr.faultNs)
-	if verdictErr != nil {
-		return infra(rc, verdictErr)
-	}
-	if closeErr != nil && rc.Verdict == reports.Pass {
-		rc.Verdict = reports.Error
-		rc.Reason = closeErr.Error()
-	}
+	o.TeardownErr = closeErr
+	cr.judge(o)
 	return rc
 }
 
-func infra(rc reports.Case, err error) reports.Case {
-	if rc.Verdict == "" || rc.Verdict == reports.Pass {
-		rc.Verdict = reports.Inconclusive
-	}
-	if rc.Reason == "" {
-		rc.Reason = "infrastructure: " + err.Error()
-	}
+// harnessFailed is a case the harness could not even set up: error.
+func harnessFailed(rc reports.Case, err error) reports.Case {
+	rc.Verdict, rc.Reason = verdict(outcome{Err: harnessErr(err)})
 	return rc
 }
 

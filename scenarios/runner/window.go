@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,7 +120,7 @@ func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opW
 	f := cr.s.Faults[0]
 	t, err := injector.ParseTrigger(f.Trigger + " + 0ms")
 	if err != nil {
-		return opWindow{}, fmt.Errorf("trigger %q: %w", f.Trigger, err)
+		return opWindow{}, harnessErr(fmt.Errorf("trigger %q: %w", f.Trigger, err))
 	}
 	ow := opWindow{W: f.Window, StartNs: -1, EndNs: -1}
 	var got []string
@@ -139,12 +140,12 @@ func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opW
 			st := prep[k]
 			st.Wait = false
 			if err := cr.step(ctx, st, budget); err != nil {
-				return ow, fmt.Errorf("calibration %s %s: %w", st.Kind, st.VM, err)
+				return ow, stepErr("calibration", st, err)
 			}
 		}
 		for _, vm := range vms {
 			if err := cr.waitGoal(ctx, vm, budget); err != nil {
-				return ow, fmt.Errorf("calibration %s %s: %w", prep0[k].Kind, vm, err)
+				return ow, stepErr("calibration", scenarios.Step{Kind: prep0[k].Kind, VM: vm}, err)
 			}
 		}
 	}
@@ -152,7 +153,7 @@ func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opW
 		_, run := calibSteps(cr.s.Op, vm)
 		fromNs := failpoint.Now()
 		if err := cr.step(ctx, run, budget); err != nil {
-			return ow, fmt.Errorf("calibration %s %s: %w", run.Kind, run.VM, err)
+			return ow, stepErr("calibration", run, err)
 		}
 		// the goal is reported before the last datagram may have been
 		// read: give the trace a moment
@@ -165,7 +166,8 @@ func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opW
 			}
 		}
 		if !ok {
-			return ow, fmt.Errorf("calibration %s: no %s → %s after %s in the trace", vm, f.Window[0], f.Window[1], f.Trigger)
+			// the fault cannot be placed: nothing proven either way
+			return ow, landingErr(fmt.Errorf("calibration %s: no %s → %s after %s in the trace", vm, f.Window[0], f.Window[1], f.Trigger))
 		}
 		got = append(got, fmt.Sprintf("%s..%s", ms(start), ms(end)))
 		ow.StartNs = max(ow.StartNs, start)
@@ -211,7 +213,7 @@ func (cr *caseRun) placeFault(ctx context.Context, budget time.Duration) (refusa
 	note := fmt.Sprintf("window %s → %s: %s..%s after the trigger (%s); fault planned at %s (--offset %s at scale %g)\n",
 		ow.W[0], ow.W[1], ms(ow.StartNs), ms(ow.EndNs), ow.Source, ms(int64(off)), injector.FormatOffset(cr.c.Offset), scale)
 	if werr := os.WriteFile(filepath.Join(cr.st.CaseDir, "window.txt"), []byte(note), 0o644); werr != nil {
-		return "", fmt.Errorf("window.txt: %w", werr)
+		return "", harnessErr(fmt.Errorf("window.txt: %w", werr))
 	}
 	if cr.c.HasFrac {
 		return "", nil
@@ -222,6 +224,11 @@ func (cr *caseRun) placeFault(ctx context.Context, budget time.Duration) (refusa
 	// minGuard; after a start edge that is not the trigger's own hit it
 	// must clear the start by that edge's spread and minGuard.
 	lo, hi := ow.fixedRange()
+	if !slices.Contains(cr.s.Offsets, cr.c.Offset) {
+		// an offset given by hand (a repro of a resolved fraction):
+		// replayed as asked, as long as it lies inside the window
+		hi = time.Duration(ow.EndNs) - minGuard
+	}
 	if off < lo || off > hi {
 		return fmt.Sprintf("window too short at time scale %g: the fault at %s after %s (offset %s) must lie in %s → %s, measured %s..%s after it on this stack, so within %s..%s; run at a larger --time-scale",
 			scale, ms(int64(off)), cr.s.Faults[0].Trigger, injector.FormatOffset(cr.c.Offset), ow.W[0], ow.W[1],

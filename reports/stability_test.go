@@ -123,3 +123,26 @@ func TestStabilityCountsFlipsAcrossRunDirs(t *testing.T) {
 		t.Errorf("a stable all-pass run: %+v", g)
 	}
 }
+
+// TestRepeatComposesWithShards: shards run with --repeat merge into one run
+// that keeps each case's runs and its flaky verdict; shards of different
+// --repeat or --load do not merge.
+func TestRepeatComposesWithShards(t *testing.T) {
+	a := &Results{RunID: "s1", Shard: "1/2", Repeat: 2, Load: "cpu=1", Cases: []Case{JoinRuns(runsOf(Pass, Inconclusive))}}
+	b := &Results{RunID: "s2", Shard: "2/2", Repeat: 2, Load: "cpu=1", Cases: []Case{{ID: "park-x", Verdict: Pass,
+		Runs: []RunOutcome{{Verdict: Pass}, {Verdict: Pass}}}}}
+	m, err := Merge(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Repeat != 2 || m.Load != "cpu=1" || len(m.Cases) != 2 || len(m.MissingShards) != 0 {
+		t.Fatalf("merged: repeat %d, load %q, %d cases, missing %v", m.Repeat, m.Load, len(m.Cases), m.MissingShards)
+	}
+	if g := Gate(m, nil, DefaultGateOptions()); g.Code != GateInconclusive || !strings.Contains(g.String(), "FLAKY") {
+		t.Errorf("gate of the merge: %d\n%s", g.Code, g)
+	}
+	b.Repeat = 3
+	if _, err := Merge(a, b); err == nil || !strings.Contains(err.Error(), "--repeat") {
+		t.Errorf("merging --repeat 2 with --repeat 3: %v", err)
+	}
+}

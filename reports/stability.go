@@ -44,11 +44,17 @@ type WindowMargin struct {
 // MinMs is the fault's distance to the nearer edge.
 func (w *WindowMargin) MinMs() float64 { return math.Min(w.MarginStartMs, w.MarginEndMs) }
 
-// MarginLabel is the margin as reports show it: "-" without a measured
-// window (park, now: the phase is exact or steady).
+// MarginLabel is the margin as reports show it; a parked or steady-state
+// fault has no timing edge to be near.
 func (c *Case) MarginLabel() string {
 	w := c.Window
 	if w == nil {
+		switch {
+		case strings.HasPrefix(strings.TrimSpace(c.Trigger), "park"):
+			return "exact (parked)" // held at its point: no timing edge
+		case strings.HasPrefix(strings.TrimSpace(c.Trigger), "now"):
+			return "steady state"
+		}
 		return "-"
 	}
 	if !w.Fired {

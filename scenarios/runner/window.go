@@ -206,7 +206,7 @@ func (cr *caseRun) placeFault(ctx context.Context, budget time.Duration) (refusa
 		cr.rc.Trigger = cr.r.triggerString(cr.c, 0)
 		cr.rc.Repro = cr.r.repro(cr.c, cr.bugs)
 	default:
-		off = cr.r.scale(cr.c.Offset)
+		off = cr.r.scale(cr.c.Offset).Round(time.Microsecond)
 	}
 	cr.rc.Window = &reports.WindowMargin{Open: ow.W[0], Close: ow.W[1], StartMs: nsMs(ow.StartNs), EndMs: nsMs(ow.EndNs),
 		SpreadMs: nsMs(ow.SpreadNs), Source: ow.Source, PlannedMs: nsMs(int64(off))}
@@ -256,31 +256,41 @@ func (cr *caseRun) margin(in reports.Injection) {
 	if w == nil || cr.win == nil || in.ActualNs == 0 || in.RequestedNs == 0 {
 		return
 	}
-	trig := in.RequestedNs - int64(cr.r.scale(cr.c.Offset))
-	fault := in.ActualNs - trig
-	w.Fired, w.FaultMs = true, nsMs(fault)
-	evs := cr.st.Trace.Sorted()
-	start, end := cr.win.StartNs, cr.win.EndNs
+	// the offset exactly as the trigger carried it (µs-rounded, see
+	// triggerString): a trigger time 0.2µs late would miss its own hit
+	trig := in.RequestedNs - int64(cr.r.scale(cr.c.Offset).Round(time.Microsecond))
+	startM, endM, observed := marginOf(cr.st.Trace.Sorted(), *cr.win, trig, in.ActualNs)
+	w.Fired, w.FaultMs = true, nsMs(in.ActualNs-trig)
+	w.MarginStartMs, w.MarginEndMs, w.EndObserved = nsMs(startM), nsMs(endM), observed
+}
+
+// marginOf is a fault's distance to its window's edges on the axis of its
+// trigger's hit at trigNs: to the start this run hit (else the measured
+// one), and to the end this run hit before the fault (observed) or else the
+// measured end. Negative: outside.
+func marginOf(evs []failpoint.Event, ow opWindow, trigNs, faultNs int64) (start, end int64, observed bool) {
+	fault := faultNs - trigNs
+	startRel, endRel := ow.StartNs, ow.EndNs
 	openNs := int64(-1)
 	for _, e := range evs {
-		if e.TsNs < trig {
+		if e.TsNs < trigNs {
 			continue
 		}
-		if openNs < 0 && e.Point == cr.win.W[0] {
+		if openNs < 0 && e.Point == ow.W[0] {
 			openNs = e.TsNs
-			if e.TsNs <= in.ActualNs {
-				start = e.TsNs - trig
+			if e.TsNs <= faultNs {
+				startRel = e.TsNs - trigNs
 			}
 			continue
 		}
-		if openNs >= 0 && e.Point == cr.win.W[1] && e.TsNs > openNs {
-			if e.TsNs <= in.ActualNs {
-				end, w.EndObserved = e.TsNs-trig, true
+		if openNs >= 0 && e.Point == ow.W[1] && e.TsNs > openNs {
+			if e.TsNs <= faultNs {
+				endRel, observed = e.TsNs-trigNs, true
 			}
 			break
 		}
 	}
-	w.MarginStartMs, w.MarginEndMs = nsMs(fault-start), nsMs(end-fault)
+	return fault - startRel, endRel - fault, observed
 }
 
 func nsMs(ns int64) float64 { return float64(ns) / 1e6 }

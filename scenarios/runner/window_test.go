@@ -87,3 +87,24 @@ func TestFixedOffsetMustLieInsideTheMeasuredWindow(t *testing.T) {
 		}
 	}
 }
+
+func TestMarginOfAFaultToItsWindowEdges(t *testing.T) {
+	ow := opWindow{W: [2]string{"agent.hibernate.saved", "agent.hibernate.pushed"}, StartNs: 0, EndNs: 50}
+	evs := []failpoint.Event{{TsNs: 1000, Point: "agent.hibernate.saved"}, {TsNs: 1009, Point: "agent.hibernate.pushed"}}
+	// the trigger's own hit at exactly trigNs opens the window; an end
+	// reached only after the fault (a resumed operation's) is not this
+	// run's edge: the measured end counts
+	if s, e, obs := marginOf(evs, ow, 1000, 1005); s != 5 || e != 45 || obs {
+		t.Errorf("inside: margins %d/%d observed %v, want 5/45", s, e, obs)
+	}
+	if s, _, _ := marginOf(evs, ow, 1001, 1005); s != 4 {
+		t.Errorf("a trigger time after its own hit: start margin %d, want 4 from the measured start", s)
+	}
+	if s, e, obs := marginOf(evs, ow, 1000, 1025); s != 25 || e != -16 || !obs {
+		t.Errorf("after the run's end: margins %d/%d observed %v, want 25/-16 observed", s, e, obs)
+	}
+	// a run that never reached the end (killed): the measured end
+	if s, e, obs := marginOf(evs[:1], ow, 1000, 1020); s != 20 || e != 30 || obs {
+		t.Errorf("killed before the end: margins %d/%d observed %v, want 20/30", s, e, obs)
+	}
+}

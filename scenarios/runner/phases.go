@@ -67,6 +67,9 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 			return harnessErr(err)
 		}
 	}
+	if err := cr.preCalibrate(ctx, budget); err != nil {
+		return err
+	}
 	for _, step := range s.Setup {
 		step.Wait = true
 		if err := cr.step(ctx, step, budget); err != nil {

@@ -298,10 +298,12 @@ type caseRun struct {
 	bugs    []string
 	win     *opWindow // the first fault's window as measured (windowed cases)
 	refusal string    // the case was refused before it ran (its window is too short)
-	mark    int       // trace index after arming: the faults count hits from here
-	armNs   int64     // when the armed agent was up
-	adopted map[string]string
-	mu      sync.Mutex
+	// calibIssued: the calibration VMs' first step was issued beside the setup
+	calibIssued bool
+	mark        int   // trace index after arming: the faults count hits from here
+	armNs       int64 // when the armed agent was up
+	adopted     map[string]string
+	mu          sync.Mutex
 }
 
 type vmmKill struct {

@@ -128,25 +128,19 @@ func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opW
 	minEnd, maxEnd, minStart := int64(-1), int64(-1), int64(-1)
 	t0 := time.Now()
 	// The steps that only bring the calibration VMs to the operation run
-	// for all of them at once (nothing is measured there); the measured
-	// operation runs on one VM at a time.
-	// A fraction is placed from the narrowest of calibRuns readings; a
-	// fixed field offset sits a few percent into a window many times
-	// longer and only needs to know the window is not too short: one run.
-	runs := calibRuns
-	if !cr.c.HasFrac {
-		runs = 1
-	}
-	vms := make([]string, runs)
-	for i := range vms {
-		vms[i] = fmt.Sprintf("%s-%d", calibVM, i)
-	}
+	// for all of them at once (nothing is measured there; the first may
+	// already have been issued beside the setup, see preCalibrate); the
+	// measured operation runs on one VM at a time.
+	vms := cr.calibVMs()
 	prep0, _ := calibSteps(cr.s.Op, vms[0])
 	for k := range prep0 {
 		for _, vm := range vms {
 			prep, _ := calibSteps(cr.s.Op, vm)
 			st := prep[k]
 			st.Wait = false
+			if k == 0 && cr.calibIssued {
+				continue
+			}
 			if err := cr.step(ctx, st, budget); err != nil {
 				return ow, stepErr("calibration", st, err)
 			}
@@ -188,8 +182,48 @@ func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opW
 		maxEnd = max(maxEnd, end)
 	}
 	ow.EndNs, ow.SpreadNs, ow.StartSpreadNs = minEnd, maxEnd-minEnd, ow.StartNs-minStart
-	ow.Source = fmt.Sprintf("%d calibration run(s) on this stack (%.1fs): %s after the trigger", runs, time.Since(t0).Seconds(), strings.Join(got, ", "))
+	ow.Source = fmt.Sprintf("%d calibration run(s) on this stack (%.1fs): %s after the trigger", len(vms), time.Since(t0).Seconds(), strings.Join(got, ", "))
 	return ow, nil
+}
+
+// calibVMs are the calibration VMs of the case: a fraction is placed from
+// the narrowest of calibRuns readings; a fixed field offset sits a few
+// percent into a window many times longer and only needs to know the window
+// is not too short: one run.
+func (cr *caseRun) calibVMs() []string {
+	runs := calibRuns
+	if !cr.c.HasFrac {
+		runs = 1
+	}
+	vms := make([]string, runs)
+	for i := range vms {
+		vms[i] = fmt.Sprintf("%s-%d", calibVM, i)
+	}
+	return vms
+}
+
+// preCalibrate issues the first preparatory step of the calibration VMs
+// (their create) before the setup runs, so they are created alongside the
+// setup's VMs instead of after them: nothing is measured there.
+func (cr *caseRun) preCalibrate(ctx context.Context, budget time.Duration) error {
+	if !windowed(cr.s) || !(cr.c.HasFrac || cr.c.HasOff) {
+		return nil
+	}
+	vms := cr.calibVMs()
+	prep, _ := calibSteps(cr.s.Op, vms[0])
+	if len(prep) == 0 {
+		return nil
+	}
+	for _, vm := range vms {
+		p, _ := calibSteps(cr.s.Op, vm)
+		st := p[0]
+		st.Wait = false
+		if err := cr.step(ctx, st, budget); err != nil {
+			return stepErr("calibration", st, err)
+		}
+	}
+	cr.calibIssued = true
+	return nil
 }
 
 // placeFault measures the first fault's window and places the case's

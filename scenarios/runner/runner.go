@@ -78,6 +78,9 @@ type Runner struct {
 	run     *stack.Run
 	mu      sync.Mutex
 	res     *reports.Results
+	// narrowest is, per operation window, the narrowest span any
+	// calibration of this run measured (see placeFault)
+	narrowest map[string]int64
 }
 
 // New prepares the shared stack parts.

@@ -242,7 +242,9 @@ func (cr *caseRun) placeFault(ctx context.Context, budget time.Duration) (refusa
 	var off time.Duration // scaled
 	switch {
 	case cr.c.HasFrac:
-		off = time.Duration(ow.StartNs + int64(cr.c.Frac*float64(ow.EndNs-ow.StartNs)))
+		span, note := cr.r.narrowestSpan(cr.s, ow)
+		ow.Source += note
+		off = time.Duration(ow.StartNs + int64(cr.c.Frac*float64(span)))
 		cr.c.Offset, cr.c.HasOff = (time.Duration(float64(off) / scale)).Round(time.Microsecond), true
 		cr.rc.OffsetMs = float64(cr.c.Offset) / float64(time.Millisecond)
 		cr.rc.Trigger = cr.r.triggerString(cr.c, 0)
@@ -277,6 +279,31 @@ func (cr *caseRun) placeFault(ctx context.Context, budget time.Duration) (refusa
 			ms(ow.StartNs), ms(ow.EndNs), ms(int64(lo)), ms(int64(hi))), nil
 	}
 	return "", nil
+}
+
+// narrowestSpan is the span a fraction is placed in: the narrower of the
+// case's own calibration and the narrowest one any earlier case of this run
+// measured for the same operation window. On a loaded machine both of a
+// case's calibrations can come out stretched (a run came out at 27-46% of
+// them under load average 20-30), and a fraction of a stretched window lands
+// after the end; the run's narrowest reading is the floor.
+func (r *Runner) narrowestSpan(s *scenarios.Scenario, ow opWindow) (int64, string) {
+	f := s.Faults[0]
+	key := s.Op + "|" + f.Trigger + "|" + ow.W[0] + "|" + ow.W[1]
+	own := ow.EndNs - ow.StartNs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.narrowest == nil {
+		r.narrowest = map[string]int64{}
+	}
+	prev, ok := r.narrowest[key]
+	if !ok || own < prev {
+		r.narrowest[key] = own
+	}
+	if ok && prev < own {
+		return prev, fmt.Sprintf("; placed in the narrowest span this run measured for it, %s (this case's: %s)", ms(prev), ms(own))
+	}
+	return own, ""
 }
 
 // fixedRange is where a fixed offset may lie in the window (see placeFault).

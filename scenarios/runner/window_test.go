@@ -108,3 +108,23 @@ func TestMarginOfAFaultToItsWindowEdges(t *testing.T) {
 		t.Errorf("killed before the end: margins %d/%d observed %v, want 20/30", s, e, obs)
 	}
 }
+
+func TestFractionsArePlacedInTheRunsNarrowestSpan(t *testing.T) {
+	r := &Runner{}
+	sc, _ := scenarios.Lookup("sweep-save-stop")
+	w := [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}
+	if span, note := r.narrowestSpan(sc, opWindow{W: w, EndNs: 100}); span != 100 || note != "" {
+		t.Errorf("first case: span %d (%q), want its own 100", span, note)
+	}
+	// a later case whose calibrations both came out stretched
+	if span, note := r.narrowestSpan(sc, opWindow{W: w, EndNs: 300}); span != 100 || note == "" {
+		t.Errorf("stretched case: span %d (%q), want the run's narrowest 100, said so", span, note)
+	}
+	if span, _ := r.narrowestSpan(sc, opWindow{W: w, EndNs: 60}); span != 60 {
+		t.Errorf("a narrower case: span %d, want its own 60", span)
+	}
+	other, _ := scenarios.Lookup("sweep-hibernate-stop")
+	if span, _ := r.narrowestSpan(other, opWindow{W: [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, EndNs: 500}); span != 500 {
+		t.Errorf("another operation window shares no floor: span %d", span)
+	}
+}

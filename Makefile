@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/vmchaos/vmchaos/reports.Version=$(VERSION)
 
-.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos selftest selftest-fast systemd-fast manager clean
+.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos selftest selftest-fast systemd-fast manager stability clean
 
 all: build
 
@@ -70,6 +70,15 @@ manager: setup build
 systemd-fast: setup build
 	@if [ -d /run/systemd/system ] && grep -qa systemd /proc/1/comm; then wrap=; else wrap="$(BIN)/vmchaos sandbox --"; fi; \
 	VMCHAOS_BIN=$(BIN) $$wrap $(BIN)/vmchaos run --supervisor systemd --label-filter 'speed:fast' --time-scale $(SCALE) --report-dir $(REPORTDIR)/systemd-fast
+
+# stability: the verdicts-are-stable claim (issue #19), not part of CI — the
+# fast subset, every case 5 times idle and 5 times next to a one-core CPU hog;
+# prints cases, flips and the worst fault-to-window margin; exit 1 on a flip.
+STABILITY_REPEAT ?= 5
+stability: setup build
+	-VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --label-filter 'speed:fast' --time-scale $(SCALE) --repeat $(STABILITY_REPEAT) --report-dir $(REPORTDIR)/stability-idle
+	-VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --label-filter 'speed:fast' --time-scale $(SCALE) --repeat $(STABILITY_REPEAT) --load cpu=1 --report-dir $(REPORTDIR)/stability-load
+	$(BIN)/vmchaos stability $(REPORTDIR)/stability-idle $(REPORTDIR)/stability-load
 
 selftest: setup build
 	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest

@@ -146,9 +146,9 @@ func Validate(r *Results) error {
 			return fmt.Errorf("case #%d: empty id", i)
 		}
 		switch c.Verdict {
-		case Pass, Fail, Inconclusive, Error:
+		case Pass, Fail, Inconclusive, Error, Flaky:
 		default:
-			return fmt.Errorf("case %q: unknown verdict %q (want pass, fail, inconclusive or error)", c.ID, c.Verdict)
+			return fmt.Errorf("case %q: unknown verdict %q (want pass, fail, inconclusive, error or flaky)", c.ID, c.Verdict)
 		}
 	}
 	return nil

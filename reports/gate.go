@@ -143,6 +143,10 @@ func Gate(cur *Results, baseline *Results, opt GateOptions) GateResult {
 			add(GateInconclusive, "INCONCLUSIVE %s: %s; repro: %s", c.ID, oneLine(orDefault(c.Reason, "fault did not land as intended")), reproOrNone(c))
 		case Error:
 			add(GateInfra, "ERROR %s: %s", c.ID, oneLine(orDefault(c.Reason, "harness error")))
+		case Flaky:
+			// its own outcome, never a pass: as severe as its worst run
+			add(flakyCode(c), "FLAKY %s: verdicts %s across %d runs: %s; repro: %s", c.ID, RunTally(c.Runs), len(c.Runs),
+				oneLine(orDefault(c.Reason, "verdicts differ")), reproOrNone(c))
 		}
 	}
 	if opt.MaxInjectionError > 0 {

@@ -14,11 +14,13 @@ import (
 var htmlTemplateText string
 
 var htmlTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"ms":     FormatMs,
-	"upper":  strings.ToUpper,
-	"vclass": verdictClass,
-	"num":    func(v float64) string { return fmt.Sprintf("%+.6g", v) },
-	"f":      func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"ms":       FormatMs,
+	"upper":    strings.ToUpper,
+	"vclass":   verdictClass,
+	"num":      func(v float64) string { return fmt.Sprintf("%+.6g", v) },
+	"f":        func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"runtally": RunTally,
+	"inc":      func(i int) int { return i + 1 },
 }).Parse(htmlTemplateText))
 
 type htmlCase struct {
@@ -245,7 +247,7 @@ func buildMatrix(cases []Case, anchorOf map[string]string) ([]string, []matrixRo
 // error, so a hostile verdict string never reaches the class attribute.
 func verdictClass(v string) string {
 	switch v {
-	case Pass, Fail, Inconclusive:
+	case Pass, Fail, Inconclusive, Flaky:
 		return v
 	}
 	return "error"

@@ -54,7 +54,10 @@ type junitCase struct {
 	Skipped    *junitMessage `xml:"skipped,omitempty"`
 	Error      *junitMessage `xml:"error,omitempty"`
 	Failure    *junitMessage `xml:"failure,omitempty"`
-	SystemOut  *junitText    `xml:"system-out,omitempty"`
+	// FlakyFailures are Surefire's rerun records: one per run of a flaky
+	// case (`--repeat`) that did not pass.
+	FlakyFailures []junitMessage `xml:"flakyFailure,omitempty"`
+	SystemOut     *junitText     `xml:"system-out,omitempty"`
 }
 
 type junitMessage struct {
@@ -79,7 +82,7 @@ func JUnit(r *Results) ([]byte, error) {
 	suite := junitSuite{
 		Name:     "vmchaos " + orDefault(r.RunID, "run"),
 		Tests:    counts.Total,
-		Failures: counts.Fail,
+		Failures: counts.Fail + counts.Flaky,
 		Errors:   counts.Error + counts.Unknown,
 		Skipped:  counts.Inconclusive,
 		Hostname: r.Host,
@@ -107,7 +110,7 @@ func JUnit(r *Results) ([]byte, error) {
 	}
 	var flaky []string
 	for _, c := range r.Cases {
-		if c.Attempts > 1 {
+		if c.Attempts > 1 || c.Verdict == Flaky {
 			flaky = append(flaky, c.ID)
 		}
 	}
@@ -137,6 +140,15 @@ func junitTestcase(c Case) junitCase {
 	if c.Attempts > 1 {
 		props = append(props, junitProp{"flaky", "true"}, junitProp{"attempts", fmt.Sprint(c.Attempts)})
 	}
+	if c.Verdict == Flaky {
+		props = append(props, junitProp{"flaky", "true"})
+	}
+	if len(c.Runs) > 1 {
+		props = append(props, junitProp{"runs", fmt.Sprint(len(c.Runs))}, junitProp{"run_verdicts", RunTally(c.Runs)})
+	}
+	if c.Window != nil {
+		props = append(props, junitProp{"window_margin", c.MarginLabel()})
+	}
 	props = append(props, junitProp{"verdict", c.Verdict}, junitProp{"landed_phase", c.LandedPhase},
 		junitProp{"converge_ms", fmt.Sprint(c.ConvergeMs)})
 	if c.SeedRef != "" {
@@ -150,6 +162,16 @@ func junitTestcase(c Case) junitCase {
 		jc.Failure = &junitMessage{Message: failureSummary(c), Type: "invariant-violated", Body: caseDetailText(c)}
 	case Inconclusive:
 		jc.Skipped = &junitMessage{Message: "inconclusive: " + oneLine(orDefault(c.Reason, "fault did not land as intended"))}
+	case Flaky:
+		// not a pass (the gate says so too); Surefire's <flakyFailure>
+		// names each run that did not pass
+		jc.Failure = &junitMessage{Message: "flaky: " + RunTally(c.Runs), Type: "flaky", Body: caseDetailText(c)}
+		for i, r := range c.Runs {
+			if r.Verdict != Pass {
+				jc.FlakyFailures = append(jc.FlakyFailures, junitMessage{Message: fmt.Sprintf("run %d: %s", i+1, oneLine(orDefault(r.Reason, r.Verdict))),
+					Type: r.Verdict, Body: xmlSafe(r.Repro)})
+			}
+		}
 	default: // error, or a verdict this version does not know
 		jc.Error = &junitMessage{Message: oneLine(orDefault(c.Reason, "harness error")), Type: orDefault(c.Verdict, "error"), Body: caseDetailText(c)}
 	}

@@ -88,7 +88,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 		b.WriteString("\n")
 	}
 	b.WriteString("## Cases\n\n")
-	b.WriteString("| case | fault | landed phase | verdict | time to converge | failed invariants |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| case | fault | landed phase | window margin | verdict | time to converge | failed invariants |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Cases {
 		verdict := c.Verdict
 		if c.Verdict != Pass {
@@ -97,12 +97,15 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 		if c.Attempts > 1 {
 			verdict += fmt.Sprintf(" (flaky: %d attempts)", c.Attempts)
 		}
+		if len(c.Runs) > 1 {
+			verdict += " (" + RunTally(c.Runs) + ")"
+		}
 		fault := c.Fault
 		if c.Trigger != "" {
 			fault += " @ " + c.Trigger
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", mdCaseLink(c), mdEscape(fault), mdEscape(c.LandedLabel()),
-			verdict, FormatMs(c.ConvergeMs), mdEscape(strings.Join(c.FailedInvariants(), ", ")))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", mdCaseLink(c), mdEscape(fault), mdEscape(c.LandedLabel()),
+			mdEscape(c.MarginLabel()), verdict, FormatMs(c.ConvergeMs), mdEscape(strings.Join(c.FailedInvariants(), ", ")))
 	}
 	b.WriteString("\n")
 	mdInjectionErrors(&b, r)
@@ -140,6 +143,13 @@ func mdCaseDetail(b *strings.Builder, c Case) {
 	b.WriteString("\n")
 	if c.Reason != "" {
 		fmt.Fprintf(b, "- reason: %s\n", mdEscape(c.Reason))
+	}
+	if w := c.Window; w != nil {
+		fmt.Fprintf(b, "- window %s → %s: %s .. %s after the trigger (spread %s; %s); margin %s\n", mdEscape(w.Open), mdEscape(w.Close),
+			FormatMs(w.StartMs), FormatMs(w.EndMs), FormatMs(w.SpreadMs), mdEscape(w.Source), mdEscape(c.MarginLabel()))
+	}
+	for i, r := range c.Runs {
+		fmt.Fprintf(b, "- run %d: %s, landed %s%s\n", i+1, mdEscape(r.Verdict), mdEscape(orDefault(r.LandedPhase, "-")), mdEscape(prefixed(": ", r.Reason)))
 	}
 	for _, inj := range c.Injections {
 		fmt.Fprintf(b, "- injection %s (`%s`): %s\n", mdEscape(inj.Fault), mdCode(inj.Trigger), mdEscape(injectionText(inj)))

@@ -116,6 +116,8 @@ func Merge(rs ...*Results) (*Results, error) {
 			{"seed", fmt.Sprint(first.Seed), fmt.Sprint(r.Seed)},
 			{"label filter", first.Filter, r.Filter},
 			{"regress switches", strings.Join(sortedCopy(first.Regress), ","), strings.Join(sortedCopy(r.Regress), ",")},
+			{"--repeat", fmt.Sprint(first.Repeat), fmt.Sprint(r.Repeat)},
+			{"--load", first.Load, r.Load},
 		} {
 			if f.a != f.b {
 				return nil, fmt.Errorf("merge: %s differs: %s has %q, %s has %q; merge only shards of one run configuration",
@@ -130,6 +132,8 @@ func Merge(rs ...*Results) (*Results, error) {
 		Seed:      first.Seed,
 		Filter:    first.Filter,
 		Regress:   slices.Clone(first.Regress),
+		Repeat:    first.Repeat,
+		Load:      first.Load,
 	}
 	var runIDs, hosts, sups, builds []string
 	owner := map[string]int{} // case id → index of the input holding it

@@ -225,7 +225,7 @@ func TestMarkdownHasOneTableRowPerCaseAndReproForEachProblem(t *testing.T) {
 	lines := strings.Split(md, "\n")
 	hdr := -1
 	for i, l := range lines {
-		if strings.HasPrefix(l, "| case | fault | landed phase | verdict | time to converge | failed invariants |") {
+		if strings.HasPrefix(l, "| case | fault | landed phase | window margin | verdict | time to converge | failed invariants |") {
 			hdr = i
 		}
 	}
@@ -238,14 +238,14 @@ func TestMarkdownHasOneTableRowPerCaseAndReproForEachProblem(t *testing.T) {
 		if !strings.Contains(row, c.ID) {
 			t.Fatalf("row %d %q is not case %s", i, row, c.ID)
 		}
-		// Seven cell borders: hostile text never splits a row.
-		if n := len(unescapedPipe.FindAllStringIndex(row, -1)); n != 7 {
+		// Eight cell borders: hostile text never splits a row.
+		if n := len(unescapedPipe.FindAllStringIndex(row, -1)); n != 8 {
 			t.Fatalf("row %q has %d cell borders", row, n)
 		}
 	}
 	for _, want := range []string{"**Verdict: INVARIANT VIOLATED**", "backend", "fake", "builtin", "0.05", "ci-runner-3",
 		"p50", "p95", "## What broke", "`intent-goal` violated in 1 case(s)",
-		"| vm.clone.committed (intended vm.clone.files-copied) | **INCONCLUSIVE** |"} {
+		"| vm.clone.committed (intended vm.clone.files-copied) | - | **INCONCLUSIVE** |"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("report.md lacks %q", want)
 		}

@@ -11,6 +11,9 @@ const (
 	Fail         = "fail"
 	Inconclusive = "inconclusive" // the fault did not land as intended, or the infrastructure failed
 	Error        = "error"        // the harness itself failed (gate exit 3)
+	// Flaky: `run --repeat N` gave this case different verdicts across its
+	// runs (Runs holds each); never a pass.
+	Flaky = "flaky"
 )
 
 // Results is results.json: one run (or a merge of shards).
@@ -27,6 +30,8 @@ type Results struct {
 	Filter     string    `json:"label_filter,omitempty"`
 	Regress    []string  `json:"regress,omitempty"` // bug switches on during this run (selftest)
 	Build      string    `json:"build,omitempty"`   // the vmchaos build that ran it (VCS revision); WriteAll fills it in
+	Repeat     int       `json:"repeat,omitempty"`  // --repeat N: runs of every case
+	Load       string    `json:"load,omitempty"`    // --load: the CPU hog the run ran under ("cpu=1")
 	Cases      []Case    `json:"cases"`
 
 	// Shards lists the "I/N" shards a merged result was joined from, and
@@ -69,6 +74,11 @@ type Case struct {
 	Repro       string             `json:"repro"`
 	Logs        map[string]string  `json:"logs,omitempty"` // name → path relative to the run dir
 	Timeline    []TimelineEvent    `json:"timeline,omitempty"`
+	// Window is the fault's operation window measured on the case's stack
+	// and the fault's margin to its edges (absent for park, now and
+	// window-less faults); Runs is every run's outcome under --repeat.
+	Window *WindowMargin `json:"window,omitempty"`
+	Runs   []RunOutcome  `json:"runs,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.

@@ -9,10 +9,11 @@ import (
 	"github.com/vmchaos/vmchaos/offset"
 )
 
-// VerdictCounts counts the cases of a run by verdict. Flaky counts the cases
-// that needed more than one attempt, whatever their final verdict.
+// VerdictCounts counts the cases of a run by verdict (Flaky: verdicts that
+// differed across `--repeat` runs). Retried counts the cases that needed
+// more than one attempt, whatever their final verdict.
 type VerdictCounts struct {
-	Total, Pass, Fail, Inconclusive, Error, Unknown, Flaky int
+	Total, Pass, Fail, Inconclusive, Error, Flaky, Unknown, Retried int
 }
 
 // CountVerdicts tallies cases by verdict.
@@ -29,11 +30,13 @@ func CountVerdicts(cases []Case) VerdictCounts {
 			c.Inconclusive++
 		case Error:
 			c.Error++
+		case Flaky:
+			c.Flaky++
 		default:
 			c.Unknown++
 		}
 		if cs.Attempts > 1 {
-			c.Flaky++
+			c.Retried++
 		}
 	}
 	return c
@@ -46,11 +49,14 @@ func (c VerdictCounts) String() string {
 		noun = "case"
 	}
 	s := fmt.Sprintf("%d %s: %d pass, %d fail, %d inconclusive, %d error", c.Total, noun, c.Pass, c.Fail, c.Inconclusive, c.Error)
+	if c.Flaky > 0 {
+		s += fmt.Sprintf(", %d flaky", c.Flaky)
+	}
 	if c.Unknown > 0 {
 		s += fmt.Sprintf(", %d unknown verdict", c.Unknown)
 	}
-	if c.Flaky > 0 {
-		s += fmt.Sprintf(" (%d retried)", c.Flaky)
+	if c.Retried > 0 {
+		s += fmt.Sprintf(" (%d retried)", c.Retried)
 	}
 	return s
 }

@@ -145,9 +145,33 @@ func Expand(backend string) ([]Case, error) {
 		}
 		switch {
 		case s.Sweep != "" || s.FineSweep != "":
-			coarse, err := injector.ParseSweep(s.Sweep)
-			if err != nil {
-				return nil, fmt.Errorf("scenario %s: sweep: %w", s.ID, err)
+			addFrac := func(f float64, speed string) {
+				out = append(out, Case{ID: fracCaseID(s, f), Scenario: s, Frac: f, HasFrac: true,
+					Speed: speed, Labels: s.labelsFor(speed, backend)})
+			}
+			// Coarse sweeps in fractions of the window measured on each
+			// case's stack stay inside the window however fast the machine
+			// runs the operation (issue #19: absolute ones sat on its edge).
+			doneFrac := map[float64]bool{}
+			var coarse []time.Duration
+			if IsFracSweep(s.Sweep) {
+				fracs, err := ParseFracSweep(s.Sweep)
+				if err != nil {
+					return nil, fmt.Errorf("scenario %s: sweep: %w", s.ID, err)
+				}
+				speed := "fast"
+				if s.Speed != "" {
+					speed = s.Speed // a field case placed by a fraction
+				}
+				for _, f := range fracs {
+					doneFrac[f] = true
+					addFrac(f, speed)
+				}
+			} else if s.Sweep != "" {
+				var err error
+				if coarse, err = injector.ParseSweep(s.Sweep); err != nil {
+					return nil, fmt.Errorf("scenario %s: sweep: %w", s.ID, err)
+				}
 			}
 			done := map[time.Duration]bool{}
 			for _, o := range coarse {
@@ -160,9 +184,13 @@ func Expand(backend string) ([]Case, error) {
 					return nil, fmt.Errorf("scenario %s: fine sweep: %w", s.ID, err)
 				}
 				for _, f := range fracs {
-					out = append(out, Case{ID: fracCaseID(s, f), Scenario: s, Frac: f, HasFrac: true,
-						Speed: "slow", Labels: s.labelsFor("slow", backend)})
+					if !doneFrac[f] {
+						addFrac(f, "slow")
+					}
 				}
+				continue
+			}
+			if s.FineSweep == "" {
 				continue
 			}
 			fine, err := injector.ParseSweep(s.FineSweep)
@@ -203,7 +231,13 @@ func CaseFor(id string, off time.Duration, hasOff bool, backend string) (Case, e
 	if !hasOff && len(s.Offsets) > 0 {
 		hasOff, off = true, s.Offsets[0]
 	}
-	if !hasOff && s.Sweep != "" {
+	if !hasOff && IsFracSweep(s.Sweep) {
+		// a sweep in fractions: its first coarse fraction
+		if fracs, err := ParseFracSweep(s.Sweep); err == nil && len(fracs) > 0 {
+			return CaseForFrac(id, fracs[0], backend)
+		}
+	}
+	if !hasOff && s.Sweep != "" && !IsFracSweep(s.Sweep) {
 		if offs, err := injector.ParseSweep(s.Sweep); err == nil && len(offs) > 0 {
 			hasOff, off = true, offs[0]
 		}
@@ -282,6 +316,12 @@ func Validate(bugNames []string) error {
 			if !FaultKinds[f.Kind] {
 				errs = append(errs, fmt.Sprintf("%s: unknown fault kind %q", s.ID, f.Kind))
 			}
+			// every fault has a closed window (issue #12): a window with
+			// no end would count any landing as landed
+			timed := strings.HasPrefix(f.Trigger, "at ") || strings.HasPrefix(f.Trigger, "after-exit ") || f.Kind == "failpoint"
+			if timed && f.Kind != "none" && (f.Window[0] == "" || f.Window[1] == "") {
+				errs = append(errs, fmt.Sprintf("%s: fault %s %q needs a closed window (both ends)", s.ID, f.Kind, f.Trigger))
+			}
 			if f.Trigger != "" && f.Trigger != "now" {
 				trig := f.Trigger
 				if !strings.HasPrefix(trig, "park ") {
@@ -297,12 +337,16 @@ func Validate(bugNames []string) error {
 				errs = append(errs, fmt.Sprintf("%s: unknown step kind %q", s.ID, st.Kind))
 			}
 		}
-		if IsFracSweep(s.FineSweep) {
-			if _, err := ParseFracSweep(s.FineSweep); err != nil {
-				errs = append(errs, fmt.Sprintf("%s: %v", s.ID, err))
+		if IsFracSweep(s.Sweep) || IsFracSweep(s.FineSweep) {
+			for _, sw := range []string{s.Sweep, s.FineSweep} {
+				if IsFracSweep(sw) {
+					if _, err := ParseFracSweep(sw); err != nil {
+						errs = append(errs, fmt.Sprintf("%s: %v", s.ID, err))
+					}
+				}
 			}
 			if len(s.Faults) > 0 && (s.Faults[0].Window[0] == "" || s.Faults[0].Window[1] == "") {
-				errs = append(errs, s.ID+": a fraction fine sweep needs the first fault's window (both ends)")
+				errs = append(errs, s.ID+": a fraction sweep needs the first fault's window (both ends)")
 			}
 		}
 		for _, t := range s.Targets {

@@ -62,10 +62,10 @@ type Fault struct {
 	Trigger string
 	VM      string // VM name: of the trigger for agent points ("@vm=NAME"); the victim for sigkill-vmm
 	Child   string // sigkill-child: kind of the agent child to kill ("snapshot-save", "vm-clone")
-	// Window names the phase the fault must land in: the fault must come
-	// after Window[0] was hit and before Window[1] was hit (Window[1] "" = any
-	// time after Window[0]). Empty: the trigger point itself (park) or the
-	// injector's own landing judgement.
+	// Window is the closed window the fault must land in: after Window[0]
+	// was hit and before Window[1] was hit (an operation in flight). Every
+	// at, after-exit and failpoint trigger names both ends (Validate); a
+	// park's window is its parked point, a "now" fault's steady state.
 	Window [2]string
 	// ReleaseAfter (park only): keep the parked process parked until the n-th
 	// hit of this point after the fault (or a child running ReleaseAfterChild
@@ -216,24 +216,32 @@ var seedScenarios = []Scenario{
 		Targets: []string{"save-no-lease-wait"},
 	},
 	{
+		// The field killed the agent 6 s into a save that landed 2 s
+		// later: three quarters into the save, placed in the save window
+		// measured on the case's stack (a fixed 6 s scaled fell after the
+		// end of the bundled stack's shorter save).
 		ID: "s001-3-sigkill-6s-into-save", SeedRef: "001 #3", Op: OpSave, Speed: "slow",
-		Title:   "SIGKILL of the agent 6 s (scaled) into a snapshot save, the field trigger",
-		Setup:   readyA,
-		Act:     []Step{{Kind: StepHibernate, VM: vmA}},
-		Faults:  []Fault{{Kind: "sigkill-main", Trigger: "at snapshot.save.locked", Window: [2]string{"snapshot.save.locked", ""}}},
-		Offsets: []time.Duration{6 * time.Second},
-		Env:     Env{RestartDelay: 5 * time.Second},
-		Expect:  Expect{Ledger: true},
+		Title:  "SIGKILL of the agent three quarters into a snapshot save (the field's 6 s of 8 s), the field trigger",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "at snapshot.save.locked", Window: [2]string{"snapshot.save.locked", "snapshot.save.finalized"}}},
+		Sweep:  "75%",
+		Env:    Env{RestartDelay: 5 * time.Second},
+		Expect: Expect{Ledger: true},
 	},
 	{
+		// The field's 28 ms after the save child exited fell inside the
+		// push; scaled (1.4 ms at 0.05) it came before the agent had even
+		// recorded the save. Placed half-way through the push window
+		// measured on the case's stack instead.
 		ID: "s001-3-sigkill-after-save-exit", SeedRef: "001 #3", Op: OpHibernate, Speed: "fast",
-		Title:   "SIGKILL 28 ms after the save child exited cleanly (push interrupted): the finalized holder is replaced, re-saved, re-pushed",
-		Setup:   readyA,
-		Act:     []Step{{Kind: StepHibernate, VM: vmA}},
-		Faults:  []Fault{{Kind: "sigkill-main", Trigger: "after-exit snapshot-save", Window: [2]string{"agent.hibernate.saved", "agent.hibernate.done"}}},
-		Offsets: []time.Duration{28 * time.Millisecond},
-		Env:     Env{RestartDelay: 1 * time.Second},
-		Expect:  Expect{Ledger: true},
+		Title:  "SIGKILL inside the push after the save child exited cleanly (field: 28 ms after the exit): the finalized holder is replaced, re-saved, re-pushed",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{{Kind: "sigkill-main", Trigger: "at agent.hibernate.saved", VM: vmA, Window: [2]string{"agent.hibernate.saved", "agent.hibernate.pushed"}}},
+		Sweep:  "50%",
+		Env:    Env{RestartDelay: 1 * time.Second},
+		Expect: Expect{Ledger: true},
 	},
 	{
 		// The agent's hibernate starts with the guest DHCP release over
@@ -279,7 +287,7 @@ var seedScenarios = []Scenario{
 		Title:  "a transient failure inside the hibernate writes failed: failed is a report, the intent must leave it by itself",
 		Setup:  readyA,
 		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
-		Faults: []Fault{{Kind: "failpoint", Trigger: "at agent.failed"}},
+		Faults: []Fault{{Kind: "failpoint", Trigger: "at agent.failed", Window: [2]string{"agent.hibernate.begin", "agent.hibernate.done"}}},
 		// one failure of the agent's own step (the process outlives it, so
 		// 1* makes it transient); with one attempt it is written failed
 		Env: Env{Failpoints: "agent.hibernate.dhcp-released=1*error(transient DHCP release blip)@vm=" + vmA,
@@ -357,7 +365,7 @@ var seedScenarios = []Scenario{
 			{Kind: "restart", Trigger: "park agent.hibernate.nic-dropped", VM: vmA},
 			// the first reconcile after arming is the restarted agent's:
 			// restart it again while it re-derives the owed hibernate
-			{Kind: "restart", Trigger: "at agent.startup.reconciled", Window: [2]string{"agent.startup.reconciled", ""}},
+			{Kind: "restart", Trigger: "at agent.startup.reconciled", Window: [2]string{"agent.startup.reconciled", "agent.hibernate.done"}},
 		},
 		Expect: Expect{Ledger: true},
 	},
@@ -404,7 +412,7 @@ var seedScenarios = []Scenario{
 		Act:   []Step{{Kind: StepCreate, VM: vmA}},
 		Faults: []Fault{
 			{Kind: "sigkill-child", Trigger: "at vm.clone.reserved", Child: "vm-clone", Window: [2]string{"vm.clone.reserved", "vm.clone.committed"}},
-			{Kind: "sigkill-main", Trigger: "at vm.clone.reserved", Window: [2]string{"vm.clone.reserved", ""}},
+			{Kind: "sigkill-main", Trigger: "at vm.clone.reserved", Window: [2]string{"vm.clone.reserved", "vm.clone.committed"}},
 		},
 		Offsets: []time.Duration{59 * time.Millisecond},
 		Env:     Env{RestartDelay: 1 * time.Second},
@@ -453,12 +461,12 @@ var seedScenarios = []Scenario{
 	},
 
 	// ---- sweeps across clone, save and hibernate --------------------------
-	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", fineFracs),
-	sweep("sweep-clone-stop", OpCreate, "stop", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, "0ms..900ms/450ms", fineFracs),
-	sweep("sweep-save-sigkill", OpSave, "sigkill-main", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", fineFracs),
-	sweep("sweep-save-stop", OpSave, "stop", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, "0ms..1600ms/800ms", fineFracs),
-	sweep("sweep-hibernate-sigkill", OpHibernate, "sigkill-main", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", fineFracs),
-	sweep("sweep-hibernate-stop", OpHibernate, "stop", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, "0ms..2000ms/1000ms", fineFracs),
+	sweep("sweep-clone-sigkill", OpCreate, "sigkill-main", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, coarseFracs, fineFracs),
+	sweep("sweep-clone-stop", OpCreate, "stop", "at agent.create.begin", [2]string{"agent.create.begin", "agent.create.ready"}, nil, coarseFracs, fineFracs),
+	sweep("sweep-save-sigkill", OpSave, "sigkill-main", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, coarseFracs, fineFracs),
+	sweep("sweep-save-stop", OpSave, "stop", "at agent.hibernate.dhcp-released", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, readyA, coarseFracs, fineFracs),
+	sweep("sweep-hibernate-sigkill", OpHibernate, "sigkill-main", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, coarseFracs, fineFracs),
+	sweep("sweep-hibernate-stop", OpHibernate, "stop", "at agent.hibernate.begin", [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, readyA, coarseFracs, fineFracs),
 }
 
 // fineFracs is every fine sweep: fractions of the operation's window (the
@@ -468,15 +476,21 @@ var seedScenarios = []Scenario{
 // (the window's tail is covered by the park cases at its last points).
 const fineFracs = "5%..85%/5%"
 
+// coarseFracs is every coarse sweep (speed:fast), in fractions of the
+// window like the fine ones: absolute offsets sized for one machine's speed
+// sat on the window's edge and flipped between pass and inconclusive with
+// the load (issue #19). 50% keeps half the window between the fault and the
+// end the calibration measured: on the shared 2-core box under heavy load
+// (load average 15-28) a run's window came out down to 59% of the shorter of
+// its two calibrations, and at 60% 2 of 90 last-fraction runs landed after
+// the end. The fine sweeps (speed:slow) and the park cases cover the rest.
+const coarseFracs = "10%,30%,50%"
+
 // sweep builds an offset sweep over one operation: the fault fires OFFSET
 // after the operation's first point and must land before its last (else the
-// case is inconclusive: the fault hit a finished operation). Coarse offsets
-// are real time, sized for the fast suite's scale 0.05, where on a 2-core box
-// the bundled stack's create takes 54..460 ms (p50 116), a save 87..764 ms
-// (p50 136) and a hibernate 127..809 ms (p50 272) depending on load — process
-// start-up does not scale; they stay below the fastest observed run so the
-// fast subset always lands. The fine sweep is in fractions of the window
-// (FROM%..TO%/STEP%), resolved per case on its stack (see runner.resolveFrac).
+// case is inconclusive: the fault hit a finished operation). Both the coarse
+// and the fine sweep are in fractions of the window (FROM%..TO%/STEP% or a
+// list), resolved per case on its stack (see runner.placeFault).
 func sweep(id, op, fault, trigger string, window [2]string, setup []Step, coarse, fine string) Scenario {
 	act := StepCreate
 	if op == OpSave || op == OpHibernate {

@@ -120,13 +120,35 @@ func TestFracSweepParsesAndExpandsDeterministicIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var slow []Case
+	var slow, fast []Case
 	for _, c := range cases {
-		if strings.HasPrefix(c.ID, "sweep-save-stop@") && c.Speed == "slow" {
-			slow = append(slow, c)
+		if strings.HasPrefix(c.ID, "sweep-save-stop@") {
+			if c.Speed == "slow" {
+				slow = append(slow, c)
+			} else {
+				fast = append(fast, c)
+			}
 		}
 	}
-	want, _ := ParseFracSweep(fineFracs)
+	// coarse fractions are the fast cases; the fine sweep skips them
+	coarse, _ := ParseFracSweep(coarseFracs)
+	isCoarse := map[float64]bool{}
+	for i, c := range fast {
+		if i >= len(coarse) || !c.HasFrac || c.HasOff || c.Frac != coarse[i] || c.ID != "sweep-save-stop@"+FormatFrac(coarse[i]) {
+			t.Errorf("fast case %d = %s: want an unresolved fraction case at %v", i, c.ID, coarse)
+		}
+		isCoarse[c.Frac] = true
+	}
+	if len(fast) != len(coarse) {
+		t.Fatalf("sweep-save-stop has %d fast cases, want %d", len(fast), len(coarse))
+	}
+	var want []float64
+	fine, _ := ParseFracSweep(fineFracs)
+	for _, f := range fine {
+		if !isCoarse[f] {
+			want = append(want, f)
+		}
+	}
 	if len(slow) != len(want) {
 		t.Fatalf("sweep-save-stop has %d slow cases, want %d", len(slow), len(want))
 	}

@@ -23,7 +23,7 @@ func newReproCmd() *cobra.Command {
 		Long: `repro runs one catalogue scenario at one offset with the given seed, time scale and backend,
 and writes the same reports as run. VMCHAOS_REGRESS in the environment switches historical bugs
 back on, as selftest does. --repeat N runs it N times (verdict stability).`,
-		Example: `  vmchaos repro --scenario s001-3-sigkill-after-save-exit --offset 28ms --seed 1 --time-scale 0.05 --backend fake
+		Example: `  vmchaos repro --scenario s001-h-wake-sigkill-after-commit --offset 28ms --seed 1 --time-scale 0.05 --backend fake
   VMCHAOS_REGRESS=net-refuses-paused vmchaos repro --scenario s001-2-stop-in-pause-window --time-scale 0.05`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

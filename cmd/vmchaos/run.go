@@ -31,6 +31,7 @@ type runFlags struct {
 	scale      float64
 	seed       int64
 	reportDir  string
+	repeat     int             // run only: --repeat
 	meter      *progress.Meter // made by runner(); Start/Stop around the cases
 }
 
@@ -60,7 +61,7 @@ func (f *runFlags) runner(ctx context.Context, dir string, out io.Writer, bugs [
 	}
 	f.meter = progress.New(out)
 	return runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Supervisor: f.supervisor,
-		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: f.meter, Done: f.meter.Case})
+		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: f.meter, Done: f.meter.Case, Repeat: f.repeat})
 }
 
 // signalContext cancels on SIGINT/SIGTERM so a run tears its stacks down.
@@ -72,8 +73,9 @@ func newRunCmd() *cobra.Command {
 	var f runFlags
 	var mf managerFlags
 	var filter, shard string
-	var parallel int
+	var parallel, repeat int
 	var list bool
+	var load string
 	var maxInjErr time.Duration
 	c := &cobra.Command{
 		Use:   "run",
@@ -107,19 +109,30 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 			if err != nil {
 				return err
 			}
+			if repeat < 1 {
+				return fmt.Errorf("--repeat %d: want N >= 1", repeat)
+			}
+			hogs, err := runner.ParseLoad(load)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := signalContext()
 			defer cancel()
 			dir := f.dir("run")
+			f.repeat = repeat
 			r, err := f.runner(ctx, dir, os.Stderr, bugs)
 			if err != nil {
 				return runInfraError{err}
 			}
+			// the hog runs for the run's duration and ends with it
+			hog := runner.StartLoad(ctx, hogs)
+			defer hog.Stop()
 			sup := r.Supervisor()
 			if note := r.SupervisorNote(); note != "" {
 				sup += " (" + note + ")"
 			}
-			fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d → %s\n",
-				len(cases), f.backend, sup, f.scale, f.seed, dir)
+			fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d%s → %s\n",
+				len(cases), f.backend, sup, f.scale, f.seed, repeatLoadNote(repeat, load), dir)
 			var runErr error
 			f.meter.Start("run", len(cases), parallel)
 			if parallel > 1 {
@@ -128,6 +141,14 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 				runErr = suite.Run(ctx, r, cases, filter, dir, f.seed)
 			}
 			f.meter.Stop()
+			if spins := hog.Stop(); hogs > 0 && spins == 0 {
+				fmt.Fprintln(os.Stderr, "warning: --load: the CPU hog never completed a spin round")
+			}
+			r.Results().Filter, r.Results().Shard = filter, shard
+			if repeat > 1 {
+				r.Results().Repeat = repeat
+			}
+			r.Results().Load = load
 			res, werr := r.WriteAll()
 			if cerr := r.Close(); cerr != nil {
 				fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
@@ -156,7 +177,20 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 	c.Flags().StringVar(&shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
 	c.Flags().IntVar(&parallel, "parallel", 1, "cases run at once; >1 runs worker goroutines outside Ginkgo's scheduler and writes the same ginkgo.json (default 1: timing-sensitive cases on 2 cores)")
 	c.Flags().BoolVar(&list, "list", false, "list the selected cases with their labels and exit")
+	c.Flags().IntVar(&repeat, "repeat", 1, "run every case N times, each on a fresh stack; a case whose verdicts differ is reported flaky (not a pass). Composes with --shard, e.g. --repeat 5 --shard 1/2")
+	c.Flags().StringVar(&load, "load", "", "run under a bounded CPU hog for the run's duration: cpu=N spins N cores (e.g. cpu=1), torn down with the run")
 	return c
+}
+
+func repeatLoadNote(repeat int, load string) string {
+	s := ""
+	if repeat > 1 {
+		s += fmt.Sprintf(", each case ×%d", repeat)
+	}
+	if load != "" {
+		s += ", load " + load
+	}
+	return s
 }
 
 // selectCases expands the catalogue, applies the label filter and the shard.

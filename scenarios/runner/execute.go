@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -23,285 +22,6 @@ import (
 )
 
 const baseSnapshot = "base"
-
-// execute runs the case; a returned error is an infrastructure failure
-// (inconclusive). The verdict is written into cr.rc.
-func (cr *caseRun) execute(ctx context.Context, budget time.Duration) error {
-	st, s, r := cr.st, cr.s, cr.r
-	if err := st.StartAgent(ctx); err != nil {
-		return err
-	}
-	if s.Env.Daemon {
-		if err := st.StartDaemon(ctx, floor(r.scale(orDefault(s.Env.DaemonEvery, 5*time.Second)), 50*time.Millisecond)); err != nil {
-			return err
-		}
-	}
-	for _, step := range s.Setup {
-		step.Wait = true
-		if err := cr.step(ctx, step, budget); err != nil {
-			return fmt.Errorf("setup %s %s: %w", step.Kind, step.VM, err)
-		}
-	}
-	if cr.c.HasFrac {
-		if err := cr.resolveFrac(ctx, budget); err != nil {
-			return fmt.Errorf("fine sweep %s: %w", scenarios.FormatFrac(cr.c.Frac), err)
-		}
-	}
-	// Counters are sampled from the end of the setup on, so the re-arm
-	// restart below is covered too: a counter must survive every restart.
-	cr.scraper = checker.NewScraper(cr.metricsAddr, 50*time.Millisecond, failpoint.Now)
-	cr.scraper.ScrapeNow(ctx, failpoint.Now)
-	// Arm: the setup ran with an agent without failpoints (it must not
-	// park at the case's point); the armed agent replaces it.
-	fps := cr.failpoints()
-	st.SetHarnessFailpoints(fps)
-	if fps != "" {
-		if err := st.Arm(ctx, fps); err != nil {
-			return err
-		}
-		// the armed agent adopted the setup's VMs: wait until it reports
-		// every goal again before the operation starts
-		for name := range cr.goals {
-			if err := cr.waitGoal(ctx, name, budget); err != nil {
-				return fmt.Errorf("armed agent: %w", err)
-			}
-		}
-	}
-	if s.Expect.Events {
-		if _, err := st.StartObserver(0.25); err != nil {
-			return fmt.Errorf("observer: %w", err)
-		}
-	}
-	cr.scraper.ScrapeNow(ctx, failpoint.Now)
-	mark := st.Trace.Mark()
-
-	// Arm every fault, then start the operation.
-	type pending struct {
-		idx  []int
-		wait func(context.Context) ([]reports.Injection, error)
-	}
-	var waits []pending
-	parks := map[string][]int{}
-	var parkOrder []string
-	for i, f := range s.Faults {
-		trig := r.triggerString(cr.c, i)
-		switch {
-		case strings.HasPrefix(trig, "park "):
-			if _, ok := parks[trig]; !ok {
-				parkOrder = append(parkOrder, trig)
-			}
-			parks[trig] = append(parks[trig], i)
-		case f.Kind == "none" || f.Trigger == "now":
-			// nothing to arm; "now" fires after the act steps, below
-		case strings.HasPrefix(trig, "after-exit "):
-			// The agent's exit events carry the child pid, not its argv:
-			// the kind is matched through the exec event of that pid.
-			i, trig := i, trig
-			waits = append(waits, pending{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
-				return cr.afterExit(ctx, mark, i, trig)
-			}})
-		case f.Kind == "failpoint":
-			i, trig := i, trig
-			waits = append(waits, pending{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
-				return cr.waitFailpoint(ctx, mark, i, trig)
-			}})
-		case f.Kind == "sigkill-direct":
-			i, trig := i, trig
-			waits = append(waits, pending{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
-				return cr.killDirect(ctx, mark, i, trig)
-			}})
-		default:
-			t, err := injector.ParseTrigger(trig)
-			if err != nil {
-				return fmt.Errorf("fault %d: %w", i, err)
-			}
-			a, err := cr.inj.Arm(ctx, cr.injFault(f), t, injector.From(mark))
-			if err != nil {
-				return fmt.Errorf("arm fault %d: %w", i, err)
-			}
-			i := i
-			waits = append(waits, pending{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
-				in, err := a.Wait(ctx)
-				if err != nil {
-					a.Cancel()
-					return nil, err
-				}
-				return []reports.Injection{cr.record(i, in)}, nil
-			}})
-		}
-	}
-	for _, trig := range parkOrder {
-		idx := parks[trig]
-		trig := trig
-		waits = append(waits, pending{idx, func(ctx context.Context) ([]reports.Injection, error) {
-			return cr.park(ctx, mark, trig, idx)
-		}})
-	}
-	// Injection waits run concurrently with the act steps.
-	type result struct {
-		injs []reports.Injection
-		err  error
-	}
-	wctx, wcancel := context.WithTimeout(ctx, budget)
-	defer wcancel()
-	results := make([]chan result, len(waits))
-	for i, w := range waits {
-		ch := make(chan result, 1)
-		results[i] = ch
-		go func(w pending) {
-			injs, err := w.wait(wctx)
-			ch <- result{injs, err}
-		}(w)
-	}
-	for _, step := range s.Act {
-		if err := cr.step(ctx, step, budget); err != nil {
-			wcancel()
-			return fmt.Errorf("act %s %s: %w", step.Kind, step.VM, err)
-		}
-	}
-	for i, f := range s.Faults {
-		if f.Trigger != "now" || f.Kind == "none" {
-			continue
-		}
-		if cr.c.HasOff {
-			time.Sleep(r.scale(cr.c.Offset))
-		}
-		cr.rc.Injections = append(cr.rc.Injections, cr.now(ctx, i))
-	}
-	var waitErrs []string
-	for i, ch := range results {
-		res := <-ch
-		if res.err != nil {
-			waitErrs = append(waitErrs, fmt.Sprintf("fault %v: %v", waits[i].idx, res.err))
-			for _, j := range waits[i].idx {
-				cr.rc.Injections = append(cr.rc.Injections, reports.Injection{Fault: s.Faults[j].Kind,
-					Trigger: r.triggerString(cr.c, j), Err: res.err.Error(), IntendedPhase: intended(s.Faults[j])})
-			}
-			continue
-		}
-		cr.rc.Injections = append(cr.rc.Injections, res.injs...)
-	}
-	sort.SliceStable(cr.rc.Injections, func(i, j int) bool { return cr.rc.Injections[i].ActualNs < cr.rc.Injections[j].ActualNs })
-	for _, in := range cr.rc.Injections {
-		if cr.faultNs == 0 || (in.ActualNs > 0 && in.ActualNs < cr.faultNs) {
-			cr.faultNs = in.ActualNs
-		}
-	}
-	if cr.faultNs == 0 {
-		cr.faultNs = failpoint.Now()
-	}
-	// A fault that did not land where the scenario intended makes the case
-	// inconclusive, never pass.
-	var notLanded []string
-	for _, in := range cr.rc.Injections {
-		if !in.Landed {
-			notLanded = append(notLanded, fmt.Sprintf("%s (%s) landed in %q, intended %q%s", in.Fault, in.Trigger, in.LastPhase, in.IntendedPhase, errSuffix(in.Err)))
-		}
-	}
-	if len(cr.rc.Injections) > 0 {
-		cr.rc.LandedPhase = cr.stackPhase(cr.rc.Injections[0])
-	}
-	if len(waitErrs) > 0 || len(notLanded) > 0 {
-		cr.rc.Verdict = reports.Inconclusive
-		cr.rc.Reason = "fault did not land as intended: " + strings.Join(append(waitErrs, notLanded...), "; ")
-		cr.rc.Invariants = append(cr.rc.Invariants, reports.Invariant{Name: checker.FaultLanded, OK: false, Evidence: cr.rc.Reason})
-		return nil
-	}
-	cr.rc.Invariants = append(cr.rc.Invariants, reports.Invariant{Name: checker.FaultLanded, OK: true})
-
-	adopted := map[string]string{}
-	if s.Expect.Adopted {
-		if vms, err := st.ListVMs(ctx); err == nil {
-			for _, v := range vms {
-				if _, ours := cr.goals[v.Name]; ours {
-					adopted[v.Name] = v.ID
-				}
-			}
-		}
-	}
-
-	// Restore service like an operator: a stopped unit is started again
-	// (after the WhileStopped steps and StopFor). Without a stop, the
-	// WhileStopped steps run at once, while the agent is down for RestartSec.
-	stopped := false
-	for _, f := range s.Faults {
-		stopped = stopped || f.Kind == "stop"
-	}
-	if !stopped {
-		for _, step := range s.WhileStopped {
-			if err := cr.step(ctx, step, budget); err != nil {
-				return fmt.Errorf("while down %s %s: %w", step.Kind, step.VM, err)
-			}
-		}
-	}
-	for _, f := range s.Faults {
-		if f.Kind != "stop" {
-			continue
-		}
-		stoppedAt := cr.faultNs
-		for _, step := range s.WhileStopped {
-			if err := cr.step(ctx, step, budget); err != nil {
-				return fmt.Errorf("while stopped %s %s: %w", step.Kind, step.VM, err)
-			}
-		}
-		if d := r.scale(f.StopFor) - time.Duration(failpoint.Now()-stoppedAt); d > 0 {
-			time.Sleep(d)
-		}
-		unit := st.AgentUnit
-		if f.Unit == "daemon" {
-			unit = st.DaemonUnit
-		}
-		if err := st.Sup().StartAgain(ctx, unit); err != nil {
-			return fmt.Errorf("operator start of %s: %w", unit, err)
-		}
-		break
-	}
-	if err := waitUp(ctx, st); err != nil {
-		return err
-	}
-	for _, step := range s.After {
-		if err := cr.step(ctx, step, budget); err != nil {
-			return fmt.Errorf("after %s %s: %w", step.Kind, step.VM, err)
-		}
-	}
-
-	// Converged and stable: every state invariant holds for StablePolls
-	// consecutive polls, within the budget.
-	in := &checker.Input{Stack: st, Goals: cr.goals, Generation: cr.gens, DirectVMs: s.Expect.DirectVMs,
-		AdoptedIDs: adopted, BaseName: baseSnapshot}
-	invs, convergedNs := cr.converge(ctx, in, budget)
-	if convergedNs > 0 {
-		cr.rc.ConvergeMs = float64(convergedNs-cr.faultNs) / 1e6
-		if cr.rc.ConvergeMs < 0 {
-			cr.rc.ConvergeMs = 0
-		}
-	}
-	cr.rc.Invariants = append(cr.rc.Invariants, invs...)
-	if convergedNs == 0 && checker.AllOK(invs) {
-		// every invariant held at the last poll but never StablePolls
-		// times in a row: the state kept flapping
-		cr.rc.Invariants = append(cr.rc.Invariants, reports.Invariant{Name: checker.Stable, OK: false,
-			Evidence: fmt.Sprintf("the state never held for %d consecutive polls within %s", cr.r.opts.StablePolls, budget)})
-	}
-	cr.rc.Invariants = append(cr.rc.Invariants, cr.history(ctx, convergedNs > 0, budget)...)
-	cr.rc.Metrics = cr.metricDeltas()
-
-	cr.rc.Verdict = reports.Pass
-	var bad []string
-	for _, inv := range cr.rc.Invariants {
-		if !inv.OK {
-			bad = append(bad, inv.Name)
-		}
-	}
-	if len(bad) > 0 {
-		cr.rc.Verdict = reports.Fail
-		cr.rc.Reason = "violated: " + strings.Join(bad, ", ")
-		if convergedNs == 0 {
-			cr.rc.Reason += fmt.Sprintf(" (not converged within %s)", budget)
-		}
-	}
-	return nil
-}
 
 func errSuffix(e string) string {
 	if e == "" {
@@ -378,12 +98,11 @@ func (cr *caseRun) injFault(f scenarios.Fault) injector.Fault {
 	return out
 }
 
-// record converts an injector record, applying the scenario's window.
+// record converts an injector record and judges where it landed.
 func (cr *caseRun) record(i int, in injector.Injection) reports.Injection {
 	f := cr.s.Faults[i]
 	out := reports.Injection{Fault: in.Fault.String(), Trigger: in.Trigger.String(), RequestedNs: in.RequestedNs,
-		ActualNs: in.ActualNs, Err: in.Err, VictimPID: in.VictimPID, LastPhase: in.LastPhase,
-		IntendedPhase: in.IntendedPhase, Landed: in.Landed, InVictim: in.InVictim}
+		ActualNs: in.ActualNs, Err: in.Err, VictimPID: in.VictimPID, InVictim: in.InVictim}
 	if in.HitRecvNs > 0 && in.TriggerNs > 0 {
 		d := in.HitRecvNs - in.TriggerNs // the error itself: reports.FillInjectionErrors
 		out.DeliveryNs = &d
@@ -396,33 +115,41 @@ func (cr *caseRun) record(i int, in injector.Injection) reports.Injection {
 	if f.Kind == "sigkill-vmm" {
 		cr.noteVMMKill(f.VM, in.ActualNs)
 	}
-	if f.Window[0] != "" && in.Err == "" {
-		out.IntendedPhase = f.Window[0] + ".." + f.Window[1]
-		ok, why := cr.inWindow(in.TriggerNs, in.ActualNs, f.Window)
-		out.Landed = ok
-		if !ok {
-			out.Err = why
-		}
-	}
+	cr.land(&out, cr.faultWindow(i), in.TriggerNs, 0)
 	return out
 }
 
-// inWindow: the fault came after the window's first point and before the
-// first hit of its last point after that.
-func (cr *caseRun) inWindow(fromNs, actualNs int64, w [2]string) (bool, string) {
-	if w[1] == "" {
-		return true, ""
+// faultWindow is fault i's closed window: steady state for "now", the
+// parked point for "park", else the scenario's Window (Validate makes every
+// other trigger name both ends).
+func (cr *caseRun) faultWindow(i int) phaseWindow {
+	f := cr.s.Faults[i]
+	switch {
+	case f.Trigger == "now":
+		return phaseWindow{Steady: true}
+	case strings.HasPrefix(f.Trigger, "park "):
+		p, _, _ := strings.Cut(strings.TrimPrefix(f.Trigger, "park "), "@")
+		return phaseWindow{Open: strings.TrimSpace(p)}
 	}
-	for _, e := range cr.st.Trace.Sorted() {
-		if e.TsNs < fromNs || e.Point != w[1] {
-			continue
-		}
-		if e.TsNs <= actualNs {
-			return false, fmt.Sprintf("the operation had already reached %s %.1fms before the fault", w[1], float64(actualNs-e.TsNs)/1e6)
-		}
-		break
+	return phaseWindow{Open: f.Window[0], Close: f.Window[1]}
+}
+
+// land judges an injection against its window (judgeLanding, the one
+// landing judgement) and records the result: a fault that was not
+// delivered, or hit outside its window, did not land; the phase it hit is
+// named either way.
+func (cr *caseRun) land(out *reports.Injection, w phaseWindow, fromNs int64, pid int) {
+	out.IntendedPhase = w.String()
+	if out.ActualNs == 0 {
+		out.Landed = false
+		return
 	}
-	return true, ""
+	l := judgeLanding(cr.st.Trace.Sorted(), w, fromNs, out.ActualNs, pid)
+	out.LastPhase = l.Phase
+	out.Landed = out.Err == "" && l.Landed
+	if out.Err == "" && !l.Landed {
+		out.Err = l.Why
+	}
 }
 
 func (cr *caseRun) noteVMMKill(name string, ts int64) {
@@ -435,7 +162,7 @@ func (cr *caseRun) noteVMMKill(name string, ts int64) {
 	cr.mu.Unlock()
 }
 
-// now fires fault i immediately (trigger "now").
+// now fires fault i immediately (trigger "now"): it must hit steady state.
 func (cr *caseRun) now(ctx context.Context, i int) reports.Injection {
 	f := cr.s.Faults[i]
 	req := failpoint.Now()
@@ -443,23 +170,29 @@ func (cr *caseRun) now(ctx context.Context, i int) reports.Injection {
 		// resolve the id before the kill: the event stream must report it
 		v, ok, err := cr.st.VMByName(ctx, f.VM)
 		if err != nil || !ok {
-			return reports.Injection{Fault: f.Kind, Trigger: "now", RequestedNs: req, Err: fmt.Sprintf("no vm %s: %v", f.VM, err), IntendedPhase: "steady state"}
+			return reports.Injection{Fault: f.Kind, Trigger: "now", RequestedNs: req, Err: fmt.Sprintf("no vm %s: %v", f.VM, err), IntendedPhase: SteadyState}
 		}
 		sent := failpoint.Now()
 		pid, err := cr.st.KillVMM(ctx, v.ID)
-		out := reports.Injection{Fault: f.Kind, Trigger: "now", RequestedNs: req, ActualNs: sent, VictimPID: pid,
-			LastPhase: "steady state", IntendedPhase: "steady state", Landed: err == nil}
+		out := reports.Injection{Fault: f.Kind, Trigger: "now", RequestedNs: req, ActualNs: sent, VictimPID: pid}
 		if err != nil {
 			out.Err = err.Error()
 		}
+		cr.land(&out, cr.faultWindow(i), cr.armNs, 0)
 		cr.mu.Lock()
 		cr.kills = append(cr.kills, vmmKill{ID: v.ID, Name: f.VM, TsNs: out.ActualNs})
 		cr.mu.Unlock()
 		return out
 	}
 	in := cr.inj.Inject(ctx, cr.injFault(f))
-	out := cr.record(i, in)
-	out.Trigger, out.LastPhase, out.IntendedPhase = "now", "steady state", "steady state"
+	out := reports.Injection{Fault: in.Fault.String(), Trigger: "now", RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
+		Err: in.Err, VictimPID: in.VictimPID}
+	if in.VictimPID > 0 {
+		cr.mu.Lock()
+		cr.victims[in.VictimPID] = true
+		cr.mu.Unlock()
+	}
+	cr.land(&out, cr.faultWindow(i), cr.armNs, 0)
 	return out
 }
 
@@ -494,8 +227,9 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 			// the park itself is the interference (a live operation held
 			// at an exact phase while something else happens)
 			now := failpoint.Now()
-			out = append(out, reports.Injection{Fault: "none (held parked)", Trigger: trig, RequestedNs: now, ActualNs: now,
-				VictimPID: pid, LastPhase: t.Point, IntendedPhase: t.Point, Landed: true})
+			rec := reports.Injection{Fault: "none (held parked)", Trigger: trig, RequestedNs: now, ActualNs: now, VictimPID: pid}
+			cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
+			out = append(out, rec)
 			if firstNs == 0 {
 				firstNs = now
 			}
@@ -511,8 +245,7 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 				rec.Err = err.Error()
 			}
 			rec.ActualNs = failpoint.Now()
-			rec.LastPhase = cr.lastPhase(hit.Event, rec.ActualNs)
-			rec.Landed = rec.Err == "" && rec.LastPhase == t.Point
+			cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
 			if firstNs == 0 {
 				firstNs = rec.ActualNs
 			}
@@ -528,10 +261,9 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 		if firstNs == 0 {
 			firstNs = in.ActualNs
 		}
-		// The parked process cannot have moved on: its last phase is the
-		// point unless the fault hit something else.
-		rec.LastPhase = cr.lastPhase(hit.Event, in.ActualNs)
-		rec.Landed = in.Err == "" && rec.LastPhase == t.Point
+		// The parked process cannot have moved on: the window closes at
+		// its next phase.
+		cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
 		if in.VictimPID > 0 {
 			cr.mu.Lock()
 			cr.victims[in.VictimPID] = true
@@ -613,32 +345,6 @@ func childExit(fromNs int64, kind, vm string) func(*failpoint.Event) bool {
 	}
 }
 
-// afterExit fires fault i OFFSET after the N-th exit of an agent child of
-// the trigger's kind.
-func (cr *caseRun) afterExit(ctx context.Context, mark, i int, trig string) ([]reports.Injection, error) {
-	t, err := injector.ParseTrigger(trig)
-	if err != nil {
-		return nil, err
-	}
-	hit, err := cr.st.Trace.Wait(ctx, mark, t.N, childExit(0, t.Child, t.VM))
-	if err != nil {
-		return nil, err
-	}
-	req := hit.Event.TsNs + int64(t.Offset)
-	if d := time.Duration(req - failpoint.Now()); d > 0 {
-		time.Sleep(d)
-	}
-	in := cr.inj.Inject(ctx, cr.injFault(cr.s.Faults[i]))
-	in.Trigger, in.RequestedNs, in.TriggerNs, in.TriggerPID = t, req, hit.Event.TsNs, hit.Event.Pid
-	in.IntendedPhase = "agent.child.exit"
-	time.Sleep(20 * time.Millisecond) // datagrams sent before the kill
-	if e, ok := cr.st.Trace.LastOf(hit.Event.Pid, in.ActualNs); ok {
-		in.LastPhase = e.Point
-	}
-	in.Landed = in.Err == "" && in.LastPhase != ""
-	return []reports.Injection{cr.record(i, in)}, nil
-}
-
 // waitReconcile waits until the harness's reconcile-stale-create exited, or
 // ran long enough to be queued behind the held lock.
 func (cr *caseRun) waitReconcile(ctx context.Context) {
@@ -672,8 +378,10 @@ func closedWith(code int) <-chan int {
 	return ch
 }
 
-// waitFailpoint: a VMCHAOS_FAILPOINTS action is the fault; it landed when
-// the trigger point was hit.
+// waitFailpoint: a VMCHAOS_FAILPOINTS action is the fault. It fired at the
+// first hit of its point (the first action of Env.Failpoints) after arming,
+// and it ran only if the trigger (its effect, e.g. agent.failed) came after
+// that hit; it must land in the fault's window.
 func (cr *caseRun) waitFailpoint(ctx context.Context, mark, i int, trig string) ([]reports.Injection, error) {
 	t, err := injector.ParseTrigger(trig)
 	if err != nil {
@@ -683,8 +391,23 @@ func (cr *caseRun) waitFailpoint(ctx context.Context, mark, i int, trig string) 
 	if err != nil {
 		return nil, err
 	}
-	return []reports.Injection{{Fault: "failpoint " + cr.s.Env.Failpoints, Trigger: trig, RequestedNs: hit.Event.TsNs,
-		ActualNs: hit.Event.TsNs, LastPhase: t.Point, IntendedPhase: t.Point, Landed: true}}, nil
+	point, _, _ := strings.Cut(cr.s.Env.Failpoints, "=")
+	point = strings.TrimSpace(point)
+	rec := reports.Injection{Fault: "failpoint " + cr.s.Env.Failpoints, Trigger: trig, RequestedNs: cr.armNs}
+	for _, e := range cr.st.Trace.Sorted() {
+		if e.TsNs > cr.armNs && e.Point == point {
+			rec.ActualNs = e.TsNs
+			break
+		}
+	}
+	switch {
+	case rec.ActualNs == 0:
+		rec.Err = fmt.Sprintf("%s came without a hit of the action's point %s", t.Point, point)
+	case hit.Event.TsNs < rec.ActualNs:
+		rec.Err = fmt.Sprintf("%s came %s before the action's point %s: not its effect", t.Point, ms(rec.ActualNs-hit.Event.TsNs), point)
+	}
+	cr.land(&rec, cr.faultWindow(i), cr.armNs, 0)
+	return []reports.Injection{rec}, nil
 }
 
 // killDirect SIGKILLs a vmctl the harness started itself, OFFSET after the
@@ -716,16 +439,7 @@ func (cr *caseRun) killDirect(ctx context.Context, mark, i int, trig string) ([]
 		return []reports.Injection{rec}, nil
 	}
 	time.Sleep(20 * time.Millisecond) // let datagrams sent before the kill arrive
-	if e, ok := cr.st.Trace.LastOf(hit.Event.Pid, rec.ActualNs); ok {
-		rec.LastPhase = e.Point
-	}
-	f := cr.s.Faults[i]
-	rec.Landed = true
-	if f.Window[0] != "" {
-		rec.IntendedPhase = f.Window[0] + ".." + f.Window[1]
-		ok, why := cr.inWindow(hit.Event.TsNs, rec.ActualNs, f.Window)
-		rec.Landed, rec.Err = ok, why
-	}
+	cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, 0)
 	cr.mu.Lock()
 	cr.victims[hit.Event.Pid] = true
 	cr.mu.Unlock()
@@ -786,7 +500,7 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 	case scenarios.StepDirectClone:
 		cmd, exit, err := st.StartProc("direct-clone-"+step.VM, "vm", "clone", "--name", step.VM, baseSnapshot)
 		if err != nil {
-			return err
+			return harnessErr(err)
 		}
 		cr.mu.Lock()
 		cr.direct[step.VM] = &directProc{pid: cmd.Process.Pid, exit: exit}
@@ -798,7 +512,7 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		}
 		cmd, exit, err := st.StartProc("direct-save-"+step.VM, "snapshot", "save", "--name", step.VM+"-manual", v.ID)
 		if err != nil {
-			return err
+			return harnessErr(err)
 		}
 		cr.mu.Lock()
 		cr.direct["save-"+step.VM] = &directProc{pid: cmd.Process.Pid, exit: exit}
@@ -823,7 +537,7 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		}
 		cmd, exit, err := st.StartProc("reconcile-"+step.VM, "vm", "reconcile-stale-create", id, "-o", "json")
 		if err != nil {
-			return err
+			return harnessErr(err)
 		}
 		cr.mu.Lock()
 		cr.direct["reconcile"] = &directProc{pid: cmd.Process.Pid, exit: exit}
@@ -841,11 +555,13 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		cr.kills = append(cr.kills, vmmKill{ID: v.ID, Name: step.VM, TsNs: sent})
 		cr.mu.Unlock()
 	case scenarios.StepWipeStatus:
-		return wipeStatus(st.State, step.VM)
+		if err := wipeStatus(st.State, step.VM); err != nil {
+			return harnessErr(err)
+		}
 	case scenarios.StepCounterClaim:
 		return cr.counterClaim(ctx, step.VM, budget)
 	default:
-		return fmt.Errorf("unknown step %q", step.Kind)
+		return harnessErr(fmt.Errorf("unknown step %q", step.Kind))
 	}
 	return nil
 }
@@ -977,11 +693,11 @@ func (cr *caseRun) counterClaim(ctx context.Context, name string, budget time.Du
 	return fmt.Errorf("counter-claim: not accepted within %s", budget)
 }
 
-// converge waits, with Gomega's Eventually(...).MustPassRepeatedly(n),
+// pollStable waits, with Gomega's Eventually(...).MustPassRepeatedly(n),
 // until every state invariant held StablePolls times in a row; it returns the
 // last evaluation and the CLOCK_MONOTONIC time of the first poll of the
 // stable streak (0 if the budget ran out).
-func (cr *caseRun) converge(ctx context.Context, in *checker.Input, budget time.Duration) ([]reports.Invariant, int64) {
+func (cr *caseRun) pollStable(ctx context.Context, in *checker.Input, budget time.Duration) ([]reports.Invariant, int64) {
 	every := floor(cr.r.scale(time.Second), 50*time.Millisecond)
 	var last []reports.Invariant
 	var first, lastTs int64
@@ -1015,25 +731,6 @@ func violated(invs []reports.Invariant) []string {
 	return out
 }
 
-// stackPhase is where the operation was when the fault landed: the victim's
-// last phase, unless that is only the agent's child bookkeeping, in which
-// case the last phase any process of the stack reached.
-func (cr *caseRun) stackPhase(in reports.Injection) string {
-	if in.LastPhase != "" && !strings.HasPrefix(in.LastPhase, "agent.child.") {
-		return in.LastPhase
-	}
-	last := in.LastPhase
-	for _, e := range cr.st.Trace.Sorted() {
-		if e.TsNs > in.ActualNs {
-			break
-		}
-		if !strings.HasPrefix(e.Point, "agent.child.") && !strings.HasPrefix(e.Point, "store.commit.") {
-			last = e.Point
-		}
-	}
-	return last
-}
-
 // isDirect reports whether host pid is a vmctl the harness started (or the
 // child of the nsenter that started it in the sandbox).
 func (cr *caseRun) isDirect(pid int) bool {
@@ -1060,7 +757,7 @@ func (cr *caseRun) holdLease(ctx context.Context, name string) error {
 	fromNs := failpoint.Now()
 	cmd, exit, err := cr.st.StartProcFP("hold-lease-reader", point+"=pause", "vm", "clone", "--name", "reader", name)
 	if err != nil {
-		return err
+		return harnessErr(err)
 	}
 	cr.mu.Lock()
 	cr.direct["reader"] = &directProc{pid: cmd.Process.Pid, exit: exit}
@@ -1081,27 +778,6 @@ func (cr *caseRun) holdLease(ctx context.Context, name string) error {
 	return nil
 }
 
-// lastPhase is the last phase the parked operation reached by tsNs: the last
-// event of the parked process for the same VM, ignoring the agent's child
-// bookkeeping (the agent is many goroutines: its watcher keeps emitting
-// agent.child.* while one operation is parked).
-func (cr *caseRun) lastPhase(parked failpoint.Event, tsNs int64) string {
-	last := ""
-	for _, e := range cr.st.Trace.Sorted() {
-		if e.TsNs > tsNs {
-			break
-		}
-		if e.Pid != parked.Pid || strings.HasPrefix(e.Point, "agent.child.") {
-			continue
-		}
-		if parked.VM != "" && e.VM != "" && e.VM != parked.VM {
-			continue
-		}
-		last = e.Point
-	}
-	return last
-}
-
 // orphanPause runs `snapshot save` of name as the harness, parks it right
 // after it paused the VMM and SIGKILLs it there: the VMM stays Paused under a
 // running record, the state a dead capture leaves (seed 001 #2).
@@ -1113,7 +789,7 @@ func (cr *caseRun) orphanPause(ctx context.Context, name string) error {
 	}
 	cmd, exit, err := cr.st.StartProcFP("orphan-pause-"+name, point+"=pause", "snapshot", "save", "--name", name+"-orphan", v.ID)
 	if err != nil {
-		return err
+		return harnessErr(err)
 	}
 	cr.mu.Lock()
 	cr.direct["orphan-"+name] = &directProc{pid: cmd.Process.Pid, exit: exit}
@@ -1138,93 +814,4 @@ func (cr *caseRun) orphanPause(ctx context.Context, name string) error {
 	}
 	// later saves must not park here
 	return failpoint.Release(cr.st.CtlDir, point)
-}
-
-// calibVM is the VM a fraction case runs its operation on once, before the
-// fault is armed, to measure the operation's window on this stack.
-// (calib-0, calib-1, ...: calibRuns of them).
-const (
-	calibVM   = "calib"
-	calibRuns = 2
-)
-
-// resolveFrac turns the case's fraction of the first fault's window into an
-// absolute offset. The window's length is measured on the case's own stack:
-// from the setup's trace when the setup already ran the operation (both
-// window points for one VM), else from calibration runs of the operation on
-// the VMs "calib-N" (create; or create + hibernate for save and hibernate)
-// with the unarmed agent, taking the shortest. No sweep's setup runs its
-// operation today, so every fine sweep case calibrates. The offset is recorded unscaled, like every
-// catalogue offset (the trigger scales it back), so OffsetMs and the repro
-// line carry an absolute offset that `vmchaos repro` replays exactly.
-func (cr *caseRun) resolveFrac(ctx context.Context, budget time.Duration) error {
-	w := cr.s.Faults[0].Window
-	winNs, src := windowNs(cr.st.Trace.Sorted(), w, "")
-	if winNs <= 0 {
-		// Two calibration runs, one after the other, and the shorter
-		// window: a load hiccup in one of them would otherwise stretch
-		// every offset past the swept run's end.
-		var got []string
-		for i := 0; i < calibRuns; i++ {
-			vm := fmt.Sprintf("%s-%d", calibVM, i)
-			steps := []scenarios.Step{{Kind: scenarios.StepCreate, VM: vm, Wait: true}}
-			if cr.s.Op == scenarios.OpSave || cr.s.Op == scenarios.OpHibernate {
-				steps = append(steps, scenarios.Step{Kind: scenarios.StepHibernate, VM: vm, Wait: true})
-			}
-			for _, st := range steps {
-				if err := cr.step(ctx, st, budget); err != nil {
-					return fmt.Errorf("calibration %s %s: %w", st.Kind, st.VM, err)
-				}
-			}
-			// the goal is reported before the last trace datagram may
-			// have been read: give the trace a moment
-			var ns int64
-			deadline := time.Now().Add(2 * time.Second)
-			for {
-				if ns, _ = windowNs(cr.st.Trace.Sorted(), w, vm); ns > 0 || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if ns <= 0 {
-				return fmt.Errorf("calibration: no %s → %s in the trace for %s", w[0], w[1], vm)
-			}
-			got = append(got, fmt.Sprintf("%.3fms", float64(ns)/1e6))
-			if winNs <= 0 || ns < winNs {
-				winNs = ns
-			}
-		}
-		src = "shortest of calibration runs " + strings.Join(got, ", ")
-	}
-	off := time.Duration(cr.c.Frac * float64(winNs) / cr.r.opts.Scale).Round(time.Millisecond)
-	cr.c.Offset, cr.c.HasOff = off, true
-	cr.rc.OffsetMs = float64(off) / float64(time.Millisecond)
-	cr.rc.Trigger = cr.r.triggerString(cr.c, 0)
-	cr.rc.Repro = cr.r.repro(cr.c, cr.bugs)
-	note := fmt.Sprintf("window %s → %s: %.3fms measured (%s); %s of it = %s real, --offset %s at scale %g\n",
-		w[0], w[1], float64(winNs)/1e6, src, scenarios.FormatFrac(cr.c.Frac),
-		injector.FormatOffset(cr.r.scale(off).Round(time.Microsecond)), injector.FormatOffset(off), cr.r.opts.Scale)
-	return os.WriteFile(filepath.Join(cr.st.CaseDir, "window.txt"), []byte(note), 0o644)
-}
-
-// windowNs is the length of the first complete window w[0] → w[1] of one VM
-// in the trace (vm "" = any VM), and where it came from.
-func windowNs(evs []failpoint.Event, w [2]string, vm string) (int64, string) {
-	start := map[string]int64{}
-	for _, e := range evs {
-		if vm != "" && e.VM != vm {
-			continue
-		}
-		switch e.Point {
-		case w[0]:
-			if _, ok := start[e.VM]; !ok {
-				start[e.VM] = e.TsNs
-			}
-		case w[1]:
-			if t0, ok := start[e.VM]; ok && e.TsNs > t0 {
-				return e.TsNs - t0, "setup's " + e.VM
-			}
-		}
-	}
-	return 0, ""
 }

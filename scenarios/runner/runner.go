@@ -36,6 +36,7 @@ type Options struct {
 	Regress     []string
 	Progress    io.Writer // one line per finished case; nil = silent
 	StablePolls int       // consecutive clean polls that count as converged (default 3)
+	Repeat      int       // runs of every case (default 1); differing verdicts make it flaky
 
 	// Done is called with each finished case (progress.Meter.Case); nil = none.
 	Done func(reports.Case)
@@ -80,6 +81,9 @@ type Runner struct {
 	run     *stack.Run
 	mu      sync.Mutex
 	res     *reports.Results
+	// narrowest is, per operation window, the narrowest span any
+	// calibration of this run measured (see placeFault)
+	narrowest map[string]int64
 }
 
 // New prepares the shared stack parts.
@@ -228,10 +232,15 @@ func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []strin
 			Labels: c.Labels, Backend: r.opts.Backend, Supervisor: r.opts.Supervisor, TimeScale: r.opts.Scale,
 			Seed: r.opts.Seed, Operation: c.Scenario.Op, Fault: faultsString(c.Scenario), ConvergeMs: -1, Attempts: 1,
 			StartedAt: time.Now().UTC(), Repro: r.repro(c, bugs), Verdict: reports.Inconclusive, Reason: r.skip}
+	} else if r.opts.Repeat > 1 {
+		rc = r.repeatCase(ctx, c, bugs)
 	} else {
-		rc = r.runCase(ctx, c, bugs)
+		rc = r.runCase(ctx, c, bugs, "")
+		rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
 	}
-	rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
+	if rc.DurationMs == 0 {
+		rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
+	}
 	r.mu.Lock()
 	r.res.Cases = append(r.res.Cases, rc)
 	r.mu.Unlock()
@@ -296,7 +305,14 @@ type caseRun struct {
 	scraper *checker.Scraper
 	victims map[int]bool
 	bugs    []string
-	mu      sync.Mutex
+	win     *opWindow // the first fault's window as measured (windowed cases)
+	refusal string    // the case was refused before it ran (its window is too short)
+	// calibIssued: the calibration VMs' first step was issued beside the setup
+	calibIssued bool
+	mark        int   // trace index after arming: the faults count hits from here
+	armNs       int64 // when the armed agent was up
+	adopted     map[string]string
+	mu          sync.Mutex
 }
 
 type vmmKill struct {
@@ -309,12 +325,29 @@ type directProc struct {
 	exit <-chan int
 }
 
-func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string) reports.Case {
+// repeatCase runs a case Repeat times, each on a fresh stack in its own
+// dir, and joins the runs: one verdict when they agree, else flaky.
+func (r *Runner) repeatCase(ctx context.Context, c scenarios.Case, bugs []string) reports.Case {
+	var runs []reports.Case
+	for i := 0; i < r.opts.Repeat && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		rc := r.runCase(ctx, c, bugs, fmt.Sprintf(".run%d", i+1))
+		rc.DurationMs = float64(time.Since(t0)) / float64(time.Millisecond)
+		runs = append(runs, rc)
+		if r.opts.Progress != nil {
+			fmt.Fprintf(r.opts.Progress, "  run %d/%d %s\n", i+1, r.opts.Repeat, progressLine(rc))
+		}
+	}
+	return reports.JoinRuns(runs)
+}
+
+func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, runSuffix string) reports.Case {
 	s := c.Scenario
 	dirName := c.ID
 	if len(bugs) > 0 {
 		dirName += "+" + strings.Join(bugs, "+")
 	}
+	dirName += runSuffix
 	caseDir := filepath.Join(r.opts.ReportDir, "cases", unsafeChars.ReplaceAllString(dirName, "_"))
 	rc := reports.Case{
 		ID: c.ID, Scenario: s.ID, Title: s.Title, SeedRef: s.SeedRef, Labels: c.Labels, Backend: r.opts.Backend,
@@ -323,10 +356,10 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string) r
 		StartedAt: time.Now().UTC(), ConvergeMs: -1, Attempts: 1, Repro: r.repro(c, bugs),
 	}
 	if err := os.RemoveAll(caseDir); err != nil {
-		return infra(rc, err)
+		return harnessFailed(rc, err)
 	}
 	if err := os.MkdirAll(caseDir, 0o755); err != nil {
-		return infra(rc, err)
+		return harnessFailed(rc, err)
 	}
 	budget := floor(r.scale(orDefault(s.Expect.Budget, 120*time.Second)), 20*time.Second)
 	cctx, cancel := context.WithTimeout(ctx, budget+90*time.Second)
@@ -336,12 +369,12 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string) r
 	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
 		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs})
 	if err != nil {
-		return infra(rc, err)
+		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}
 	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
 	cr.inj = injector.New(r.run.Sup, st.Trace, injector.Options{CtlDir: st.CtlDir})
-	verdictErr := cr.execute(cctx, budget)
+	o := cr.execute(cctx, budget)
 	// teardown is part of the verdict: a case that leaves processes behind
 	// is a harness error
 	if cr.scraper != nil {
@@ -356,23 +389,14 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string) r
 		rc.Logs[k] = filepath.Join("cases", filepath.Base(caseDir), v)
 	}
 	rc.Timeline = timeline(st.Trace.Sorted(), rc.Injections, rc.ConvergeMs, cr.faultNs)
-	if verdictErr != nil {
-		return infra(rc, verdictErr)
-	}
-	if closeErr != nil && rc.Verdict == reports.Pass {
-		rc.Verdict = reports.Error
-		rc.Reason = closeErr.Error()
-	}
+	o.TeardownErr = closeErr
+	cr.judge(o)
 	return rc
 }
 
-func infra(rc reports.Case, err error) reports.Case {
-	if rc.Verdict == "" || rc.Verdict == reports.Pass {
-		rc.Verdict = reports.Inconclusive
-	}
-	if rc.Reason == "" {
-		rc.Reason = "infrastructure: " + err.Error()
-	}
+// harnessFailed is a case the harness could not even set up: error.
+func harnessFailed(rc reports.Case, err error) reports.Case {
+	rc.Verdict, rc.Reason = verdict(outcome{Err: harnessErr(err)})
 	return rc
 }
 

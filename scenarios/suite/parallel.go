@@ -61,6 +61,10 @@ func RunParallel(ctx context.Context, r *runner.Runner, cases []scenarios.Case, 
 func specReport(c scenarios.Case, rc reports.Case, t0, t1 time.Time) types.SpecReport {
 	s := types.SpecReport{ContainerHierarchyTexts: []string{"vmchaos catalogue", "case"}, LeafNodeType: types.NodeTypeIt,
 		LeafNodeText: c.ID, LeafNodeLabels: c.Labels, StartTime: t0, EndTime: t1, RunTime: t1.Sub(t0), NumAttempts: 1}
+	if len(rc.Runs) > 1 {
+		// Ginkgo's convention for a spec run several times
+		s.NumAttempts, s.MaxMustPassRepeatedly = len(rc.Runs), len(rc.Runs)
+	}
 	switch rc.Verdict {
 	case reports.Pass:
 		s.State = types.SpecStatePassed

@@ -33,6 +33,9 @@ func runCase(r func() *runner.Runner) func(g.SpecContext, scenarios.Case) {
 		rc := r().RunCase(ctx, c)
 		g.AddReportEntry("verdict", rc.Verdict, g.ReportEntryVisibilityFailureOrVerbose)
 		g.AddReportEntry("repro", rc.Repro, g.ReportEntryVisibilityFailureOrVerbose)
+		if len(rc.Runs) > 1 {
+			g.AddReportEntry("runs", reports.RunTally(rc.Runs), g.ReportEntryVisibilityFailureOrVerbose)
+		}
 		switch rc.Verdict {
 		case reports.Pass:
 		case reports.Inconclusive:

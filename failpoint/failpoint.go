@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -186,10 +187,10 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 	if op == "" && ctx != nil {
 		op = OpFrom(ctx)
 	}
-	ts := Now()
+	var ts int64
 	var seq uint64
 	if st.trace != nil {
-		ev := Event{TsNs: ts, Pid: st.pid, Proc: st.proc, Point: name, VM: vm, Op: op}
+		ev := Event{Pid: st.pid, Proc: st.proc, Point: name, VM: vm, Op: op} // stamped by send
 		if len(attrs) > 0 {
 			ev.Attrs = make(map[string]any, len(attrs))
 			for k, v := range attrs {
@@ -198,8 +199,10 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 				}
 			}
 		}
-		st.send(&ev)
+		ts = st.send(&ev)
 		seq = ev.Seq
+	} else {
+		ts = Now()
 	}
 	for _, r := range st.actions[name] {
 		if r.vm != "" && r.vm != vm {
@@ -217,14 +220,33 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 // under one lock, so a process's datagrams leave (and, on a unixgram socket,
 // arrive) in seq order; a failed write still uses its number and shows as a
 // gap.
-func (st *state) send(ev *Event) {
+//
+// An event without TsNs is stamped here, after it was encoded and right
+// before the write: the stamp says the phase was reached (it was, a few µs
+// earlier), and a thread preempted between stamp and write delays the
+// datagram past its own stamp, so the window is kept to the write. It
+// returns the stamp.
+func (st *state) send(ev *Event) int64 {
 	sendMu.Lock()
 	defer sendMu.Unlock()
 	st.seq++
 	ev.Seq = st.seq
-	if b, err := json.Marshal(ev); err == nil {
-		_, _ = st.trace.Write(b)
+	stamp := ev.TsNs == 0
+	b, err := json.Marshal(ev)
+	if err != nil {
+		if stamp {
+			ev.TsNs = Now()
+		}
+		return ev.TsNs
 	}
+	if stamp {
+		// ts_ns is the first field: `{"ts_ns":0,` becomes `{"ts_ns":<now>,`.
+		rest := b[len(`{"ts_ns":0`):]
+		ev.TsNs = Now()
+		b = append(strconv.AppendInt(append(make([]byte, 0, len(b)+20), `{"ts_ns":`...), ev.TsNs, 10), rest...)
+	}
+	_, _ = st.trace.Write(b)
+	return ev.TsNs
 }
 
 type actionKind int

@@ -205,6 +205,11 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 			pre.close()
 			return nil, fmt.Errorf("arm %s: %w", t, err)
 		}
+		// The victim's identity is checked against this process when it
+		// fires, when it may already be gone.
+		if needsMain(f.Kind) && pre == nil {
+			return nil, fmt.Errorf("arm %s in the victim: unit %s has no main process now", t, f.Unit)
+		}
 	}
 	switch t.Kind {
 	case TriggerAt, TriggerAfterExit:

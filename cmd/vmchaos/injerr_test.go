@@ -30,7 +30,7 @@ func TestReportGateMaxInjectionError(t *testing.T) {
 	}{
 		{[]string{"gate", dir}, 0, "gate: pass"},
 		{[]string{"gate", "--max-injection-error", "10ms", dir}, 0, "gate: pass"},
-		{[]string{"gate", "--max-injection-error", "1ms", dir}, 2, "INCONCLUSIVE injection error p99 +3.00 ms over 2 injection(s) exceeds --max-injection-error 1ms"},
+		{[]string{"gate", "--max-injection-error", "1ms", dir}, 2, "INCONCLUSIVE injection error p99 +3.00 ms over 2 timed injection(s) exceeds --max-injection-error 1ms"},
 	} {
 		out, code := runReport(t, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.want) {

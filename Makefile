@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/vmchaos/vmchaos/reports.Version=$(VERSION)
 
-.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos selftest selftest-fast systemd-fast clean
+.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos selftest selftest-fast systemd-fast manager clean
 
 all: build
 
@@ -57,6 +57,13 @@ kvm-preflight: build
 # chaos: the main job — the whole catalogue on the fake backend, report written.
 chaos: setup build
 	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --time-scale $(SCALE) --report-dir $(REPORTDIR)/chaos-$$(date +%Y%m%d-%H%M%S)
+
+# manager: the manager-level catalogue against the bundled vmctl (must pass),
+# and against your own cocoon binary when MANAGER_BIN=/path/to/cocoon is given
+# (its failures are findings; vmchaos never builds or fetches cocoon).
+manager: setup build
+	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --label-filter layer:manager --time-scale $(SCALE) --report-dir $(REPORTDIR)/manager-vmctl-$$(date +%Y%m%d-%H%M%S)
+	if [ -n "$(MANAGER_BIN)" ]; then VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --manager cocoon --manager-bin $(MANAGER_BIN) --label-filter layer:manager --time-scale $(SCALE) --report-dir $(REPORTDIR)/manager-cocoon-$$(date +%Y%m%d-%H%M%S); fi
 
 # The fast subset with the systemd supervisor. Where PID 1 is not systemd (CI,
 # containers) it runs inside `vmchaos sandbox`, whose PID 1 is a real systemd.

@@ -232,6 +232,27 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	}
 }
 
+// WaitVM polls vm.info until the VM exists (the command-line VM of a VMM
+// started with one). CH serves the API before its main thread has created
+// that VM, so a ping that answers does not mean it exists: until then
+// vm.info says "VM is not created". Any other answer from the VMM ends the
+// wait; a transport error (the VMM not listening, or gone) is retried until
+// ctx ends, like WaitReady.
+func (c *Client) WaitVM(ctx context.Context) (VmInfo, error) {
+	for {
+		info, err := c.Info(ctx)
+		var ce *Error
+		if err == nil || errors.As(err, &ce) && !HasMessage(err, "VM is not created") {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return info, fmt.Errorf("wait for the VM at %s: %w (last: %v)", c.Socket, ctx.Err(), err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
 // Info calls vm.info.
 func (c *Client) Info(ctx context.Context) (VmInfo, error) {
 	var r VmInfo

@@ -17,7 +17,8 @@ type Point struct {
 var Catalogue = []Point{
 	// vmctl: create
 	{"vm.create.reserved", "vmctl", "create", "creating placeholder committed; name claimed; ops lock held", "disk copied, VMM launched"},
-	{"vm.create.committed", "vmctl", "create", "record committed as created/running", "command returned"},
+	{"vm.create.created", "vmctl", "create", "record committed created (disk copied, no VMM); ops lock released", "run: vm start re-locks and boots; create: command returns"},
+	{"vm.create.committed", "vmctl", "create", "the verb's final record committed: created (create) or running (run, after its start)", "command returned"},
 	// vmctl: clone
 	{"vm.clone.reserved", "vmctl", "clone", "creating placeholder committed under the ops lock; snapshot lease held shared", "files copied, VMM launched"},
 	{"vm.clone.files-copied", "vmctl", "clone", "snapshot files copied into the VM's dirs", "VMM launched"},
@@ -29,9 +30,11 @@ var Catalogue = []Point{
 	{"snapshot.save.locked", "vmctl", "save", "name preflight passed; VM ops lock held", "vm.pause"},
 	{"snapshot.save.paused", "vmctl", "save", "VMM Paused", "vm.snapshot capture"},
 	{"snapshot.save.captured", "vmctl", "save", "memory and state written to the staging dir, disks copied", "vm.resume"},
-	{"snapshot.save.resumed", "vmctl", "save", "vm.resume done; guest running again", "pending record"},
-	{"snapshot.save.pending", "vmctl", "save", "pending record holds the name under the exclusive lease", "data moved in and finalized"},
-	{"snapshot.save.finalized", "vmctl", "save", "record finalized, data fsynced", "lease and ops lock released"},
+	{"snapshot.save.resumed", "vmctl", "save", "vm.resume done; guest running again; capture in the VM's dir; ops lock still held", "ops lock released"},
+	{"snapshot.save.unlocked", "vmctl", "save", "VM ops lock released (vm net/start/rm may run); capture in the VM's dir", "build lease, pending record"},
+	{"snapshot.save.leased", "vmctl", "save", "build lease held exclusive, capture moved to staging; VM ops lock free", "pending record"},
+	{"snapshot.save.pending", "vmctl", "save", "pending record holds the name under the exclusive build lease; VM ops lock free", "data moved in and finalized"},
+	{"snapshot.save.finalized", "vmctl", "save", "record finalized, data fsynced; VM ops lock free", "build lease released"},
 	// vmctl: snapshot rm
 	{"snapshot.rm.tombstoned", "vmctl", "snapshot-rm", "tombstone committed, record and name removed from the index", "data dir removed"},
 	{"snapshot.rm.done", "vmctl", "snapshot-rm", "data dir removed, tombstone cleared", "command returned"},
@@ -43,6 +46,7 @@ var Catalogue = []Point{
 	{"vm.net.removed", "vmctl", "net", "NICs removed through the VMM (orphaned pause converged first)", "new NICs added, record updated"},
 	{"vm.net.added", "vmctl", "net", "new NICs added through the VMM", "record updated"},
 	// vmctl: start and stop
+	{"vm.start.locked", "vmctl", "start", "VM ops lock held (run: taken again after create released it at created)", "VMM booted or adopted"},
 	{"vm.start.booted", "vmctl", "start", "VMM booted from the VM's disk under the ops lock, guest running", "record committed running with the new pid"},
 	{"vm.stop.vmm-stopped", "vmctl", "stop", "VMM shut down (or killed) under the ops lock", "record committed stopped"},
 	// vmctl: store and daemon
@@ -76,16 +80,20 @@ var Catalogue = []Point{
 	{"agent.failed", "nodeagent", "agent", "lifecycle failed written with the reason", "retry"},
 
 	// fakech
+	{"ch.cli.start", "fakech", "vmm", "API socket bound and serving (vmm.ping answers)", "the command-line VM created/booted or restored"},
 	{"ch.boot", "fakech", "vmm", "VM booted, guest running", "-"},
 	{"ch.pause", "fakech", "vmm", "VM paused", "-"},
 	{"ch.resume", "fakech", "vmm", "VM resumed", "-"},
 	{"ch.snapshot.begin", "fakech", "vmm", "snapshot request accepted on a Paused VM", "files written"},
-	{"ch.snapshot.memory-written", "fakech", "vmm", "memory-ranges written", "config.json/state.json"},
+	{"ch.snapshot.memory-writing", "fakech", "vmm", "config.json and state.json complete, memory-ranges half written", "rest of memory-ranges"},
+	{"ch.snapshot.memory-written", "fakech", "vmm", "config.json, state.json, memory-ranges written (CH's order)", "response sent"},
 	{"ch.snapshot.done", "fakech", "vmm", "all snapshot files written", "response sent"},
 	{"ch.restore.begin", "fakech", "vmm", "restore request accepted", "memory loaded"},
 	{"ch.restore.done", "fakech", "vmm", "VM restored, Paused", "-"},
 	{"ch.net.added", "fakech", "vmm", "NIC added, guest listener open", "-"},
-	{"ch.net.removed", "fakech", "vmm", "NIC removed, guest listener closed", "-"},
+	{"ch.net.removed", "fakech", "vmm", "NIC out of the config, guest asked to eject", "eject acked: node still in the device tree, guest listener open"},
+	{"ch.eject.requested", "fakech", "vmm", "remove-device took the device out of the config, eject pending", "guest ack; node leaves the device tree"},
+	{"ch.eject.acked", "fakech", "vmm", "guest acked the eject (eject_ack of running time)", "node removed from the device tree, NIC listener closed"},
 	{"ch.shutdown", "fakech", "vmm", "VM shut down", "-"},
 
 	// runner: ledger (proc "vmchaos", the process that writes the journal)

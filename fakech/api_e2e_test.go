@@ -379,8 +379,8 @@ func TestCreateBootShutdownDeleteLifecycle(t *testing.T) {
 	if _, err := c.AddNet(ctx, chapi.NetConfig{IP: loopbackIP(), ID: "_net1"}); !chapi.HasMessage(err, "Identifier _net1 is not unique") {
 		t.Fatalf("duplicate id: %v", err)
 	}
-	if err := c.RemoveDevice(ctx, "nosuch"); !chapi.HasMessage(err, "Failed to find device corresponding to the given identifier: nosuch") {
-		t.Fatalf("remove unknown: %v", err)
+	if e := chError(t, c.RemoveDevice(ctx, "nosuch")); e.Innermost() != "Failed to find device corresponding to the given identifier" {
+		t.Fatalf("remove unknown (v51 wording, no id): %v", e)
 	}
 	if err := c.Shutdown(ctx); err != nil {
 		t.Fatal(err)

@@ -58,45 +58,47 @@ type flagDef struct {
 // flags is CH v51's long-flag table (the subset managers use plus the rest
 // accepted and ignored, so a real manager's command line is never refused).
 var flags = map[string]flagDef{
-	"api-socket":       {kindValue, false, "HTTP API socket (UNIX domain socket): path=</path/to/a/file> | fd=<fd>"},
-	"event-monitor":    {kindValue, false, "File to report events on: path=</path/to/a/file> | fd=<fd>"},
-	"log-file":         {kindValue, false, "Log file. Standard error is used if not specified"},
-	"restore":          {kindValue, false, "Restore from a VM snapshot: source_url=<source_url>,prefault=on|off,resume=on|off"},
-	"seccomp":          {kindValue, false, "Seccomp configuration: true|false|log"},
-	"kernel":           {kindValue, false, "Path to kernel to load. This may be a kernel or firmware that supports a PVH entry point"},
-	"firmware":         {kindValue, false, "Path to firmware that is loaded in an architectural specific way"},
-	"igvm":             {kindValue, false, "Path to IGVM file to load"},
-	"cmdline":          {kindValue, true, "Kernel command line"},
-	"initramfs":        {kindValue, true, "Path to initramfs image"},
-	"cpus":             {kindValue, true, "boot=<boot_vcpus>,max=<max_vcpus>,... (default: boot=1,max_phys_bits=46)"},
-	"platform":         {kindValue, true, "num_pci_segments=<num_pci_segments>,..."},
-	"memory":           {kindValue, true, "Memory parameters: size=<guest_memory_size>,shared=on|off,hugepages=on|off,... (default: size=512M)"},
-	"rng":              {kindValue, true, "Random number generator parameters: src=<entropy_source_path> (default: src=/dev/urandom)"},
-	"balloon":          {kindValue, true, "Balloon parameters: size=<balloon_size>,..."},
-	"serial":           {kindValue, true, "Control serial port: off|null|pty|tty|file=</path/to/a/file>|socket=</path/to/a/file> (default: null)"},
-	"console":          {kindValue, true, "Control (virtio) console: off|null|pty|tty|file=</path/to/a/file> (default: tty)"},
-	"debug-console":    {kindValue, true, "Debug console: off|pty|tty|file=</path/to/a/file>,iobase=<port in hex>"},
-	"vsock":            {kindValue, true, "Virtio VSOCK parameters: cid=<context_id>,socket=<socket_path>,..."},
-	"tpm":              {kindValue, true, "TPM device: socket=</path/to/a/socket>"},
-	"pvpanic":          {kindBool, true, "Enable pvpanic device"},
-	"watchdog":         {kindBool, true, "Enable virtio-watchdog"},
-	"landlock":         {kindBool, true, "Enable Landlock sandboxing"},
-	"disk":             {kindMulti, true, "Disk parameters: path=<disk_image_path>,readonly=on|off,id=<device_id>,... (the FIRST disk is the fake guest image)"},
-	"net":              {kindMulti, true, "Network parameters: tap=<if_name>,ip=<ip_addr>,mask=<net_mask>,mac=<mac_addr>,id=<device_id>,... (ip= must be in 127.0.0.0/8: the fake guest's SSH server listens there)"},
-	"memory-zone":      {kindMulti, true, "User defined memory zone parameters"},
-	"rate-limit-group": {kindMulti, true, "Rate limit group parameters"},
-	"fs":               {kindMulti, true, "virtio-fs parameters"},
-	"pmem":             {kindMulti, true, "Persistent memory parameters"},
-	"device":           {kindMulti, true, "Direct device assignment parameters"},
-	"user-device":      {kindMulti, true, "vfio-user device parameters"},
-	"vdpa":             {kindMulti, true, "vDPA device parameters"},
-	"numa":             {kindMulti, true, "Settings related to a given NUMA node"},
-	"pci-segment":      {kindMulti, true, "PCI segment parameters"},
-	"landlock-rules":   {kindMulti, true, "Landlock rules"},
-	"sgx-epc":          {kindMulti, true, "SGX EPC parameters"},
-	"no-shutdown":      {kindBool, false, "Do not exit the VMM when the guest powers off (the VM goes back to Created)"},
-	"version":          {kindBool, false, "Print version"},
-	"help":             {kindBool, false, "Print help"},
+	"api-socket":         {kindValue, false, "HTTP API socket (UNIX domain socket): path=</path/to/a/file> | fd=<fd>"},
+	"event-monitor":      {kindValue, false, "File to report events on: path=</path/to/a/file> | fd=<fd>"},
+	"log-file":           {kindValue, false, "Log file. Standard error is used if not specified"},
+	"restore":            {kindValue, false, "Restore from a VM snapshot: source_url=<source_url>,prefault=on|off,resume=on|off"},
+	"seccomp":            {kindValue, false, "Seccomp configuration: true|false|log"},
+	"kernel":             {kindValue, false, "Path to kernel to load. This may be a kernel or firmware that supports a PVH entry point"},
+	"firmware":           {kindValue, false, "Path to firmware that is loaded in an architectural specific way"},
+	"igvm":               {kindValue, false, "Path to IGVM file to load"},
+	"cmdline":            {kindValue, true, "Kernel command line"},
+	"initramfs":          {kindValue, true, "Path to initramfs image"},
+	"cpus":               {kindValue, true, "boot=<boot_vcpus>,max=<max_vcpus>,... (default: boot=1,max_phys_bits=46)"},
+	"platform":           {kindValue, true, "num_pci_segments=<num_pci_segments>,..."},
+	"memory":             {kindValue, true, "Memory parameters: size=<guest_memory_size>,shared=on|off,hugepages=on|off,... (default: size=512M)"},
+	"rng":                {kindValue, true, "Random number generator parameters: src=<entropy_source_path> (default: src=/dev/urandom)"},
+	"balloon":            {kindValue, true, "Balloon parameters: size=<balloon_size>,..."},
+	"serial":             {kindValue, true, "Control serial port: off|null|pty|tty|file=</path/to/a/file>|socket=</path/to/a/file> (default: null)"},
+	"console":            {kindValue, true, "Control (virtio) console: off|null|pty|tty|file=</path/to/a/file> (default: tty)"},
+	"debug-console":      {kindValue, true, "Debug console: off|pty|tty|file=</path/to/a/file>,iobase=<port in hex>"},
+	"vsock":              {kindValue, true, "Virtio VSOCK parameters: cid=<context_id>,socket=<socket_path>,..."},
+	"tpm":                {kindValue, true, "TPM device: socket=</path/to/a/socket>"},
+	"pvpanic":            {kindBool, true, "Enable pvpanic device"},
+	"watchdog":           {kindBool, true, "Enable virtio-watchdog"},
+	"landlock":           {kindBool, true, "Enable Landlock sandboxing"},
+	"disk":               {kindMulti, true, "Disk parameters: path=<disk_image_path>,readonly=on|off,id=<device_id>,... (the FIRST disk is the fake guest image)"},
+	"net":                {kindMulti, true, "Network parameters: tap=<if_name>,ip=<ip_addr>,mask=<net_mask>,mac=<mac_addr>,id=<device_id>,... (ip= must be in 127.0.0.0/8: the fake guest's SSH server listens there)"},
+	"memory-zone":        {kindMulti, true, "User defined memory zone parameters"},
+	"rate-limit-group":   {kindMulti, true, "Rate limit group parameters"},
+	"fs":                 {kindMulti, true, "virtio-fs parameters"},
+	"pmem":               {kindMulti, true, "Persistent memory parameters"},
+	"device":             {kindMulti, true, "Direct device assignment parameters"},
+	"user-device":        {kindMulti, true, "vfio-user device parameters"},
+	"vdpa":               {kindMulti, true, "vDPA device parameters"},
+	"numa":               {kindMulti, true, "Settings related to a given NUMA node"},
+	"pci-segment":        {kindMulti, true, "PCI segment parameters"},
+	"landlock-rules":     {kindMulti, true, "Landlock rules"},
+	"no-shutdown":        {kindBool, false, "Do not exit the VMM when the guest powers off (the VM goes back to Created)"},
+	"log-format":         {kindValue, false, "Log format (v52+)"},
+	"generic-vhost-user": {kindMulti, true, "generic vhost-user device parameters (v52+)"},
+	"rtc":                {kindValue, true, "RTC parameters (v53+)"},
+	"version":            {kindBool, false, "Print version"},
+	"help":               {kindBool, false, "Print help"},
 }
 
 // UsageError is a command line clap refuses: exit status 2.
@@ -112,7 +114,23 @@ func usageErr(format string, a ...any) error {
 // arguments is a usage error (help, exit 2), unknown flags and positional
 // arguments are refused, single-value flags may not repeat, and any VM-config
 // flag requires --kernel, --firmware or --igvm.
-func ParseArgs(args []string) (*Options, error) {
+func ParseArgs(args []string) (*Options, error) { return ParseArgsFor(CompatV53, args) }
+
+// flagSince is the first CH release whose default build (features io_uring
+// and kvm) defines a flag; flags not listed exist in v51 already
+// (cloud-hypervisor/src/main.rs of v51.0, v52.0, v53.0).
+var flagSince = map[string]Compat{
+	"no-shutdown":        CompatV52,
+	"log-format":         CompatV52,
+	"generic-vhost-user": CompatV52,
+	"rtc":                CompatV53,
+}
+
+func (c Compat) atLeast(o Compat) bool { return c >= o } // "v51" < "v52" < "v53"
+
+// ParseArgsFor parses args with the flags compat's CH defines: clap refuses
+// a flag the release does not know, like any unknown flag (exit 2).
+func ParseArgsFor(compat Compat, args []string) (*Options, error) {
 	if len(args) == 0 {
 		return nil, &UsageError{Msg: HelpText()}
 	}
@@ -128,6 +146,9 @@ func ParseArgs(args []string) (*Options, error) {
 		case strings.HasPrefix(a, "--"):
 			name, val, hasEq := strings.Cut(a[2:], "=")
 			def, ok := flags[name]
+			if since, gated := flagSince[name]; gated && !compat.atLeast(since) {
+				ok = false
+			}
 			if !ok {
 				return nil, usageErr("unexpected argument '--%s' found", name)
 			}

@@ -118,9 +118,10 @@ var (
 	netKeys = []string{"tap", "ip", "mask", "mac", "host_mac", "mtu", "iommu", "num_queues", "queue_size", "id",
 		"vhost_user", "socket", "vhost_mode", "fd", "bw_size", "bw_one_time_burst", "bw_refill_time", "ops_size",
 		"ops_one_time_burst", "ops_refill_time", "pci_segment", "offload_tso", "offload_ufo", "offload_csum"}
-	cpusKeys    = []string{"boot", "max", "topology", "kvm_hyperv", "max_phys_bits", "affinity", "features", "nested"}
-	memoryKeys  = []string{"size", "mergeable", "shared", "hugepages", "hugepage_size", "hotplug_method", "hotplug_size", "hotplugged_size", "prefault", "thp"}
-	restoreKeys = []string{"source_url", "prefault", "resume", "memory_restore_mode"}
+	cpusKeys       = []string{"boot", "max", "topology", "kvm_hyperv", "max_phys_bits", "affinity", "features", "nested"}
+	memoryKeys     = []string{"size", "mergeable", "shared", "hugepages", "hugepage_size", "hotplug_method", "hotplug_size", "hotplugged_size", "prefault", "thp"}
+	restoreKeys    = []string{"source_url", "prefault", "net_fds", "resume", "memory_restore_mode"}
+	restoreKeysV51 = []string{"source_url", "prefault", "net_fds"} // resume, memory_restore_mode: v52+
 )
 
 // ParseDisk parses one --disk value.
@@ -288,8 +289,16 @@ func fillDefaults(cfg *chapi.VmConfig) {
 }
 
 // ParseRestore parses --restore source_url=file:///dir[,resume=on][,prefault=on][,memory_restore_mode=copy].
-func ParseRestore(s string) (chapi.RestoreConfig, error) {
-	kv, err := parseKV("restore", s, restoreKeys...)
+func ParseRestore(s string) (chapi.RestoreConfig, error) { return ParseRestoreFor(CompatV53, s) }
+
+// ParseRestoreFor parses --restore with the keys compat's CH knows: v51's
+// option parser refuses resume= and memory_restore_mode= ("unknown option").
+func ParseRestoreFor(compat Compat, s string) (chapi.RestoreConfig, error) {
+	keys := restoreKeys
+	if compat == CompatV51 {
+		keys = restoreKeysV51
+	}
+	kv, err := parseKV("restore", s, keys...)
 	if err != nil {
 		return chapi.RestoreConfig{}, err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
+	"github.com/vmchaos/vmchaos/fakech/qcow2"
 )
 
 // BootIDPath is the guest's per-boot random id (RAM; new on every fresh boot,
@@ -88,6 +89,8 @@ const memoryFormat = "fakech-memory-v1"
 type guest struct {
 	mu       sync.Mutex
 	diskPath string          // "" when the guest has no fake image
+	diskFile *os.File        // the VMM's open, locked image: sync writes through it
+	diskQcow *qcow2.Image    // the same, when the image is qcow2: writes go to its top overlay
 	base     *guestimg.Image // the image file's content as of the last sync
 	disk     tree            // what the guest sees: base + dirty page cache
 	ram      tree
@@ -123,6 +126,11 @@ func loadDisk(p string) (*guestimg.Image, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return nil, fmt.Errorf("failed to open disk image %s: %w", p, err)
+	}
+	// A qcow2 disk is read through its backing chain (CH detects the
+	// format from the header).
+	if b, err = guestimg.ReadDisk(b, p); err != nil {
+		return nil, fmt.Errorf("disk image %s: %w", p, err)
 	}
 	img, err := guestimg.Decode(b)
 	if errors.Is(err, errNotFake) {
@@ -353,7 +361,7 @@ func (g *guest) syncLocked() error {
 		img.Dirs = append(img.Dirs, d)
 	}
 	sort.Strings(img.Dirs)
-	if err := img.Save(g.diskPath); err != nil {
+	if err := g.writeDisk(img); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
 	g.base = img
@@ -455,4 +463,33 @@ func guestPath(p string) string {
 		p = "/root/" + p
 	}
 	return path.Clean(p)
+}
+
+// writeDisk writes the image through the VMM's open fd, in place, as CH
+// writes guest I/O to the inode it opened (a temp file renamed over the path
+// would leave the VMM writing to the old inode). The trailing bytes of a
+// longer old image are cut after the write; the decoder ignores them if a
+// kill lands in between.
+func (g *guest) writeDisk(img *guestimg.Image) error {
+	b, err := img.Encode()
+	if err != nil {
+		return err
+	}
+	if g.diskQcow != nil {
+		// Trailing old bytes stay in the overlay; the decoder ignores them.
+		if _, err := g.diskQcow.WriteAt(b, 0); err != nil {
+			return err
+		}
+		return g.diskQcow.Sync()
+	}
+	if g.diskFile == nil {
+		return img.Save(g.diskPath)
+	}
+	if _, err := g.diskFile.WriteAt(b, 0); err != nil {
+		return err
+	}
+	if err := g.diskFile.Truncate(int64(len(b))); err != nil {
+		return err
+	}
+	return g.diskFile.Sync()
 }

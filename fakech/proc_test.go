@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -137,6 +138,12 @@ func startReady(t *testing.T, sock string, env []string, args ...string) (*proc,
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {
 		t.Fatalf("fakech not ready: %v\n%s", err, p.stderr.String())
+	}
+	// CH serves the API before the command-line VM exists.
+	if slices.ContainsFunc(args, func(a string) bool { return a == "--firmware" || a == "--kernel" || a == "--restore" }) {
+		if _, err := c.WaitVM(ctx); err != nil {
+			t.Fatalf("fakech's command-line VM never appeared: %v\n%s", err, p.stderr.String())
+		}
 	}
 	return p, c
 }

@@ -8,6 +8,7 @@ package fakech
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -43,15 +44,15 @@ func printChain(w io.Writer, chain []string) {
 // Main runs fakech with argv (without the program name) and returns the exit
 // status: 0 clean exit, 1 VMM error (CH's chain on stderr), 2 usage error.
 func Main(args []string, stdout, stderr io.Writer) int {
-	opts, err := ParseArgs(args)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
 	compat, err := ParseCompat(os.Getenv(EnvCompat))
 	if err != nil {
 		printChain(stderr, []string{"fakech configuration", err.Error()})
 		return 1
+	}
+	opts, err := ParseArgsFor(compat, args)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
 	}
 	if opts.Help {
 		fmt.Fprint(stdout, HelpText())
@@ -124,17 +125,24 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 	srv := &server{vmm: vmm}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	// The CLI's create+boot (or restore) is the VMM thread's first job:
-	// requests accepted meanwhile queue behind it, so a ping that answers
-	// means the CLI's VM exists.
-	vmm.mu.Lock()
+	// The API serves from the moment the socket is bound. CH's main thread
+	// then parses the CLI config and sends create+boot (or restore) to the
+	// VMM thread like any API request (cloud-hypervisor/src/main.rs
+	// start_vmm): a vmm.ping that arrives first answers 200 while the VM
+	// does not exist yet, and vm.info says "VM is not created". Requests that
+	// arrive after the CLI's request queue behind it.
 	if sock != nil {
 		go srv.serve(sock.ln)
 	}
-	err = startFromCLI(vmm, opts)
-	vmm.mu.Unlock()
-	if err != nil {
-		return err
+	if opts.Boots() || opts.Restore != "" {
+		_ = failpoint.Hit(context.Background(), "ch.cli.start", failpoint.Attrs{"vm": vmID})
+		_ = timescale.SleepRaw(context.Background(), clk.d(clk.t.CLIStart))
+		vmm.mu.Lock()
+		err = startFromCLI(vmm, opts)
+		vmm.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 
 	code := 0
@@ -156,6 +164,11 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 	if sock != nil {
 		sock.closeClean()
 	}
+	// The serial manager's drop removes its socket on every exit that runs
+	// it (not on kill -9).
+	vmm.mu.Lock()
+	vmm.closeSerial()
+	vmm.mu.Unlock()
 	if code != 0 {
 		return chainExit(fmt.Sprintf("VMM exited with code %d", code))
 	}
@@ -172,10 +185,13 @@ func startFromCLI(vmm *VMM, opts *Options) error {
 		if perr != nil {
 			return chainExit("Error parsing config", perr.Error())
 		}
-		_, _ = vmm.create(cfg)
+		if _, cerr := vmm.create(cfg); cerr != nil {
+			step, err = "Error creating VM", cerr
+			break
+		}
 		step, err = "Failed to boot VM", vmm.boot()
 	case opts.Restore != "":
-		rc, perr := ParseRestore(opts.Restore)
+		rc, perr := ParseRestoreFor(vmm.compat, opts.Restore)
 		if perr != nil {
 			return chainExit("Error parsing --restore", perr.Error())
 		}

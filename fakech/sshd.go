@@ -53,12 +53,19 @@ func (s *nicSet) openPort(nets []chapi.NetConfig, port int, strict bool) error {
 	defer s.mu.Unlock()
 	var added []string
 	for _, n := range nets {
-		if n.IP == "" {
+		ip := n.IP
+		if ip == "" {
+			// A TAP-only NIC (tap=,mac= without ip=): a real guest gets its
+			// address from its seed or DHCP; the fake guest takes it from
+			// its cloud-init seed, else from the MAC (guestAddrFromMAC).
+			ip = s.v.tapAddr(n.Mac)
+		}
+		if ip == "" {
 			s.byID[n.ID] = ""
 			added = append(added, n.ID)
 			continue
 		}
-		addr := net.JoinHostPort(n.IP, strconv.Itoa(port))
+		addr := net.JoinHostPort(ip, strconv.Itoa(port))
 		gl := s.byAdr[addr]
 		if gl == nil {
 			ln, err := net.Listen("tcp4", addr)
@@ -249,4 +256,29 @@ func session(ctx context.Context, g *guest, ch ssh.Channel, reqs <-chan *ssh.Req
 			_ = req.Reply(false, nil)
 		}
 	}
+}
+
+// guestAddrFromMAC is the fake guest's address on a NIC given without ip=:
+// 127.B3.B4.B5 from the MAC's last three bytes, in the network namespace the
+// VMM runs in. vmctl's tap plan derives the MAC the same way from the guest
+// address (52:54:00 + its last three octets), so with a 127.0.0.0/8 pool the
+// fake guest answers where a real one would after cloud-init. "" for a MAC
+// that does not parse, or one whose address would be 127.0.0.0.
+func guestAddrFromMAC(mac string) string {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) != 6 || hw[3]|hw[4]|hw[5] == 0 {
+		return ""
+	}
+	return fmt.Sprintf("127.%d.%d.%d", hw[3], hw[4], hw[5])
+}
+
+// tapAddr is the fake guest's address on a TAP-only NIC: the seed's static
+// address for its MAC when that is a loopback one, else guestAddrFromMAC.
+func (v *VMM) tapAddr(mac string) string {
+	if hw, err := net.ParseMAC(mac); err == nil {
+		if ip := v.seed[hw.String()]; ip != "" && checkAddr(ip) == nil {
+			return ip
+		}
+	}
+	return guestAddrFromMAC(mac)
 }

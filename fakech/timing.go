@@ -59,9 +59,13 @@ type Timing struct {
 	// Boot is how long the guest OS takes from vm.boot until its SSH server
 	// answers (vm.boot itself returns at once, as CH's does; the time is spent
 	// "in the guest" and stops while the VM is paused).
-	Boot   Duration `json:"boot"`
-	Pause  Duration `json:"pause"`
-	Resume Duration `json:"resume"`
+	Boot Duration `json:"boot"`
+	// CLIStart is how long CH's main thread takes, after the API socket is
+	// bound, to parse the command-line VM config and send create+boot (or
+	// restore) to the VMM thread; a ping answers meanwhile with no VM.
+	CLIStart Duration `json:"cli_start"`
+	Pause    Duration `json:"pause"`
+	Resume   Duration `json:"resume"`
 	// Snapshot = SnapshotFixed + SnapshotPerGiB × guest RAM in GiB. The
 	// per-GiB part is spent before ch.snapshot.memory-written, the fixed part
 	// after it (device state and config).
@@ -72,7 +76,11 @@ type Timing struct {
 	RestorePerGiB Duration `json:"restore_per_gib"`
 	AddDevice     Duration `json:"add_device"`
 	RemoveDevice  Duration `json:"remove_device"`
-	Shutdown      Duration `json:"shutdown"`
+	// EjectAck is how long the guest takes, in running time, to ack a
+	// hot-unplug (the ACPI eject) after vm.remove-device returned; until then
+	// the device stays in CH's device tree.
+	EjectAck Duration `json:"eject_ack"`
+	Shutdown Duration `json:"shutdown"`
 	// Jitter is the relative spread applied when FAKECH_JITTER_SEED is set:
 	// each duration is multiplied by a factor uniform in [1-j, 1+j].
 	Jitter float64 `json:"jitter"`
@@ -81,6 +89,7 @@ type Timing struct {
 // DefaultTiming is realistic for a small guest on a KVM host.
 var DefaultTiming = Timing{
 	Boot:           Duration(time.Second),
+	CLIStart:       Duration(2 * time.Millisecond),
 	Pause:          Duration(50 * time.Millisecond),
 	Resume:         Duration(50 * time.Millisecond),
 	SnapshotFixed:  Duration(300 * time.Millisecond),
@@ -89,6 +98,7 @@ var DefaultTiming = Timing{
 	RestorePerGiB:  Duration(500 * time.Millisecond),
 	AddDevice:      Duration(100 * time.Millisecond),
 	RemoveDevice:   Duration(100 * time.Millisecond),
+	EjectAck:       Duration(300 * time.Millisecond),
 	Shutdown:       Duration(200 * time.Millisecond),
 	Jitter:         0.2,
 }

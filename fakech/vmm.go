@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/fakech/qcow2"
 	"github.com/vmchaos/vmchaos/timescale"
 )
 
@@ -26,6 +27,7 @@ type Compat string
 // Supported compat modes.
 const (
 	CompatV51 Compat = "v51" // bind EADDRINUSE on any existing socket path; not-created errors are 500
+	CompatV52 Compat = "v52" // as v51, plus RestoreConfig's resume and memory_restore_mode
 	CompatV53 Compat = "v53" // OFD lock on <path>.lock, stale sockets unlinked; not-created errors are 404
 )
 
@@ -34,15 +36,20 @@ func ParseCompat(s string) (Compat, error) {
 	switch s {
 	case "", "v51":
 		return CompatV51, nil
+	case "v52":
+		return CompatV52, nil
 	case "v53":
 		return CompatV53, nil
 	}
-	return "", fmt.Errorf("%s=%q: want v51 or v53", EnvCompat, s)
+	return "", fmt.Errorf("%s=%q: want v51, v52 or v53", EnvCompat, s)
 }
 
 // BuildVersion is what --version and vmm.ping report.
 func (c Compat) BuildVersion() string {
-	if c == CompatV53 {
+	switch c {
+	case CompatV52:
+		return "v52.0"
+	case CompatV53:
 		return "v53.0"
 	}
 	return "v51.0"
@@ -83,11 +90,17 @@ type VMM struct {
 	// written (vmm.shutdown, guest poweroff); -1 when not.
 	exitAfter int
 
-	config  *chapi.VmConfig // nil: no config
-	state   string          // "" (no VM object), Running or Paused
-	counter int             // CH's shared device id counter
-	slots   int             // PCI slots handed out
+	config  *chapi.VmConfig     // nil: no config
+	state   string              // "" (no VM object), Running or Paused
+	counter int                 // CH's shared device id counter
+	slots   int                 // PCI slots handed out
+	tree    map[string]*devNode // CH's device tree; nil without a VM object
+	gen     uint64              // bumped when the VM object goes or is replaced
 	guest   atomic.Pointer[guest]
+	serial  *serialSocket           // --serial socket=, bound while a VM config has it
+	disks   map[string]*os.File     // disk id → the image, open and advisory-locked while booted
+	qcows   map[string]*qcow2.Image // disk id → its qcow2 chain, for a qcow2 image
+	seed    map[string]string       // MAC → address from the cloud-init seed disk (TAP-only NICs)
 	nics    *nicSet
 	events  *eventMonitor // nil without --event-monitor
 }
@@ -202,6 +215,7 @@ func (v *VMM) dispatch(c *call) (*response, error) {
 			_ = v.hit("ch.shutdown", nil)
 		}
 		v.config = nil
+		v.closeSerial()
 		v.event("deleted", nil)
 		return respNoContent, nil
 	}
@@ -213,7 +227,12 @@ func (v *VMM) create(cfg *chapi.VmConfig) (*response, error) {
 		return nil, vmmErr(500, "The VM could not be created", "VM is already created")
 	}
 	fillDefaults(cfg)
+	// CH stores the config, then pre-creates the console devices; a bind
+	// failure leaves the config in place (lib.rs vm_create).
 	v.config = cfg
+	if err := v.openSerial(cfg); err != nil {
+		return nil, vmmErr(500, append([]string{"The VM could not be created"}, chainOf(err)...)...)
+	}
 	return respNoContent, nil
 }
 
@@ -329,13 +348,21 @@ func (v *VMM) boot() error {
 		v.counter = saved
 		return vmmErr(500, ctx, "Error creating VM", err.Error())
 	}
+	if err := v.lockDisks(&work); err != nil {
+		v.counter = saved
+		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
+	}
+	g.diskFile, g.diskQcow = v.bootDisk(&work), v.bootQcow(&work)
+	v.seed = seedAddrs(&work)
 	if err := v.nics.openPort(work.Net, g.port(), true); err != nil {
 		v.counter = saved
+		v.releaseDisks()
 		return vmmErr(500, ctx, "Error creating VM", "Cannot create virtio-net device", err.Error())
 	}
 	v.event("booting", nil)
 	v.config = &work
 	v.slots = 3 + len(work.Disks) + len(work.Net)
+	v.resetTree(&work)
 	v.guest.Store(g)
 	v.state = chapi.StateRunning
 	g.setRunning(true)
@@ -375,7 +402,10 @@ func (v *VMM) teardown() {
 		g.kill()
 	}
 	v.nics.closeAll()
+	v.releaseDisks()
 	v.state = ""
+	v.tree = nil
+	v.gen++
 }
 
 func (v *VMM) shutdown(ctx string) error {
@@ -403,10 +433,20 @@ func (v *VMM) reboot() error {
 	if err != nil {
 		return vmmErr(500, ctx, err.Error())
 	}
+	g.diskFile, g.diskQcow = v.bootDisk(v.config), v.bootQcow(v.config)
 	if old := v.guest.Swap(g); old != nil {
 		old.kill()
 	}
 	v.nics.dropConns()
+	// CH rebuilds the VM from the config: a device whose eject was pending
+	// is no longer in it, so it is gone from the new tree.
+	for id, n := range v.tree {
+		if n.Kind == "net" && !v.inConfig(id) {
+			v.nics.close(id)
+		}
+	}
+	v.gen++
+	v.resetTree(v.config)
 	v.state = chapi.StateRunning
 	g.setRunning(true)
 	v.console("rebooted (boot id %s)", g.bootID)
@@ -479,6 +519,9 @@ type snapshotState struct {
 	Counter    int    `json:"device_id_counter"`
 	Slots      int    `json:"pci_slots"`
 	MemorySize int64  `json:"memory_size"`
+	// Tree is the device manager's device tree (DeviceManagerState), with
+	// the nodes whose eject was still pending.
+	Tree []devNode `json:"device_tree"`
 }
 
 const stateFormat = "fakech-state-v1"
@@ -498,9 +541,13 @@ func (v *VMM) memSize() int64 {
 	return DefaultMemory
 }
 
-// snapshot writes config.json, state.json and memory-ranges (mode 0600,
-// created new: existing files fail the snapshot like CH's). The VM must be
-// paused and stays paused.
+// snapshot captures the VM state, then writes the files in CH's order
+// (vm.rs Vm::send, then MemoryManager::send): config.json, state.json, and
+// last memory-ranges, the long part. Each is created new (0600): an existing
+// file fails the snapshot there, after the earlier files were written, as in
+// CH. A kill -9 during the memory write leaves config.json and state.json
+// complete and memory-ranges partial. The VM must be paused and stays
+// paused.
 func (v *VMM) snapshot(url string) error {
 	const ctx = "The VM could not be snapshotted"
 	switch v.state {
@@ -516,54 +563,70 @@ func (v *VMM) snapshot(url string) error {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return vmmErr(500, ctx, "Cannot send VM snapshot", fmt.Sprintf("Destination is not a directory: %q", dir))
 	}
-	files := []struct{ name, what string }{
-		{"config.json", "Error creating VM config snapshot file"},
-		{"state.json", "Error creating snapshot state file"},
-		{"memory-ranges", "Error creating memory ranges snapshot file"},
-	}
-	opened := map[string]*os.File{}
-	defer func() {
-		for _, f := range opened {
-			f.Close()
-		}
-	}()
-	for _, f := range files {
-		fd, err := os.OpenFile(filepath.Join(dir, f.name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return vmmErr(500, ctx, "Cannot send VM snapshot", f.what, osErrText(err))
-		}
-		opened[f.name] = fd
-	}
 	if err := v.hit("ch.snapshot.begin", failpoint.Attrs{"dir": dir}); err != nil {
-		// Nothing was written: leave the directory as it was, so a retry
-		// into it is not refused with "File exists".
-		for name, f := range opened {
-			f.Close()
-			_ = os.Remove(filepath.Join(dir, name))
-		}
-		opened = nil
 		return vmmErr(500, ctx, err.Error())
 	}
 	v.event("snapshotting", nil)
-	g := v.guest.Load()
-	mem := g.capture()
-	v.sleep(perGiB(v.clock.t.SnapshotPerGiB, v.memSize()))
-	if err := writeJSON(opened["memory-ranges"], mem); err != nil {
-		return vmmErr(500, ctx, "Cannot send VM snapshot", "Error writing memory ranges", err.Error())
+	// Vm::snapshot: CPU, memory-manager and device state in memory first.
+	mem := v.guest.Load().capture()
+	st := snapshotState{Format: stateFormat, Build: v.compat.BuildVersion(), State: v.state, Counter: v.counter,
+		Slots: v.slots, MemorySize: v.memSize(), Tree: v.treeNodes()}
+	v.sleep(v.clock.t.SnapshotFixed)
+	cfgJSON, _ := json.Marshal(v.config)
+	stJSON, _ := json.Marshal(st)
+	memJSON, _ := json.Marshal(mem)
+	if err := writeNew(filepath.Join(dir, "config.json"), cfgJSON, 0, nil); err != nil {
+		return vmmErr(500, ctx, "Cannot send VM snapshot", "Error creating VM config snapshot file", osErrText(err))
+	}
+	if err := writeNew(filepath.Join(dir, "state.json"), stJSON, 0, nil); err != nil {
+		return vmmErr(500, ctx, "Cannot send VM snapshot", "Error creating VM state snapshot file", osErrText(err))
+	}
+	// v53 pre-sizes memory-ranges (set_len) before writing the ranges; v51
+	// and v52 grow it as they write.
+	presize := int64(0)
+	if v.compat == CompatV53 {
+		presize = int64(len(memJSON))
+	}
+	mp := filepath.Join(dir, "memory-ranges")
+	perGiBTime := v.clock.d(perGiB(v.clock.t.SnapshotPerGiB, v.memSize()))
+	if err := writeNew(mp, memJSON, presize, func() {
+		// Half the ranges are on disk: a kill here leaves CH's debris.
+		_ = v.hit("ch.snapshot.memory-writing", failpoint.Attrs{"dir": dir})
+		_ = timescale.SleepRaw(context.Background(), perGiBTime)
+	}); err != nil {
+		return vmmErr(500, ctx, "Cannot send VM snapshot", fmt.Sprintf("Error creating memory snapshot file %q", mp), osErrText(err))
 	}
 	if err := v.hit("ch.snapshot.memory-written", failpoint.Attrs{"dir": dir}); err != nil {
 		return vmmErr(500, ctx, err.Error())
 	}
-	v.sleep(v.clock.t.SnapshotFixed)
-	st := snapshotState{Format: stateFormat, Build: v.compat.BuildVersion(), State: v.state, Counter: v.counter, Slots: v.slots, MemorySize: v.memSize()}
-	if err := writeJSON(opened["config.json"], v.config); err != nil {
-		return vmmErr(500, ctx, "Cannot send VM snapshot", "Error writing VM config snapshot file", err.Error())
-	}
-	if err := writeJSON(opened["state.json"], st); err != nil {
-		return vmmErr(500, ctx, "Cannot send VM snapshot", "Error writing snapshot state file", err.Error())
-	}
 	v.event("snapshotted", nil)
 	return wrapHit(v.hit("ch.snapshot.done", failpoint.Attrs{"dir": dir}), ctx)
+}
+
+// writeNew creates path (O_EXCL, 0600) and writes b. size > 0 sets the file
+// length first. mid, when set, runs between the two halves of the write: the
+// time a large write takes, during which a kill leaves a partial file.
+func writeNew(path string, b []byte, size int64, mid func()) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if size > 0 {
+		if err := f.Truncate(size); err != nil {
+			return err
+		}
+	}
+	half := 0
+	if mid != nil {
+		half = len(b) / 2
+		if _, err := f.WriteAt(b[:half], 0); err != nil {
+			return err
+		}
+		mid()
+	}
+	_, err = f.WriteAt(b[half:], int64(half))
+	return err
 }
 
 // osErrText renders an error the way Rust's io::Error prints: "File exists (os error 17)".
@@ -576,15 +639,6 @@ func osErrText(err error) string {
 	return err.Error()
 }
 
-func writeJSON(f *os.File, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	return err
-}
-
 // Restore loads a snapshot into a VMM with no config; the VM comes back
 // Paused (or Running with resume). Disks come from config.json, RAM from
 // memory-ranges.
@@ -594,6 +648,12 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 		return vmmErr(500, ctx, "VM is already created")
 	}
 	fail := func(err error) error { return vmmErr(500, ctx, "Cannot restore VM", err.Error()) }
+	if v.compat == CompatV51 {
+		// v51's RestoreConfig has only source_url, prefault and net_fds
+		// (vmm/src/config.rs); serde ignores the rest, so a JSON
+		// "resume":true leaves the VM Paused.
+		rc.Resume, rc.MemoryRestoreMode = false, ""
+	}
 	if rc.MemoryRestoreMode != "" && rc.MemoryRestoreMode != "Copy" && rc.MemoryRestoreMode != "OnDemand" {
 		return fail(fmt.Errorf("invalid memory_restore_mode %q", rc.MemoryRestoreMode))
 	}
@@ -646,12 +706,46 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	} else {
 		g = restoreGuest("", nil, &mem)
 	}
+	if err := v.openSerial(&cfg); err != nil {
+		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
+	}
+	// On a failure CH deletes the half-built VM; the VMM stays, with no VM.
+	if err := v.lockDisks(&cfg); err != nil {
+		v.closeSerial()
+		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
+	}
+	g.diskFile, g.diskQcow = v.bootDisk(&cfg), v.bootQcow(&cfg)
 	v.config = &cfg
 	v.sleep(v.clock.t.RestoreFixed + perGiB(v.clock.t.RestorePerGiB, v.memSize()))
+	v.seed = seedAddrs(&cfg)
 	// The restored NICs are best effort: the snapshot's source VM may still
 	// hold its address (a clone), and the manager replaces NICs anyway.
 	_ = v.nics.openPort(cfg.Net, g.port(), false)
 	v.counter, v.slots = st.Counter, st.Slots
+	// DeviceManager::new takes the tree from the snapshot as it was: a node
+	// whose eject was pending, or whose device the config no longer has,
+	// comes back without a device behind it and keeps its id taken.
+	v.gen++
+	v.tree = map[string]*devNode{}
+	for _, n := range st.Tree {
+		n.Ejecting = false
+		v.tree[n.ID] = &n
+	}
+	if st.Tree == nil { // a state.json from before the tree was kept
+		v.resetTree(&cfg)
+	}
+	for _, d := range cfg.Disks {
+		if v.tree[d.ID] == nil {
+			v.tree[d.ID] = &devNode{ID: d.ID, Kind: "disk", Slot: v.slots}
+			v.slots++
+		}
+	}
+	for _, n := range cfg.Net {
+		if v.tree[n.ID] == nil {
+			v.tree[n.ID] = &devNode{ID: n.ID, Kind: "net", Slot: v.slots, IP: n.IP}
+			v.slots++
+		}
+	}
 	v.guest.Store(g)
 	v.state = chapi.StatePaused
 	v.event("restored", nil)
@@ -673,20 +767,7 @@ func (v *VMM) info() (*response, error) {
 	info := chapi.VmInfo{Config: *v.config, State: chapi.StateCreated, MemoryActualSize: v.memSize()}
 	if v.state != "" {
 		info.State = v.state
-		info.DeviceTree = map[string]chapi.DeviceNode{}
-		slot := 3
-		add := func(id string) {
-			pci := "_virtio-pci-" + id
-			info.DeviceTree[id] = chapi.DeviceNode{ID: id, Parent: pci, Children: []string{}}
-			info.DeviceTree[pci] = chapi.DeviceNode{ID: pci, Children: []string{id}, PciBdf: fmt.Sprintf("0000:00:%02x.0", slot)}
-			slot++
-		}
-		for _, d := range v.config.Disks {
-			add(d.ID)
-		}
-		for _, n := range v.config.Net {
-			add(n.ID)
-		}
+		info.DeviceTree = v.deviceTree()
 	}
 	return jsonResponse(200, info), nil
 }
@@ -719,6 +800,9 @@ func (v *VMM) addNet(n chapi.NetConfig) (*response, error) {
 	if n.ID != "" && (seen[n.ID] || strings.HasPrefix(n.ID, "__")) {
 		return nil, vmmErr(500, ctx, "Failed to validate config", fmt.Sprintf("Identifier %s is not unique", n.ID))
 	}
+	if err := v.checkTreeID(n.ID, ctx); err != nil {
+		return nil, err
+	}
 	if n.NumQueues == 0 {
 		n.NumQueues = 2
 	}
@@ -739,6 +823,7 @@ func (v *VMM) addNet(n chapi.NetConfig) (*response, error) {
 	}
 	v.sleep(v.clock.t.AddDevice)
 	v.config.Net = append(v.config.Net, n)
+	v.tree[n.ID] = &devNode{ID: n.ID, Kind: "net", Slot: v.slots, IP: n.IP}
 	bdf := fmt.Sprintf("0000:00:%02x.0", v.slots)
 	v.slots++
 	if err := v.hit("ch.net.added", failpoint.Attrs{"nic": n.ID, "ip": n.IP}); err != nil {
@@ -756,6 +841,9 @@ func (v *VMM) addDisk(d chapi.DiskConfig) (*response, error) {
 	if d.ID != "" && seen[d.ID] {
 		return nil, vmmErr(500, ctx, "Failed to validate config", fmt.Sprintf("Identifier %s is not unique", d.ID))
 	}
+	if err := v.checkTreeID(d.ID, ctx); err != nil {
+		return nil, err
+	}
 	if d.ImageType == "" {
 		d.ImageType = "Raw"
 	}
@@ -769,49 +857,94 @@ func (v *VMM) addDisk(d chapi.DiskConfig) (*response, error) {
 	if d.ID == "" {
 		d.ID = v.nextID("_disk", seen)
 	}
+	// A hot-plugged disk is locked at once (device_manager.rs, is_hotplug).
+	f, err := lockImage(d.Path, d.Readonly)
+	if err != nil {
+		return nil, vmmErr(500, append([]string{ctx, "Error from device manager"}, chainOf(err)...)...)
+	}
+	if v.disks == nil {
+		v.disks = map[string]*os.File{}
+	}
+	v.disks[d.ID] = f
 	v.sleep(v.clock.t.AddDevice)
 	v.config.Disks = append(v.config.Disks, d)
+	v.tree[d.ID] = &devNode{ID: d.ID, Kind: "disk", Slot: v.slots}
 	bdf := fmt.Sprintf("0000:00:%02x.0", v.slots)
 	v.slots++
 	return jsonResponse(200, chapi.PciDeviceInfo{ID: d.ID, Bdf: bdf}), nil
 }
 
-// removeDevice unplugs a device. A NIC's address stops answering at once (the
-// guest acknowledges the eject immediately in the fake).
+// removeDevice unplugs a device. On a VM without a VM object it only edits
+// the config. On a booted VM it is CH's hot-unplug: the device leaves the
+// config at once and the guest is asked to eject it; the node (and a NIC's
+// address) stays until the guest acks (devtree.go).
 func (v *VMM) removeDevice(id string) error {
 	const ctx = "The device could not be removed from the VM"
 	if v.config == nil {
 		return vmmErr(v.notCreated(), ctx, "VM is not created")
 	}
-	missing := func() error {
-		if v.state == "" {
-			return vmmErr(500, ctx, fmt.Sprintf("No device with id %q to remove", id))
-		}
-		return vmmErr(500, ctx, "Failed to find device corresponding to the given identifier: "+id)
-	}
-	for i, n := range v.config.Net {
-		if n.ID != id {
-			continue
-		}
-		v.config.Net = append(v.config.Net[:i:i], v.config.Net[i+1:]...)
-		if v.state == "" {
+	if v.state == "" {
+		if v.removeFromConfig(id) {
 			return nil
 		}
-		v.nics.close(id)
-		v.sleep(v.clock.t.RemoveDevice)
-		v.events.emit("vm", "device-removed", map[string]string{"id": id})
+		return vmmErr(500, ctx, fmt.Sprintf("No device with id %q to remove", id))
+	}
+	const dm = "Error from device manager"
+	n := v.tree[id]
+	switch {
+	case n == nil, n.Ejecting:
+		// A second remove of an ejecting device: the tree has it, the config
+		// no longer does (config.remove_device returns false).
+		return vmmErr(500, ctx, dm, v.unknownDevice(id))
+	case v.orphan(n):
+		return vmmErr(500, ctx, dm, "Missing PCI device")
+	}
+	v.removeFromConfig(id)
+	// remove_device drops the block device at once, and its lock with it.
+	v.releaseDisk(id)
+	v.sleep(v.clock.t.RemoveDevice)
+	if err := v.requestEject(n); err != nil {
+		return wrapHit(err, ctx)
+	}
+	if n.Kind == "net" {
 		return wrapHit(v.hit("ch.net.removed", failpoint.Attrs{"nic": id, "ip": n.IP}), ctx)
+	}
+	return nil
+}
+
+// unknownDevice is DeviceManagerError::UnknownDeviceId's text: v53 names the
+// id, v51/v52 do not.
+func (v *VMM) unknownDevice(id string) string {
+	if v.compat == CompatV53 {
+		return "Failed to find device corresponding to the given identifier: " + id
+	}
+	return "Failed to find device corresponding to the given identifier"
+}
+
+func (v *VMM) removeFromConfig(id string) bool {
+	for i, n := range v.config.Net {
+		if n.ID == id {
+			v.config.Net = append(v.config.Net[:i:i], v.config.Net[i+1:]...)
+			return true
+		}
 	}
 	for i, d := range v.config.Disks {
 		if d.ID == id {
 			v.config.Disks = append(v.config.Disks[:i:i], v.config.Disks[i+1:]...)
-			if v.state != "" {
-				v.sleep(v.clock.t.RemoveDevice)
-			}
-			return nil
+			return true
 		}
 	}
-	return missing()
+	return false
+}
+
+// checkTreeID is DeviceManager::validate_identifier on a booted VM: an id
+// still in the device tree (an eject not yet acked, or a node a restore
+// brought back) is refused even though the config no longer has it.
+func (v *VMM) checkTreeID(id, ctx string) error {
+	if id == "" || v.tree == nil || v.tree[id] == nil {
+		return nil
+	}
+	return vmmErr(500, ctx, "Error from device manager", "Invalid identifier as it is not unique: "+id)
 }
 
 // console writes a line to the serial/console file, if one is configured,
@@ -821,6 +954,9 @@ func (v *VMM) console(format string, a ...any) {
 		return
 	}
 	line := fmt.Sprintf("[%s] fakech guest: %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, a...))
+	if v.serial != nil {
+		v.serial.write(line)
+	}
 	for _, c := range []*chapi.ConsoleConfig{v.config.Serial, v.config.Console} {
 		if c == nil || c.Mode != "File" || c.File == "" {
 			continue

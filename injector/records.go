@@ -56,6 +56,11 @@ type Record struct {
 	PidNS  string   `json:"pid_ns,omitempty"` // its pid namespace
 	Cgroup string   `json:"cgroup,omitempty"` // host path of its cgroup2 subtree
 	Units  []string `json:"units,omitempty"`  // systemd kind: transient units on the host
+	// Paths are the dirs the run made outside its report dir (the stack's
+	// temp dir: stores, VM disks, sockets, logs before they are copied),
+	// Netns the network namespaces (/run/netns/NAME); RecordPaths adds them.
+	Paths []string `json:"paths,omitempty"`
+	Netns []string `json:"netns,omitempty"`
 }
 
 // Tag is the KEY=VALUE every process of this run carries.
@@ -101,10 +106,12 @@ func (r *Record) remove() {
 
 // Leftover is a run whose runner is gone, with what it left behind.
 type Leftover struct {
-	Record Record `json:"record"`
-	File   string `json:"file"`
-	Procs  []Proc `json:"procs"`            // live processes of that run
-	Cgroup string `json:"cgroup,omitempty"` // a cgroup dir that still exists
+	Record Record   `json:"record"`
+	File   string   `json:"file"`
+	Procs  []Proc   `json:"procs"`            // live processes of that run
+	Cgroup string   `json:"cgroup,omitempty"` // a cgroup dir that still exists
+	Paths  []string `json:"paths,omitempty"`  // recorded dirs that still exist
+	Netns  []string `json:"netns,omitempty"`  // recorded namespaces that still exist
 }
 
 // String is one human line.
@@ -120,6 +127,12 @@ func (l Leftover) String() string {
 	}
 	if len(l.Record.Units) > 0 {
 		s += ", host units " + strings.Join(l.Record.Units, " ")
+	}
+	if len(l.Paths) > 0 {
+		s += ", dirs " + strings.Join(l.Paths, " ")
+	}
+	if len(l.Netns) > 0 {
+		s += ", netns " + strings.Join(l.Netns, " ")
 	}
 	return s
 }
@@ -180,6 +193,7 @@ func FindLeftovers(dir string) ([]Leftover, error) {
 				l.Cgroup = r.Cgroup
 			}
 		}
+		l.Paths, l.Netns = presentPaths(&r, f)
 		out = append(out, l)
 	}
 	return out, nil
@@ -277,6 +291,9 @@ func cleanLeftover(ctx context.Context, l Leftover) error {
 	}
 	if l.Record.Kind == KindSandbox && l.Record.StateDir != "" {
 		removeSandboxScratch(l.Record.StateDir)
+	}
+	if err := removeRunPaths(l); err != nil {
+		return err
 	}
 	if l.Record.Kind == KindSandbox {
 		removeRecordsOfNS(filepath.Dir(l.File), l.Record.PidNS) // runs made inside died with it

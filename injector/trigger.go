@@ -2,10 +2,11 @@ package injector
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vmchaos/vmchaos/offset"
 )
 
 // Trigger kinds.
@@ -30,9 +31,6 @@ type Trigger struct {
 	Offset time.Duration `json:"offset"`
 	Child  string        `json:"child,omitempty"` // after-exit: "snapshot-save" = vmctl argv words joined by "-"
 }
-
-// maxOffset bounds offsets and sweeps: a day is far beyond any scenario.
-const maxOffset = 24 * time.Hour
 
 // ParseTrigger parses the text form of a Trigger.
 func ParseTrigger(s string) (Trigger, error) {
@@ -132,41 +130,13 @@ func (t Trigger) String() string {
 	return b.String()
 }
 
-// ParseOffset parses a non-negative offset: a Go duration or a bare number of ms.
-func ParseOffset(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, fmt.Errorf("offset: empty")
-	}
-	var d time.Duration
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > float64(maxOffset/time.Millisecond) {
-			return 0, fmt.Errorf("offset %q: out of range", s)
-		}
-		d = time.Duration(f * float64(time.Millisecond))
-	} else {
-		var err error
-		if d, err = time.ParseDuration(s); err != nil {
-			return 0, fmt.Errorf("offset %q: want a duration like 59ms or a number of ms", s)
-		}
-	}
-	if d < 0 || d > maxOffset {
-		return 0, fmt.Errorf("offset %q: out of range [0, 24h]", s)
-	}
-	return d, nil
-}
+// ParseOffset parses a non-negative offset (offset.Parse: "448.242ms",
+// "59.5µs", a Go duration, or a bare number of ms).
+func ParseOffset(s string) (time.Duration, error) { return offset.Parse(s) }
 
-// FormatOffset prints an offset in the largest exact unit among ms, us, ns.
-func FormatOffset(d time.Duration) string {
-	switch {
-	case d%time.Millisecond == 0:
-		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
-	case d%time.Microsecond == 0:
-		return strconv.FormatInt(int64(d/time.Microsecond), 10) + "us"
-	default:
-		return strconv.FormatInt(int64(d), 10) + "ns"
-	}
-}
+// FormatOffset prints an offset as the shortest exact decimal in ms, or in
+// µs below 1ms (offset.Format: "448.242187ms").
+func FormatOffset(d time.Duration) string { return offset.Format(d) }
 
 // maxSweep bounds the number of offsets a sweep may expand to.
 const maxSweep = 100000

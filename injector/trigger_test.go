@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/vmchaos/vmchaos/offset"
 )
 
 func TestParseTrigger(t *testing.T) {
@@ -83,7 +85,7 @@ func FuzzParseSweep(f *testing.F) {
 			t.Fatalf("%q: %d offsets", s, len(ds))
 		}
 		for _, d := range ds {
-			if d < 0 || d > maxOffset {
+			if d < 0 || d > offset.Max {
 				t.Fatalf("%q: offset %v out of range", s, d)
 			}
 		}

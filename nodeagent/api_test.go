@@ -115,7 +115,19 @@ func TestResumeClaimRejectsConcurrentOperation(t *testing.T) {
 	}
 	s.release("vm.net.removed")
 	s.waitGoal("web", nodeagent.LifecycleHibernated, budget)
-	s.put("web", nodeagent.Intent{Snapshot: s.base})
+	// The claim ends when the resumed pass returns, a moment after it
+	// wrote its goal: a counter-intent in that moment is still refused, and
+	// succeeds on retry once released (seed 001, "what held up").
+	s.eventually("the claim released", budget, func() error {
+		code, b, err := s.api("PUT", "/v1/vms/web", nodeagent.Intent{Snapshot: s.base})
+		if err != nil || code/100 != 2 {
+			if code == 409 && strings.Contains(string(b), want) {
+				return fmt.Errorf("still claimed: %s", b)
+			}
+			t.Fatalf("PUT web after the claim: %d %s %v", code, b, err)
+		}
+		return nil
+	})
 	s.waitGoal("web", nodeagent.LifecycleReady, budget)
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/vmctl"
-	"golang.org/x/sys/unix"
 )
 
 func fp(spec string) []string { return []string{"VMCHAOS_FAILPOINTS=" + spec} }
@@ -308,14 +307,15 @@ func TestSaveKilledMidFlightPendingHolder(t *testing.T) {
 	}
 }
 
-// TestSaveLeaseHeldIsWaitedFor (seed 001 #3, fourth issue): the pending
-// holder's lease is still held by a live process when the agent's recovery
-// wants to remove it. In the field that process is the dead save's own child,
-// finishing for seconds after its parent died; here vmctl holds the ops lock
-// for the whole save, so the agent's resumed `vm start` already waits for
-// that child, and the test holds the lease flock itself after the child died
-// (a real flock, which is exactly what "held" means). The refusal is a
-// transient: it is waited for, with no failed write.
+// TestSaveLeaseHeldIsWaitedFor (seed 001 #3, fourth issue): the agent is
+// SIGKILLed while its save child is past the VM's ops lock, holding its build
+// lease and pending record (parked at snapshot.save.pending). The orphaned
+// child is a real dead save: the restarted agent's resumed hibernate boots
+// the VM (the ops lock is free), is refused for the held name, and its
+// `snapshot rm <holder>` meets the lease the orphan still holds. Released, the
+// orphan finishes (or dies on its next write to the dead agent's pipe) and
+// lets the lease go. The refusal is a transient: it is waited for, with no
+// failed write; with save-no-lease-wait it fails at once.
 func TestSaveLeaseHeldIsWaitedFor(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -327,32 +327,30 @@ func TestSaveLeaseHeldIsWaitedFor(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStack(t)
-			s.pendingHolder(true)
-			var holder string
-			for _, sn := range s.snapshots() {
-				if sn.Name == "web" {
-					holder = sn.ID
-				}
-			}
-			lease, err := os.OpenFile(filepath.Join(s.root, "snapshots", holder+".lease"), os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lease.Close()
-			if err := unix.Flock(int(lease.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-				t.Fatalf("lease of %s: %v", holder, err)
+			orphan := s.pendingHolder(false)
+			if !alive(orphan) {
+				t.Fatalf("the orphaned save child %d is gone", orphan)
 			}
 			s.startAgent(tc.env, "--lease-wait", "1200s")
 			s.waitAPI()
-			s.eventually("the agent met the held name", budget, func() error {
+			s.eventually("the agent's rm met the dead save's lease", budget, func() error {
 				b, _ := os.ReadFile(s.agent.log)
 				if !strings.Contains(string(b), "snapshot name held") {
-					return fmt.Errorf("not yet")
+					return fmt.Errorf("name not met yet")
 				}
-				return nil
+				if strings.Contains(string(b), "snapshot lease held by a live process") {
+					return nil
+				}
+				if v, _ := s.get("web"); v.Status.Lifecycle == nodeagent.LifecycleFailed {
+					return nil
+				}
+				return fmt.Errorf("rm not refused yet")
 			})
-			time.Sleep(time.Second) // let the rm meet the held lease
-			_ = unix.Flock(int(lease.Fd()), unix.LOCK_UN)
+			if !alive(orphan) {
+				t.Fatalf("the orphan %d died before its lease was met", orphan)
+			}
+			s.release("snapshot.save.pending")
+			s.waitDead(orphan, "released orphaned save")
 			s.waitGoal("web", nodeagent.LifecycleHibernated, budget)
 			n := sum(s.scrape()["nodeagent_lifecycle_failed_total"])
 			if tc.wantFailed != (n > 0) {

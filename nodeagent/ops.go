@@ -204,14 +204,26 @@ func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*vmctl.V
 					return adopted, nil
 				}
 				continue
-			default: // created (never started) or error: not worth adopting
+			case vmctl.StateCreated:
+				// created is an operation in flight, not debris: a `vm run`
+				// commits created, lets the ops lock go and takes it again
+				// to start (as the field's manager does). vm start finishes
+				// it either way: it waits for a start that holds the lock
+				// and adopts its VMM, or boots a create nobody is starting.
+				// Removing it would kill the run between its two halves.
+				a.log.Info("vm is created (a create in flight); starting it", "vm", name, "id", vm.ID)
+				if _, err := a.vmctl(ctx, name, "vm", "start", vm.ID); err != nil && !isNotFound(err) {
+					return nil, err
+				}
+				continue
+			default: // error: not worth adopting
 				if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", vm.ID); err != nil && !isNotFound(err) {
 					return nil, err
 				}
 				continue
 			}
 		}
-		_, err = a.vmctl(ctx, name, "vm", "clone", "--name", name, "--nics", strconv.Itoa(a.cfg.NICs), source)
+		_, err = a.cloneLeaseWait(ctx, name, source)
 		if err == nil {
 			vm, err := a.inspectVM(ctx, name, name)
 			if err != nil {
@@ -401,7 +413,7 @@ func (a *Agent) doHibernate(ctx context.Context, rec *record, resumed bool) erro
 			}
 		}
 		if order < hibernateOrder[stepNICDropped] {
-			if _, err := a.vmctl(ctx, name, "vm", "net", vmID, "--nics", "0"); err != nil {
+			if err := a.netNICs(ctx, name, vmID, 0); err != nil {
 				a.metrics.inc(mHibernate, "netresize", "failed")
 				return opErr("netresize", err)
 			}
@@ -535,7 +547,7 @@ func (a *Agent) doUnhibernate(ctx context.Context, rec *record) error {
 		return opErr("start", err)
 	}
 	if rec.NICDropped {
-		if _, err := a.vmctl(ctx, name, "vm", "net", vmID, "--nics", strconv.Itoa(a.cfg.NICs)); err != nil {
+		if err := a.netNICs(ctx, name, vmID, a.cfg.NICs); err != nil {
 			return opErr("netresize", err)
 		}
 		if _, err := a.store.update(name, func(r *record) error { r.NICDropped = false; return nil }); err != nil {
@@ -599,4 +611,22 @@ func (a *Agent) doDelete(ctx context.Context, rec *record) error {
 	delete(a.died, name)
 	a.mu.Unlock()
 	return hit(ctx, "agent.delete.done", name, "delete_done")
+}
+
+// cloneLeaseWait runs vm clone of source under name. vmctl's clone already
+// waits for the snapshot's lease; a refusal after that wait is still a live
+// holder (an rm, a build finishing), a transient that clears by itself, so it
+// is retried until --lease-wait like the save's rm (seed 001 #3).
+func (a *Agent) cloneLeaseWait(ctx context.Context, name, source string) (childOutput, error) {
+	deadline := time.Now().Add(a.cfg.LeaseWait)
+	for {
+		out, err := a.vmctl(ctx, name, "vm", "clone", "--name", name, "--nics", strconv.Itoa(a.cfg.NICs), source)
+		if err == nil || !isLeaseHeld(childMessage(err)) || time.Now().After(deadline) || ctx.Err() != nil {
+			return out, err
+		}
+		a.log.Warn("snapshot lease held; retrying the clone", "vm", name, "snapshot", source)
+		if err := timescale.SleepRaw(ctx, a.cfg.ReadyTick); err != nil {
+			return childOutput{}, err
+		}
+	}
 }

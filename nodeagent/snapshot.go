@@ -94,6 +94,7 @@ func (a *Agent) removeSnapshot(ctx context.Context, name, ref string, leaseWait 
 		if !leaseWait || !isLeaseHeld(childMessage(err)) || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
+		a.log.Info("snapshot lease held by a live process; waiting to remove it", "vm", name, "snapshot", ref)
 		if err := timescale.SleepRaw(ctx, a.cfg.ReadyTick); err != nil {
 			return err
 		}

@@ -147,6 +147,10 @@ func (s *stack) cleanup() {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if !s.t.Failed() {
+		// With the store gone, a gc of the same root path knows no VM: it
+		// removes the (now empty) per-VM cgroups and their parent.
+		os.RemoveAll(s.root)
+		_, _, _ = s.vmctlResult("gc")
 		os.RemoveAll(s.dir)
 	} else {
 		s.t.Logf("stack kept at %s", s.dir)

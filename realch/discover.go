@@ -21,6 +21,7 @@ import (
 // Environment variables read when an Options field is empty.
 const (
 	EnvCHBinary  = "VMCHAOS_CH_BINARY"
+	EnvCHShort   = "VMCHAOS_CH" // same as VMCHAOS_CH_BINARY, which wins when both are set
 	EnvFirmware  = "VMCHAOS_FIRMWARE"
 	EnvKernel    = "VMCHAOS_KERNEL"
 	EnvInitramfs = "VMCHAOS_INITRAMFS"
@@ -79,7 +80,7 @@ var wellKnown = func() map[string][]string {
 			"/usr/share/cloud-hypervisor/hypervisor-fw", "/usr/local/share/cloud-hypervisor/hypervisor-fw",
 			filepath.Join(w, "CLOUDHV.fd"), filepath.Join(w, "hypervisor-fw"),
 		},
-		"kernel": {filepath.Join(w, "vmlinux-x86_64"), filepath.Join(w, "vmlinux")},
+		"kernel": {filepath.Join(w, "vmlinux-x86_64"), filepath.Join(w, "vmlinux"), filepath.Join(DefaultImageDir, ImageKernel)},
 		"image": {
 			"/var/lib/vmchaos/images/guest.qcow2", "/var/lib/vmchaos/images/guest.raw", "/var/lib/vmchaos/images/guest.img",
 		},
@@ -121,7 +122,11 @@ func Discover(o Options) (*Env, error) {
 	env := &Env{}
 	var missing []string
 
-	ch, where := resolve(o.CHBinary, EnvCHBinary, wk["ch"], true)
+	chEnv := EnvCHBinary
+	if os.Getenv(EnvCHBinary) == "" && os.Getenv(EnvCHShort) != "" {
+		chEnv = EnvCHShort // the short name the project's docs use
+	}
+	ch, where := resolve(o.CHBinary, chEnv, wk["ch"], true)
 	if ch == "" {
 		missing = append(missing, "cloud-hypervisor binary ("+where+")")
 	}
@@ -158,6 +163,13 @@ func Discover(o Options) (*Env, error) {
 		if strings.HasPrefix(iWhere, "not found:") {
 			missing = append(missing, "initramfs ("+iWhere+")")
 		}
+		// `vmchaos image real` writes its initramfs next to its kernel, and
+		// that kernel cannot mount its root without it.
+		if initrd == "" && iWhere != "" && !strings.HasPrefix(iWhere, "not found:") && filepath.Base(env.Kernel) == ImageKernel {
+			if p := filepath.Join(filepath.Dir(env.Kernel), ImageInitramfs); isFile(p) {
+				initrd = p
+			}
+		}
 		env.Initramfs = initrd
 	}
 
@@ -176,6 +188,11 @@ func Discover(o Options) (*Env, error) {
 	}
 	env.CHVersion = v
 	return env, nil
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir()
 }
 
 // resolve picks the first of: the explicit value, the env variable, PATH

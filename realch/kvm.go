@@ -21,6 +21,7 @@ const (
 	ReasonNestedVirtOff = "nested-virt-off" // a guest whose hypervisor hides vmx/svm
 	ReasonAPIVersion    = "api-version"     // not a KVM device, or KVM_GET_API_VERSION != 12
 	ReasonCreateVM      = "create-vm"       // KVM_CREATE_VM refused
+	ReasonPVM           = "kvm-pvm"         // /dev/kvm is the PVM backend (no vmx/svm): stock guest kernels die in it
 	ReasonMissing       = "missing"         // Preflight only: binary, payload or image not found
 	ReasonVersion       = "ch-version"      // Preflight only: cloud-hypervisor version out of range
 )
@@ -57,7 +58,13 @@ type kvmSys struct {
 	ioctl   func(fd int, req uintptr) (int, error)
 	close   func(fd int) error
 	cpuinfo func() ([]byte, error)
+	// module reports whether a kernel module is loaded (/sys/module/NAME).
+	module func(name string) bool
 }
+
+// EnvAllowPVM lets the real backend run on a kvm_pvm /dev/kvm anyway (for a
+// guest kernel built as a PVM guest, which the Debian kernel is not).
+const EnvAllowPVM = "VMCHAOS_ALLOW_PVM"
 
 var realKVMSys = kvmSys{
 	open: func(path string) (int, error) {
@@ -72,6 +79,10 @@ var realKVMSys = kvmSys{
 	},
 	close:   unix.Close,
 	cpuinfo: func() ([]byte, error) { return os.ReadFile("/proc/cpuinfo") },
+	module: func(name string) bool {
+		_, err := os.Stat("/sys/module/" + name)
+		return err == nil
+	},
 }
 
 // PreflightKVM probes devPath (empty → /dev/kvm) the way cloud-hypervisor
@@ -121,6 +132,16 @@ func preflightKVM(sys kvmSys, devPath string) PreflightResult {
 		return PreflightResult{Reason: ReasonCreateVM, Detail: detail}
 	}
 	_ = sys.close(vm)
+	// PVM (kvm_pvm) serves /dev/kvm on machines without hardware
+	// virtualization: the API answers, but a guest that is not a PVM guest
+	// runs in emulation (here: the Debian cloud kernel took 160 s of guest
+	// time to reach mem_init and then the vCPU stopped with
+	// KVM_EXIT_INTERNAL_ERROR). CH's own check stops at KVM_CREATE_VM.
+	if f := cpuFlags(sys); f != nil && !f["vmx"] && !f["svm"] && sys.module != nil && sys.module("kvm_pvm") && os.Getenv(EnvAllowPVM) != "1" {
+		return PreflightResult{Reason: ReasonPVM, Detail: fmt.Sprintf("%s: KVM API %d and KVM_CREATE_VM work, but KVM here is kvm_pvm (the CPU flags have no vmx/svm): "+
+			"an ordinary guest kernel runs emulated and dies with KVM_EXIT_INTERNAL_ERROR before userspace; use a host with VT-x/AMD-V (or nested virtualization), "+
+			"or set %s=1 with a PVM guest kernel", devPath, v, EnvAllowPVM)}
+	}
 	return PreflightResult{OK: true, Reason: ReasonOK, Detail: fmt.Sprintf("%s: KVM API %d, KVM_CREATE_VM works", devPath, v)}
 }
 

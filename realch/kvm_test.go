@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,6 +25,7 @@ type fakeKVM struct {
 	apiErr    error
 	createErr error
 	cpuinfo   string
+	modules   []string
 	open      map[int]bool
 	next      int
 }
@@ -73,6 +75,7 @@ func (f *fakeKVM) sys() kvmSys {
 			}
 			return []byte(f.cpuinfo), nil
 		},
+		module: func(name string) bool { return slices.Contains(f.modules, name) },
 	}
 }
 
@@ -93,6 +96,8 @@ func TestPreflightKVMReasonPerKernelAnswer(t *testing.T) {
 		{"operation not permitted", fakeKVM{openErr: unix.EPERM}, false, ReasonPermission, "kvm group"},
 		{"not a kvm device", fakeKVM{apiErr: unix.ENOTTY}, false, ReasonAPIVersion, "not a KVM device"},
 		{"wrong api version", fakeKVM{apiVer: 11}, false, ReasonAPIVersion, "KVM API version 11"},
+		{"kvm_pvm in a guest without vmx", fakeKVM{apiVer: 12, cpuinfo: cpuinfoGuestNoVMX, modules: []string{"kvm", "kvm_pvm"}}, false, ReasonPVM, "KVM_EXIT_INTERNAL_ERROR"},
+		{"kvm_pvm loaded next to hardware kvm", fakeKVM{apiVer: 12, cpuinfo: cpuinfoGuestVMX, modules: []string{"kvm", "kvm_intel", "kvm_pvm"}}, true, ReasonOK, "KVM_CREATE_VM works"},
 		{"create vm busy", fakeKVM{apiVer: 12, createErr: unix.EBUSY, cpuinfo: cpuinfoMetalSVM}, false, ReasonCreateVM, "another hypervisor"},
 		{"create vm out of memory", fakeKVM{apiVer: 12, createErr: unix.ENOMEM, cpuinfo: cpuinfoGuestVMX}, false, ReasonCreateVM, "out of memory"},
 		{"create vm fails in a guest without vmx", fakeKVM{apiVer: 12, createErr: unix.EOPNOTSUPP, cpuinfo: cpuinfoGuestNoVMX}, false, ReasonNestedVirtOff, "KVM_CREATE_VM"},
@@ -154,7 +159,7 @@ func TestPreflightKVMOnThisMachineGivesAKnownReason(t *testing.T) {
 	r := PreflightKVM("")
 	t.Logf("this machine: %s", r)
 	switch r.Reason {
-	case ReasonOK, ReasonAbsent, ReasonPermission, ReasonNestedVirtOff, ReasonAPIVersion, ReasonCreateVM:
+	case ReasonOK, ReasonAbsent, ReasonPermission, ReasonNestedVirtOff, ReasonAPIVersion, ReasonCreateVM, ReasonPVM:
 	default:
 		t.Fatalf("unknown reason %q", r.Reason)
 	}

@@ -194,7 +194,15 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 	rctx, cancel := context.WithTimeout(ctx, rto)
 	defer cancel()
 	ready := make(chan error, 1)
-	go func() { ready <- v.Client().WaitReady(rctx) }()
+	go func() {
+		// CH answers vmm.ping before its main thread created the
+		// command-line VM: ready means the VM exists.
+		err := v.Client().WaitReady(rctx)
+		if err == nil {
+			_, err = v.Client().WaitVM(rctx)
+		}
+		ready <- err
+	}()
 	select {
 	case err = <-ready:
 	case <-v.done:
@@ -241,9 +249,11 @@ func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
 			return nil, fmt.Errorf("path %q contains ',' or '=', which cloud-hypervisor's option syntax cannot carry", p)
 		}
 	}
-	args = append(args, "--disk", "path="+v.Disk)
+	// An explicit image_type: CH v53 warns that autodetection is deprecated
+	// ("will be removed") and, for raw, disables writes to sector 0.
+	args = append(args, "--disk", "path="+v.Disk+",image_type="+diskImageType(v.Disk))
 	if v.CIData != "" {
-		args = append(args, "path="+v.CIData+",readonly=on")
+		args = append(args, "path="+v.CIData+",readonly=on,image_type=raw")
 	}
 	if len(spec.NICs) > 0 {
 		args = append(args, "--net")
@@ -258,6 +268,20 @@ func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
 	args = append(args, "--serial", "file="+v.Serial, "--console", "off", "--log-file", v.Log,
 		"--event-monitor", "path="+v.Events)
 	return args, nil
+}
+
+// diskImageType is "qcow2" for a file with the qcow2 magic, else "raw".
+func diskImageType(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "raw"
+	}
+	defer f.Close()
+	magic := make([]byte, 4)
+	if _, err := io.ReadFull(f, magic); err == nil && string(magic) == "QFI\xfb" {
+		return "qcow2"
+	}
+	return "raw"
 }
 
 func (n NIC) option() (string, error) {

@@ -4,15 +4,18 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 
 	"github.com/vmchaos/vmchaos/chapi"
 )
@@ -173,8 +176,74 @@ func tailFile(p string) string {
 
 // The runner's verdict, as `vmchaos doctor` prints it; scripts/kvm-preflight.sh
 // runs this with VMCHAOS_REQUIRE_REAL=1 so a broken KVM runner fails loudly.
+//
+// It asserts the KVM half against what the test itself gets from the kernel
+// (open, KVM_GET_API_VERSION, KVM_CREATE_VM done here with raw syscalls):
+// usable → the preflight says ok; not usable → the reason that matches the
+// kernel's answer, with the device and the errno in the detail. A device
+// that does not exist must read "absent" (or "nested-virt-off" in a guest
+// without vmx/svm) naming ENOENT, on every host.
 func TestRealBackendPreflight(t *testing.T) {
-	t.Logf("preflight: %s", Verdict(Options{}))
-	env := realEnv(t)
-	t.Logf("preflight: cloud-hypervisor %s at %s", env.CHVersion, env.CHBinary)
+	usable, why, reasons := kvmOracle(DevKVM)
+	r := PreflightKVM(DevKVM)
+	t.Logf("kernel: usable=%v %s; preflight: %s", usable, why, r)
+	if usable {
+		if !r.OK || r.Reason != ReasonOK || KVMSkipReason() != "" {
+			t.Errorf("%s is usable here (%s) but the preflight says %s (skip reason %q)", DevKVM, why, r, KVMSkipReason())
+		}
+	} else {
+		if r.OK || !slices.Contains(reasons, r.Reason) || !strings.Contains(r.Detail, DevKVM) || !strings.Contains(r.Detail, why) {
+			t.Errorf("%s is not usable (%s): want reason %v naming %q, got %s", DevKVM, why, reasons, why, r)
+		}
+		if KVMSkipReason() != r.String() {
+			t.Errorf("KVMSkipReason %q, want %q", KVMSkipReason(), r.String())
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "kvm")
+	if r := PreflightKVM(missing); r.OK || (r.Reason != ReasonAbsent && r.Reason != ReasonNestedVirtOff) ||
+		!strings.Contains(r.Detail, "open "+missing+": "+unix.ENOENT.Error()) {
+		t.Errorf("without a KVM device: preflight %s, want absent (or nested-virt-off) naming open %s: %v", r, missing, unix.ENOENT)
+	}
+	if r := PreflightKVM(os.DevNull); r.OK || r.Reason != ReasonAPIVersion || !strings.Contains(r.Detail, os.DevNull+" is not a KVM device") {
+		t.Errorf("on %s: preflight %s, want api-version: not a KVM device", os.DevNull, r)
+	}
+
+	v := Verdict(Options{})
+	t.Logf("preflight: %s", v)
+	if usable && strings.Contains(v, "unavailable (") && !strings.Contains(v, "; kvm: ok: ") {
+		t.Errorf("verdict blames KVM on a host where it is usable: %s", v)
+	}
+	if os.Getenv(EnvRequireReal) == "1" {
+		env := realEnv(t)
+		t.Logf("preflight: cloud-hypervisor %s at %s", env.CHVersion, env.CHBinary)
+	}
+}
+
+// kvmOracle asks the kernel directly whether dev is a usable KVM device,
+// and when not, the errno (or API version) that says why and the preflight
+// reasons that answer may read as.
+func kvmOracle(dev string) (usable bool, why string, reasons []string) {
+	fd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+			return false, err.Error(), []string{ReasonPermission}
+		default:
+			return false, err.Error(), []string{ReasonAbsent, ReasonNestedVirtOff}
+		}
+	}
+	defer unix.Close(fd)
+	v, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), kvmGetAPIVersion, 0)
+	if errno != 0 {
+		return false, errno.Error(), []string{ReasonAPIVersion}
+	}
+	if v != KVMAPIVersion {
+		return false, fmt.Sprintf("KVM API version %d", v), []string{ReasonAPIVersion}
+	}
+	vm, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), kvmCreateVM, 0)
+	if errno != 0 {
+		return false, errno.Error(), []string{ReasonCreateVM, ReasonNestedVirtOff}
+	}
+	unix.Close(int(vm))
+	return true, fmt.Sprintf("KVM API %d, KVM_CREATE_VM gave fd %d", v, vm), nil
 }

@@ -139,7 +139,7 @@ func TestStackEnvPointsVMCtlAtTheRealBackend(t *testing.T) {
 	for _, w := range []string{
 		"--firmware", r.opts.Firmware,
 		"path=" + seed + ",readonly=on",
-		"tap=" + n.Tap + ",mac=" + n.MAC + ",ip=" + n.HostIP + ",mask=255.255.255.252,id=net0",
+		"tap=" + n.Tap + ",mac=" + n.MAC + ",ip=" + n.HostIP + ",mask=255.255.255.252,id=n" + strings.ReplaceAll(n.MAC, ":", ""), // vmctl names NICs after their MAC
 	} {
 		if !slices.Contains(argv, w) {
 			t.Fatalf("VMM argv lacks %q: %q", w, argv)

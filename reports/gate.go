@@ -32,6 +32,10 @@ type GateOptions struct {
 	// (|actual − requested| over every measured injection) exceeds it
 	// inconclusive.
 	MaxInjectionError time.Duration
+	// Accept holds case ids whose failure is a known finding (typically
+	// against a third-party manager): it is listed as ACCEPTED and does not
+	// fail the gate, nor does its regression against the baseline.
+	Accept map[string]bool
 }
 
 // DefaultGateOptions is what `vmchaos report gate` uses without flags.
@@ -130,6 +134,10 @@ func Gate(cur *Results, baseline *Results, opt GateOptions) GateResult {
 				add(GateFail, "FLAKY %s passed only after %d attempts (--flaky-fails); repro: %s", c.ID, c.Attempts, reproOrNone(c))
 			}
 		case Fail:
+			if opt.Accept[c.ID] {
+				add(GatePass, "ACCEPTED %s (known finding): %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
+				break
+			}
 			add(GateFail, "FAIL %s: %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
 		case Inconclusive:
 			add(GateInconclusive, "INCONCLUSIVE %s: %s; repro: %s", c.ID, oneLine(orDefault(c.Reason, "fault did not land as intended")), reproOrNone(c))
@@ -188,12 +196,15 @@ func compareBaseline(cur, base *Results, opt GateOptions) []gateLine {
 		if !ok {
 			continue
 		}
-		if b.Verdict == Pass && c.Verdict == Fail {
+		if b.Verdict == Pass && c.Verdict == Fail && !opt.Accept[c.ID] {
 			out = append(out, gateLine{GateFail, fmt.Sprintf("REGRESSION %s passed in baseline %s and fails now: %s; repro: %s",
 				c.ID, orDefault(base.RunID, "(unnamed)"), failureSummary(c), reproOrNone(c))})
 		}
 		if b.Verdict == Fail && c.Verdict == Pass {
 			note("FIXED %s failed in the baseline and passes now", c.ID)
+		}
+		if opt.Accept[c.ID] && c.Verdict == Pass {
+			note("NOTE %s is accepted as a known finding but passes now: drop it from the accept list", c.ID)
 		}
 		if b.Verdict == Pass && (c.Verdict == Inconclusive || c.Verdict == Error) {
 			note("NOTE %s passed in the baseline and is %s now: its coverage is lost for this run", c.ID, c.Verdict)

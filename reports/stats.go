@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/vmchaos/vmchaos/offset"
 )
 
 // VerdictCounts counts the cases of a run by verdict. Flaky counts the cases
@@ -149,12 +151,8 @@ func (c *Case) OffsetLabel() string {
 	return formatOffset(c.OffsetMs)
 }
 
-func formatOffset(ms float64) string {
-	if ms == math.Trunc(ms) && math.Abs(ms) < 1e15 {
-		return fmt.Sprintf("%.0f ms", ms)
-	}
-	return fmt.Sprintf("%g ms", ms)
-}
+// formatOffset shows a case's offset as every other output does (offset.Format).
+func formatOffset(ms float64) string { return offset.Format(offset.FromMs(ms)) }
 
 // Problem says whether a case needs a person's attention in a report.
 func (c *Case) Problem() bool { return c.Verdict != Pass }

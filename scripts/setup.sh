@@ -3,7 +3,8 @@
 # realch netns tests need, and the Go modules. Idempotent and quiet when done.
 set -euo pipefail
 need=()
-for p in systemd dbus dbus-daemon util-linux mount iproute2; do
+# qemu-utils: qemu-img makes the qcow2 overlays the fake guest is tested against.
+for p in systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

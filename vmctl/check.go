@@ -141,6 +141,9 @@ func (m *Manager) Check(ctx context.Context) CheckReport {
 				add("no-leftover-staging", "staging dir %s without a live builder", e.Name())
 			}
 		}
+		m.deadCaptures(ctx, func(vmID, sid, dir string) {
+			add("no-leftover-staging", "capture dir %s of a dead save of vm %s", dir, vmID)
+		})
 		ents, _ = os.ReadDir(m.snapsDir())
 		for _, e := range ents {
 			if e.IsDir() && validID(e.Name()) {

@@ -37,12 +37,9 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 		return nil, fmt.Errorf("clone: snapshot %s is %s", s.ID, s.State)
 	}
 	// Readers hold the lease shared: snapshot rm refuses while we copy.
-	lease, err := lockFile(ctx, m.leasePath(s.ID), shared, false)
-	if errors.Is(err, ErrLocked) {
-		return nil, fmt.Errorf("clone: "+MsgSnapInUse, s.ID)
-	}
+	lease, err := m.readLease(ctx, "clone", s.ID)
 	if err != nil {
-		return nil, fmt.Errorf("clone: lease %s: %w", s.ID, err)
+		return nil, err
 	}
 	defer lease.Unlock()
 	if s, err = m.resolveSnap(s.ID); err != nil {
@@ -96,7 +93,8 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if err := hit(ctx, "vm.clone.restored", rec.ID); err != nil {
 		return nil, m.abandon(ctx, rec, err)
 	}
-	if err := replaceNICs(actx, c, rec.Network); err != nil {
+	nics, err := replaceNICs(actx, c, rec.Network)
+	if err != nil {
 		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
 	}
 	if err := c.Resume(actx, true); err != nil {
@@ -106,7 +104,7 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if err := hit(ctx, "vm.clone.resumed", rec.ID); err != nil {
 		return nil, m.abandon(ctx, rec, err)
 	}
-	out, err := m.setVM(ctx, rec.ID, func(v *VM) { v.State, v.Pid = StateRunning, pid })
+	out, err := m.setVM(ctx, rec.ID, func(v *VM) { v.State, v.Pid, v.Network = StateRunning, pid, nics })
 	if err != nil {
 		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: commit: %w", rec.ID, err))
 	}
@@ -159,7 +157,7 @@ func (m *Manager) cloneFiles(rec *VM, snapDir string) error {
 	if err := durable.WriteFile(filepath.Join(rd, "config.json"), b, 0o600); err != nil {
 		return err
 	}
-	return syncDir(m.vmDir(id))
+	return m.syncVMDir(id)
 }
 
 // rewriteConfig points the first disk at disk, a later disk that is a
@@ -196,21 +194,26 @@ func rewriteConfig(b []byte, disk, seed string) ([]byte, bool, error) {
 	return out, hasSeed, err
 }
 
-// replaceNICs removes every NIC the VMM has and adds want.
-func replaceNICs(ctx context.Context, c *chapi.Client, want []NIC) error {
+// replaceNICs removes every NIC the restored VMM's config has and adds
+// want, under ids its device tree does not hold: the tree comes from the
+// snapshot and still holds the source's NICs (and any whose eject was
+// pending), which CH neither removes nor lets an id be reused for. It
+// returns want with the ids the VMM was given.
+func replaceNICs(ctx context.Context, c *chapi.Client, want []NIC) ([]NIC, error) {
 	info, err := c.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("nics: %w", err)
+		return nil, fmt.Errorf("nics: %w", err)
 	}
 	for _, n := range info.Config.Net {
 		if err := c.RemoveDevice(ctx, n.ID); err != nil {
-			return fmt.Errorf("nics: remove %s: %w", n.ID, err)
+			return nil, fmt.Errorf("nics: remove %s: %w", n.ID, err)
 		}
 	}
+	want = uniqueNICs(info.DeviceTree, want)
 	for _, n := range want {
 		if _, err := c.AddNet(ctx, netConfig(n)); err != nil {
-			return fmt.Errorf("nics: add %s: %w", n.ID, err)
+			return nil, fmt.Errorf("nics: add %s: %w", n.ID, err)
 		}
 	}
-	return nil
+	return want, nil
 }

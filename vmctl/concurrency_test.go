@@ -105,14 +105,18 @@ func TestConcurrentOperations(t *testing.T) {
 	if ss, _ := m.SnapshotList(ctx); len(ss) != n+n/2 {
 		t.Fatalf("after conflicting saves: %d snapshots, want %d", len(ss), n+n/2)
 	}
-	// Every locked phase of one operation lies outside every other's.
+	// Every locked phase of one operation lies outside every other's. A
+	// save's phases after its ops lock (lease, pending, finalize) run outside
+	// it by design and may overlap the next operation.
+	afterOpsLock := map[string]bool{"snapshot.save.unlocked": true, "snapshot.save.leased": true,
+		"snapshot.save.pending": true, "snapshot.save.finalized": true}
 	type span struct {
 		op         string
 		start, end int64
 	}
 	spans := map[string]*span{}
 	for _, e := range tr.snapshot() {
-		if !strings.HasPrefix(e.Op, "conflict") || e.VM != target || strings.HasPrefix(e.Point, "store.") {
+		if !strings.HasPrefix(e.Op, "conflict") || e.VM != target || strings.HasPrefix(e.Point, "store.") || afterOpsLock[e.Point] {
 			continue
 		}
 		sp := spans[e.Op]

@@ -14,7 +14,7 @@ import (
 // and then runs the documented converger for that verb.
 type crashCase struct {
 	point string
-	op    string   // create | clone | save | snapshot-rm | rm | net | start | stop | daemon
+	op    string   // create | clone | save | snapshot-rm | rm | net | start | restart | stop | daemon
 	verb  []string // the verb killed (setup gives VM "a" running, snapshot "base")
 	// committed: the kill came after the verb's final commit, so its
 	// effect must be there after convergence.
@@ -23,6 +23,7 @@ type crashCase struct {
 
 var crashCases = []crashCase{
 	{"vm.create.reserved", "create", []string{"vm", "run", "--name", "x", "IMAGE"}, false},
+	{"vm.create.created", "create", []string{"vm", "run", "--name", "x", "IMAGE"}, true},
 	{"vm.create.committed", "create", []string{"vm", "run", "--name", "x", "IMAGE"}, true},
 	{"store.commit.before-rename", "create", []string{"vm", "run", "--name", "x", "IMAGE"}, false},
 	{"store.commit.after-rename", "create", []string{"vm", "run", "--name", "x", "IMAGE"}, false},
@@ -36,6 +37,8 @@ var crashCases = []crashCase{
 	{"snapshot.save.paused", "save", []string{"snapshot", "save", "--name", "s", "a"}, false},
 	{"snapshot.save.captured", "save", []string{"snapshot", "save", "--name", "s", "a"}, false},
 	{"snapshot.save.resumed", "save", []string{"snapshot", "save", "--name", "s", "a"}, false},
+	{"snapshot.save.unlocked", "save", []string{"snapshot", "save", "--name", "s", "a"}, false},
+	{"snapshot.save.leased", "save", []string{"snapshot", "save", "--name", "s", "a"}, false},
 	{"snapshot.save.pending", "save", []string{"snapshot", "save", "--name", "s", "a"}, false},
 	{"snapshot.save.finalized", "save", []string{"snapshot", "save", "--name", "s", "a"}, true},
 	{"store.commit.before-rename", "save", []string{"snapshot", "save", "--name", "s", "a"}, false},
@@ -47,6 +50,7 @@ var crashCases = []crashCase{
 	{"vm.rm.done", "rm", []string{"vm", "rm", "--force", "a"}, true},
 	{"vm.net.removed", "net", []string{"vm", "net", "a", "--nics", "0"}, false},
 	{"vm.net.added", "net", []string{"vm", "net", "a", "--nics", "2"}, false},
+	{"vm.start.locked", "restart", []string{"vm", "start", "a"}, false},
 	{"vm.start.booted", "start", []string{"vm", "start", "a"}, true},
 	{"vm.stop.vmm-stopped", "stop", []string{"vm", "stop", "a"}, true},
 	{"daemon.pass", "daemon", []string{"daemon", "--once"}, true},
@@ -76,7 +80,7 @@ func TestCrashSafetyAtEveryPoint(t *testing.T) {
 			s := newStack(t, "0.02")
 			a := s.runVM("a")
 			s.ok("snapshot", "save", "--name", "base", "a")
-			if c.op == "start" {
+			if c.op == "start" || c.op == "restart" {
 				s.ok("vm", "stop", "a")
 			}
 			verb := append([]string(nil), c.verb...)
@@ -168,6 +172,13 @@ func converge(t *testing.T, s *stack, c crashCase) {
 				t.Fatalf("reconcile-stale-create %s: %+v", v.ID, res)
 			}
 		}
+		// A created record (run killed between its created commit and its
+		// start) is finished by vm start, as the agent does.
+		for _, v := range s.list() {
+			if v.State == StateCreated {
+				s.ok("vm", "start", v.ID)
+			}
+		}
 	case "save":
 		// vm net converges the orphaned pause; snapshot rm <ID> frees a
 		// pending name; gc removes a dead build's staging dir.
@@ -182,6 +193,9 @@ func converge(t *testing.T, s *stack, c crashCase) {
 		// One daemon pass: tombstones rolled forward, a VMM whose start
 		// died before the commit adopted, a dead VMM recorded stopped.
 		s.ok("daemon", "--once")
+	case "restart":
+		// killed before it touched anything: the same start again
+		s.ok(c.verb...)
 	case "net":
 		s.ok(c.verb...)
 		if c.verb[4] == "0" {

@@ -25,12 +25,9 @@ func (m *Manager) SnapshotExport(ctx context.Context, ref string, w io.Writer) e
 	if s.State != SnapReady {
 		return fmt.Errorf("export: snapshot %s is %s", s.ID, s.State)
 	}
-	lease, err := lockFile(ctx, m.leasePath(s.ID), shared, false)
-	if errors.Is(err, ErrLocked) {
-		return fmt.Errorf("export: "+MsgSnapInUse, s.ID)
-	}
+	lease, err := m.readLease(ctx, "export", s.ID)
 	if err != nil {
-		return fmt.Errorf("export %s: %w", s.ID, err)
+		return err
 	}
 	defer lease.Unlock()
 	if _, err := m.resolveSnap(s.ID); err != nil {

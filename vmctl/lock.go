@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/vmchaos/vmchaos/timescale"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,4 +70,28 @@ func (l *flock) Unlock() {
 		l.f.Close()
 		l.f = nil
 	}
+}
+
+// LeaseWait bounds how long a lease reader (clone, export) waits for a
+// snapshot's exclusive holder (snapshot rm, gc, a build finishing) before it
+// gives up with the in-use refusal. The holder is a live process that lets go
+// by itself, so the field's manager waits and retries instead of failing at
+// once (seed 001 #3: "a self-clearing transient"). Scaled by
+// VMCHAOS_TIME_SCALE.
+func LeaseWait() time.Duration { return timescale.D(30 * time.Second) }
+
+// readLease takes snapshot sid's lease shared for verb, waiting up to
+// LeaseWait for an exclusive holder.
+func (m *Manager) readLease(ctx context.Context, verb, sid string) (*flock, error) {
+	wctx, cancel := context.WithTimeout(ctx, LeaseWait())
+	defer cancel()
+	l, err := lockFile(wctx, m.leasePath(sid), shared, true)
+	if err == nil {
+		return l, nil
+	}
+	if ctx.Err() == nil && wctx.Err() != nil {
+		// the exact string, id last: embedders parse it
+		return nil, fmt.Errorf("%s: "+MsgSnapInUse, verb, sid)
+	}
+	return nil, fmt.Errorf("%s: lease %s: %w", verb, sid, err)
 }

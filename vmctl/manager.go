@@ -55,6 +55,9 @@ type Config struct {
 	// (default; the seed pins it by MAC) or GuestNetDHCP (the seed asks
 	// for DHCP on every NIC; realch.ServeDHCP answers with the TAP's /30).
 	GuestNet string
+	// VMMCgroup is CgroupAuto (default), CgroupOn or CgroupOff: whether
+	// each VMM is started in its own cgroup (cgroup.go).
+	VMMCgroup string
 }
 
 // Manager runs the verbs against one store.
@@ -97,6 +100,13 @@ func New(cfg Config) (*Manager, error) {
 	case GuestNetStatic, GuestNetDHCP:
 	default:
 		return nil, fmt.Errorf("%w: --guest-net %q: want %s or %s", ErrUsage, cfg.GuestNet, GuestNetStatic, GuestNetDHCP)
+	}
+	switch cfg.VMMCgroup {
+	case "":
+		cfg.VMMCgroup = CgroupAuto
+	case CgroupAuto, CgroupOn, CgroupOff:
+	default:
+		return nil, fmt.Errorf("%w: --vmm-cgroup %q: want %s, %s or %s", ErrUsage, cfg.VMMCgroup, CgroupAuto, CgroupOn, CgroupOff)
 	}
 	if cfg.NetPool == "" {
 		cfg.NetPool = DefaultNetPool

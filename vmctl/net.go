@@ -3,7 +3,7 @@ package vmctl
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"slices"
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/regress"
@@ -77,23 +77,49 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 		wanted[nic.ID] = nic
 	}
 	have := map[string]bool{}
+	var remove []string
 	for _, cur := range info.Config.Net {
 		if w, ok := wanted[cur.ID]; ok && sameNIC(w, cur) {
 			have[cur.ID] = true
 			continue
 		}
-		if err := c.RemoveDevice(actx, cur.ID); err != nil {
-			return nil, fmt.Errorf("net %s: remove %s: %w", v.ID, cur.ID, err)
+		remove = append(remove, cur.ID)
+	}
+	// The ids go into the record before the VMM is asked: an eject the
+	// guest has not acked when this verb dies or times out is waited for
+	// by the next run, which no longer sees the device in the config.
+	ejecting := append(slices.Clone(want.Ejecting), remove...)
+	if len(remove) > 0 {
+		if _, err := m.setVM(ctx, v.ID, func(r *VM) { r.Ejecting = ejecting }); err != nil {
+			return nil, err
+		}
+	}
+	for _, id := range remove {
+		if err := c.RemoveDevice(actx, id); err != nil {
+			return nil, fmt.Errorf("net %s: remove %s: %w", v.ID, id, err)
 		}
 	}
 	m.logf("net %s: removed", v.ID)
 	if err := hit(ctx, "vm.net.removed", v.ID); err != nil {
 		return nil, err
 	}
+	// CH keeps an unplugged device in its tree until the guest acks the
+	// eject; saving or re-adding before that carries the half-gone device
+	// into the snapshot or collides on its id.
+	if err := waitEjected(actx, c, ejecting, ejectBudget()); err != nil {
+		return nil, fmt.Errorf("net %s: %w", v.ID, err)
+	}
+	if info, err = c.Info(actx); err != nil {
+		return nil, fmt.Errorf("net %s: %w", v.ID, err)
+	}
+	var add []NIC
 	for _, nic := range want.Network {
-		if have[nic.ID] {
-			continue
+		if !have[nic.ID] {
+			add = append(add, nic)
 		}
+	}
+	add = uniqueNICs(info.DeviceTree, add)
+	for _, nic := range add {
 		if _, err := c.AddNet(actx, netConfig(nic)); err != nil {
 			return nil, fmt.Errorf("net %s: add %s: %w", v.ID, nic.ID, err)
 		}
@@ -102,7 +128,24 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 	if err := hit(ctx, "vm.net.added", v.ID); err != nil {
 		return nil, err
 	}
-	return m.setVM(ctx, v.ID, func(r *VM) { r.Config.NICs = n })
+	return m.setVM(ctx, v.ID, func(r *VM) {
+		r.Config.NICs, r.Ejecting = n, nil
+		r.Network = renamedNICs(r.Network, add)
+	})
+}
+
+// renamedNICs records the ids the VMM was given (uniqueNICs may have moved
+// one off a taken id), matching NICs by MAC.
+func renamedNICs(rec, added []NIC) []NIC {
+	out := slices.Clone(rec)
+	for i := range out {
+		for _, a := range added {
+			if a.MAC == out[i].MAC {
+				out[i].ID = a.ID
+			}
+		}
+	}
+	return out
 }
 
 // setNICs records n NICs for VM id, keeping the first ones it has and
@@ -116,7 +159,9 @@ func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, err
 			if err != nil {
 				return err
 			}
-			v.Network = nics
+			// Keep the id the VMM knows a NIC by (uniqueNICs may have
+			// moved it off a taken one).
+			v.Network = renamedNICs(nics, v.Network)
 			return nil
 		}
 		if len(v.Network) > n {
@@ -129,7 +174,7 @@ func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, err
 			}
 			for _, ip := range ips {
 				i := len(v.Network)
-				v.Network = append(v.Network, NIC{ID: "net" + strconv.Itoa(i), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: port})
+				v.Network = append(v.Network, NIC{ID: nicID(macFor(id, i)), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: port})
 			}
 		}
 		return nil

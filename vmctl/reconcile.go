@@ -268,6 +268,37 @@ type GCReport struct {
 	Staging  []string `json:"staging,omitempty"` // staging dirs of dead builds removed
 	Orphans  []string `json:"orphans,omitempty"` // unreferenced VM dirs (and their VMMs) removed
 	TempFile []string `json:"temp_files,omitempty"`
+	Cgroups  []string `json:"cgroups,omitempty"` // empty per-VM cgroups of unreferenced ids removed
+}
+
+// collectDeadStaging removes the staging dirs of builds that died before
+// their pending record existed (a save SIGKILLed or SIGPIPEd mid-capture):
+// the lease is free (a live builder holds it from before its staging dir
+// exists) and no record names the id (a record's staging goes with snapshot
+// rm). Nothing else would ever reclaim that copy of the guest's memory.
+func (m *Manager) collectDeadStaging(ctx context.Context, sx *snapIndex) []string {
+	var out []string
+	ents, err := os.ReadDir(m.stagingDir())
+	if err != nil {
+		return nil
+	}
+	for _, e := range ents {
+		if !validID(e.Name()) {
+			continue
+		}
+		l, err := lockFile(ctx, m.leasePath(e.Name()), exclusive, false)
+		if err != nil {
+			continue
+		}
+		if _, ok := sx.Snapshots[e.Name()]; !ok {
+			if err := os.RemoveAll(m.stagingFor(e.Name())); err == nil {
+				m.logf("removed staging dir of dead build %s", e.Name())
+				out = append(out, e.Name())
+			}
+		}
+		l.Unlock()
+	}
+	return out
 }
 
 // GC rolls tombstones forward, removes pending snapshots and staging dirs
@@ -290,23 +321,13 @@ func (m *Manager) GC(ctx context.Context) (GCReport, error) {
 			rep.Pending = append(rep.Pending, id)
 		}
 	}
-	if ents, err := os.ReadDir(m.stagingDir()); err == nil {
-		for _, e := range ents {
-			if !validID(e.Name()) {
-				continue
-			}
-			l, err := lockFile(ctx, m.leasePath(e.Name()), exclusive, false)
-			if err != nil {
-				continue
-			}
-			if _, ok := sx.Snapshots[e.Name()]; !ok {
-				if err := os.RemoveAll(m.stagingFor(e.Name())); err == nil {
-					rep.Staging = append(rep.Staging, e.Name())
-				}
-			}
-			l.Unlock()
+	rep.Staging = m.collectDeadStaging(ctx, sx)
+	m.deadCaptures(ctx, func(vmID, sid, dir string) {
+		if err := os.RemoveAll(dir); err == nil {
+			m.logf("gc: removed capture %s of a dead save of vm %s", sid, vmID)
+			rep.Staging = append(rep.Staging, sid)
 		}
-	}
+	})
 	vx, err := m.loadVMs()
 	if err != nil {
 		return rep, err
@@ -355,6 +376,11 @@ func (m *Manager) GC(ctx context.Context) (GCReport, error) {
 		}
 		l.Unlock()
 	}
+	rep.Cgroups = m.gcCgroups(func(id string) bool {
+		_, rec := vx.VMs[id]
+		_, tomb := vx.Tombstones[id]
+		return rec || tomb
+	})
 	rep.TempFile = m.removeTempIndexFiles(ctx)
 	return rep, nil
 }

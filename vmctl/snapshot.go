@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/durable"
@@ -80,9 +81,17 @@ func (m *Manager) namePreflight(name string) error {
 }
 
 // SnapshotSave captures a running VM: name preflight, ops lock, pause,
-// capture into a staging dir, disk copy, resume (whatever happens), then a
-// pending record holding the name under the exclusive lease, data moved in
-// and fsynced, record finalized.
+// capture into a dir inside the VM's own dir, disk copy, resume (whatever
+// happens), ops lock released; then the exclusive build lease, the capture
+// moved into staging, a pending record holding the name, data moved in and
+// fsynced, record finalized.
+//
+// The ops lock covers pause, capture and resume only, as the field's manager
+// does (its Snapshot returns the captured data to the caller, which writes the
+// pending record afterwards: cocoon cmd/snapshot/handler.go Save,
+// snapshot/localfile/localfile.go Create). So a save that lost its parent
+// still holds its lease and pending record while the VM is free for vm net,
+// start and rm (seed 001 #3: the rm that races a dead save's child).
 func (m *Manager) SnapshotSave(ctx context.Context, ref, name string) (*Snapshot, error) {
 	v, err := m.resolveVM(ref)
 	if err != nil {
@@ -95,42 +104,35 @@ func (m *Manager) SnapshotSave(ctx context.Context, ref, name string) (*Snapshot
 	if err := m.namePreflight(name); err != nil {
 		return nil, fmt.Errorf("save snapshot: %w", err)
 	}
-	ops, err := m.opsLock(ctx, v.ID)
+	v, capDir, err := m.captureLocked(ctx, v.ID, sid, name)
 	if err != nil {
 		return nil, err
 	}
-	defer ops.Unlock()
-	if v, err = m.resolveVM(v.ID); err != nil {
-		return nil, err
-	}
-	if v.State != StateRunning {
-		return nil, fmt.Errorf("save snapshot: "+MsgVMNotRunningState, v.ID, v.State)
-	}
-	if !m.vmmAlive(v) {
-		return nil, fmt.Errorf("save snapshot: "+MsgVMNotRunningPid, v.ID, v.Pid)
-	}
-	// Read before the pause: nothing but the capture belongs in that window.
-	tapNICs, err := m.nameNICs(v)
-	if err != nil {
-		return nil, fmt.Errorf("save snapshot %s: %w", sid, err)
-	}
-	m.logf("save %s: locked vm %s", sid, v.ID)
-	if err := hit(ctx, "snapshot.save.locked", v.ID); err != nil {
+	m.logf("save %s: ops lock released", sid)
+	if err := hit(ctx, "snapshot.save.unlocked", v.ID); err != nil {
 		return nil, err
 	}
 	// Builders hold the lease exclusive from before the staging dir exists,
-	// so gc can tell a live build from a dead one's leftovers.
-	lease, err := lockFile(ctx, m.leasePath(sid), exclusive, false)
+	// so gc can tell a live build from a dead one's leftovers. Taken blocking:
+	// the id is fresh, only a gc pass looking at it can hold it.
+	lease, err := lockFile(ctx, m.leasePath(sid), exclusive, true)
 	if err != nil {
+		_ = os.RemoveAll(capDir)
 		return nil, fmt.Errorf("save snapshot %s: lease: %w", sid, err)
 	}
 	defer lease.Unlock()
-	staging := m.stagingFor(sid)
-	if err := os.MkdirAll(staging, 0o755); err != nil {
+	if err := os.MkdirAll(m.stagingDir(), 0o755); err != nil {
+		_ = os.RemoveAll(capDir)
 		return nil, fmt.Errorf("save snapshot %s: %w", sid, err)
 	}
-	if err := m.capture(ctx, v, sid, name, staging, tapNICs); err != nil {
-		_ = os.RemoveAll(staging)
+	// The capture lives in the VM's dir until the lease covers it: an rm of
+	// the VM (free to run now) or a gc in the instant before the lease took
+	// it leaves nothing to move, which fails this save and nothing else.
+	if err := os.Rename(capDir, m.stagingFor(sid)); err != nil {
+		return nil, fmt.Errorf("save snapshot %s: move capture to staging: %w", sid, err)
+	}
+	m.logf("save %s: leased", sid)
+	if err := hit(ctx, "snapshot.save.leased", v.ID); err != nil {
 		return nil, err
 	}
 	snap, err := m.publish(ctx, sid, name, v.ID, v.ID)
@@ -138,7 +140,67 @@ func (m *Manager) SnapshotSave(ctx context.Context, ref, name string) (*Snapshot
 		return nil, err
 	}
 	_, _ = m.setVM(ctx, v.ID, func(r *VM) { r.SnapshotIDs = append(r.SnapshotIDs, sid) })
+	// A save that follows a killed one (the resumed hibernate) reclaims
+	// the dead build's staging dir; nothing else runs gc.
+	if sx, err := m.loadSnaps(); err == nil {
+		m.collectDeadStaging(ctx, sx)
+	}
+	// Only this VM's dead captures: another VM's save may sit between its
+	// ops lock and its lease, where its capture looks dead to anyone else.
+	m.deadCaptures(ctx, func(vmID, deadID, dir string) {
+		if vmID == v.ID && os.RemoveAll(dir) == nil {
+			m.logf("save %s: removed capture %s of a dead save", sid, deadID)
+		}
+	})
 	return snap, nil
+}
+
+// captureDir is where a save captures VM id before it holds a lease: inside
+// the VM's own dir, which the VM's ops lock covers (cocoon captures into a
+// temp dir of the VM's run dir, hypervisor/cloudhypervisor/snapshot.go).
+func (m *Manager) captureDir(id, sid string) string {
+	return filepath.Join(m.vmDir(id), capturePrefix+sid)
+}
+
+const capturePrefix = "snapshot-"
+
+// captureLocked runs the part of a save that needs the VM: under its ops
+// lock, check it runs, pause, capture into captureDir, resume. The lock is
+// released on return.
+func (m *Manager) captureLocked(ctx context.Context, id, sid, name string) (*VM, string, error) {
+	ops, err := m.opsLock(ctx, id)
+	if err != nil {
+		return nil, "", err
+	}
+	defer ops.Unlock()
+	v, err := m.resolveVM(id)
+	if err != nil {
+		return nil, "", err
+	}
+	if v.State != StateRunning {
+		return nil, "", fmt.Errorf("save snapshot: "+MsgVMNotRunningState, v.ID, v.State)
+	}
+	if !m.vmmAlive(v) {
+		return nil, "", fmt.Errorf("save snapshot: "+MsgVMNotRunningPid, v.ID, v.Pid)
+	}
+	// Read before the pause: nothing but the capture belongs in that window.
+	tapNICs, err := m.nameNICs(v)
+	if err != nil {
+		return nil, "", fmt.Errorf("save snapshot %s: %w", sid, err)
+	}
+	m.logf("save %s: locked vm %s", sid, v.ID)
+	if err := hit(ctx, "snapshot.save.locked", v.ID); err != nil {
+		return nil, "", err
+	}
+	capDir := m.captureDir(v.ID, sid)
+	if err := os.MkdirAll(capDir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("save snapshot %s: %w", sid, err)
+	}
+	if err := m.capture(ctx, v, sid, name, capDir, tapNICs); err != nil {
+		_ = os.RemoveAll(capDir)
+		return nil, "", err
+	}
+	return v, capDir, nil
 }
 
 // capture pauses, snapshots, copies the disk and resumes. The resume runs on
@@ -361,6 +423,11 @@ func (m *Manager) finishSnapDelete(ctx context.Context, tomb *Tombstone) error {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("snapshot rm %s: %w", tomb.ID, err)
 		}
+		// the tombstone goes next: the removal must be durable before it,
+		// or a power cut brings back a dir nothing references
+		if err := syncDir(filepath.Dir(d)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("snapshot rm %s: %w", tomb.ID, err)
+		}
 	}
 	err := m.updateSnaps(ctx, tomb.ID, func(ix *snapIndex) error {
 		return dropTombstone(ix.Tombstones, tomb.ID)
@@ -395,4 +462,33 @@ func (m *Manager) SnapshotList(ctx context.Context) ([]*Snapshot, error) {
 // SnapshotInspect returns one snapshot record.
 func (m *Manager) SnapshotInspect(ctx context.Context, ref string) (*Snapshot, error) {
 	return m.resolveSnap(ref)
+}
+
+// deadCaptures calls fn for every capture dir (a save's data before it held a
+// lease) whose save is gone: the VM's ops lock and the snapshot's lease are
+// both free. Both locks are held while fn runs, so no save can claim it.
+func (m *Manager) deadCaptures(ctx context.Context, fn func(vmID, sid, dir string)) {
+	vms, _ := os.ReadDir(m.vmsDir())
+	for _, v := range vms {
+		if !validID(v.Name()) {
+			continue
+		}
+		ents, _ := os.ReadDir(m.vmDir(v.Name()))
+		for _, e := range ents {
+			sid, ok := strings.CutPrefix(e.Name(), capturePrefix)
+			if !ok || !e.IsDir() || !validID(sid) {
+				continue
+			}
+			ops, err := lockFile(ctx, m.opsLockPath(v.Name()), exclusive, false)
+			if err != nil {
+				continue
+			}
+			lease, err := lockFile(ctx, m.leasePath(sid), exclusive, false)
+			if err == nil {
+				fn(v.Name(), sid, filepath.Join(m.vmDir(v.Name()), e.Name()))
+				lease.Unlock()
+			}
+			ops.Unlock()
+		}
+	}
 }

@@ -164,6 +164,7 @@ func newStack(t testing.TB, scale string, extraEnv ...string) *stack {
 				_ = s.m.killVMM(context.Background(), p, id)
 			}
 		}
+		removeStoreCgroups(s.m)
 		if !t.Failed() {
 			os.RemoveAll(d)
 		} else {
@@ -442,4 +443,20 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// removeStoreCgroups removes the (empty, once its VMMs are dead) per-VM
+// cgroups of m's store and their parent.
+func removeStoreCgroups(m *Manager) {
+	parent, err := m.cgroupParent()
+	if err != nil {
+		return
+	}
+	ents, _ := os.ReadDir(parent)
+	for _, e := range ents {
+		if e.IsDir() {
+			_ = m.removeVMMCgroup(e.Name())
+		}
+	}
+	_ = syscall.Rmdir(parent)
 }

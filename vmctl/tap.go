@@ -116,7 +116,7 @@ func (m *Manager) tapNIC(i, slot, sshPort int) (NIC, error) {
 	if err != nil {
 		return NIC{}, err
 	}
-	return NIC{ID: "net" + strconv.Itoa(i), MAC: host.MAC, IP: guest, Mask: host.Mask, SSHPort: sshPort, Tap: host.Tap, HostIP: host.IP}, nil
+	return NIC{ID: nicID(host.MAC), MAC: host.MAC, IP: guest, Mask: host.Mask, SSHPort: sshPort, Tap: host.Tap, HostIP: host.IP}, nil
 }
 
 // planTapNICs gives VM name its n NICs from the slots it owns.

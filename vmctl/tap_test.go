@@ -60,9 +60,10 @@ func checkTapNIC(t *testing.T, pool string, i int, n NIC) {
 	u := binary.BigEndian.Uint32(g.AsSlice())
 	var hb [4]byte
 	binary.BigEndian.PutUint32(hb[:], u-1)
+	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", g.As4()[1], g.As4()[2], g.As4()[3])
 	want := NIC{
-		ID:      fmt.Sprintf("net%d", i),
-		MAC:     fmt.Sprintf("52:54:00:%02x:%02x:%02x", g.As4()[1], g.As4()[2], g.As4()[3]),
+		ID:      "n" + strings.ReplaceAll(mac, ":", ""), // named after the MAC: unique across CH's device tree
+		MAC:     mac,
 		IP:      n.IP,
 		Mask:    "255.255.255.252",
 		SSHPort: 22,
@@ -130,7 +131,7 @@ func TestFakeBootArgvUnchanged(t *testing.T) {
 		t.Fatalf("fake NIC %+v", n)
 	}
 	want := []string{"--firmware", "/fw", "--cpus", "boot=2", "--memory", "size=1024M", "--disk", "path=" + m.vmDisk(v.ID),
-		"--net", "id=net0,mac=" + n.MAC + ",ip=" + n.IP + ",mask=255.255.255.0"}
+		"--net", "id=" + n.ID + ",mac=" + n.MAC + ",ip=" + n.IP + ",mask=255.255.255.0"}
 	if got := m.bootArgs(v); !reflect.DeepEqual(got, want) {
 		t.Fatalf("argv:\n got %q\nwant %q", got, want)
 	}
@@ -329,7 +330,7 @@ func TestTapModeEndToEnd(t *testing.T) {
 	n = a.Network[0]
 	argv := vmmArgv(t, a)
 	seed := filepath.Join(s.root, "vms", a.ID, "cidata.img")
-	wantNet := "tap=" + n.Tap + ",mac=" + n.MAC + ",ip=" + n.HostIP + ",mask=255.255.255.252,id=net0"
+	wantNet := "tap=" + n.Tap + ",mac=" + n.MAC + ",ip=" + n.HostIP + ",mask=255.255.255.252,id=" + n.ID
 	for _, w := range []string{"path=" + seed + ",readonly=on", wantNet, "--serial", "--console"} {
 		if !slices.Contains(argv, w) {
 			t.Fatalf("VMM argv lacks %q: %q", w, argv)

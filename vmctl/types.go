@@ -60,13 +60,16 @@ func (n NIC) Address() string {
 // and `vm list -o json` print (State may read "stopped (stale)" there, and
 // VMMState is filled only when inspect asked the VMM).
 type VM struct {
-	ID          string    `json:"id"`
-	Name        string    `json:"name"`
-	State       string    `json:"state"`
-	Config      VMConfig  `json:"config"`
-	RunDir      string    `json:"run_dir"`
-	Pid         int       `json:"pid"`
-	Network     []NIC     `json:"network"`
+	ID      string   `json:"id"`
+	Name    string   `json:"name"`
+	State   string   `json:"state"`
+	Config  VMConfig `json:"config"`
+	RunDir  string   `json:"run_dir"`
+	Pid     int      `json:"pid"`
+	Network []NIC    `json:"network"`
+	// Ejecting: NIC ids vm net asked the VMM to unplug whose eject the
+	// guest had not acked yet (CH keeps them in its device tree until then).
+	Ejecting    []string  `json:"ejecting,omitempty"`
 	SnapshotIDs []string  `json:"snapshot_ids,omitempty"`
 	Reason      string    `json:"reason,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`

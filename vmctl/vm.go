@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,7 +149,7 @@ func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, sshPor
 				return fmt.Errorf("reserve VM record: %w", err)
 			}
 			for i, ip := range ips {
-				rec.Network = append(rec.Network, NIC{ID: "net" + strconv.Itoa(i), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: sshPort})
+				rec.Network = append(rec.Network, NIC{ID: nicID(macFor(id, i)), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: sshPort})
 			}
 		}
 		c := *rec
@@ -250,7 +251,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer ops.Unlock()
+	defer ops.Unlock() // idempotent: released early once created is committed
 	m.logf("create %s: reserved (name %s)", rec.ID, rec.Name)
 	if err := hit(ctx, "vm.create.reserved", rec.ID); err != nil {
 		return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
@@ -266,33 +267,41 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*VM, error) {
 			return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
 		}
 	}
-	m.logf("create %s: disk copied", rec.ID)
-	state, pid := StateCreated, 0
-	if o.Start {
-		if pid, err = m.bootVMM(ctx, rec); err != nil {
-			return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
-		}
-		state = StateRunning
-		m.logf("create %s: VMM %d running", rec.ID, pid)
+	// the record about to be committed points at this dir: its entries and
+	// its own entry in vms/ must be durable first (a power cut keeps the
+	// record and would lose the disk — powercut.TestPowerCutKeepsEveryAcknowledgedWriteOfVmctl)
+	if err := m.syncVMDir(rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
 	}
-	var out VM
-	err = m.updateVMs(ctx, rec.ID, func(ix *vmIndex) error {
-		v, ok := ix.VMs[rec.ID]
-		if !ok {
-			return fmt.Errorf("create %s: placeholder vanished", rec.ID)
-		}
-		v.State, v.Pid, v.UpdatedAt = state, pid, now()
-		out = *v
+	m.logf("create %s: disk copied", rec.ID)
+	created, err := m.editVM(ctx, rec.ID, func(_ *vmIndex, v *VM) error {
+		v.State, v.Pid = StateCreated, 0
 		return nil
 	})
 	if err != nil {
 		return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: commit: %w", rec.ID, err))
 	}
-	m.logf("create %s: committed %s", rec.ID, state)
+	// created is committed: the ops lock goes, and run's start takes it
+	// again, as the field's manager does (cocoon cmd/vm/run.go Run: Create,
+	// then Start; hypervisor/cloudhypervisor/create.go commits
+	// VMStateCreated). Between the two any verb may take the VM, so a
+	// created record is an operation still in flight, not debris.
+	ops.Unlock()
+	m.logf("create %s: committed created", rec.ID)
+	if err := hit(ctx, "vm.create.created", rec.ID); err != nil {
+		return nil, err
+	}
+	out := created
+	if o.Start {
+		if out, err = m.Start(ctx, rec.ID); err != nil {
+			return nil, fmt.Errorf("create %s: %w", rec.ID, err)
+		}
+	}
+	m.logf("create %s: committed %s", rec.ID, out.State)
 	if err := hit(ctx, "vm.create.committed", rec.ID); err != nil {
 		return nil, err
 	}
-	return &out, nil
+	return out, nil
 }
 
 // abandon undoes a create or clone that failed after its reservation: no VMM
@@ -351,6 +360,14 @@ func (m *Manager) finishVMDelete(ctx context.Context, tomb *Tombstone) error {
 		if err := os.RemoveAll(d); err != nil {
 			return fmt.Errorf("rm %s: %w", tomb.ID, err)
 		}
+		// the tombstone goes next: the removal must be durable before it,
+		// or a power cut brings back a dir nothing references
+		if err := syncDir(filepath.Dir(d)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("rm %s: %w", tomb.ID, err)
+		}
+	}
+	if err := m.removeVMMCgroup(tomb.ID); err != nil {
+		return fmt.Errorf("rm %s: %w", tomb.ID, err)
 	}
 	err := m.updateVMs(ctx, tomb.ID, func(ix *vmIndex) error {
 		return dropTombstone(ix.Tombstones, tomb.ID)
@@ -431,6 +448,9 @@ func (m *Manager) Start(ctx context.Context, ref string) (*VM, error) {
 		return nil, err
 	}
 	defer l.Unlock()
+	if err := hit(ctx, "vm.start.locked", v.ID); err != nil {
+		return nil, err
+	}
 	if v.State == StateCreating {
 		return nil, fmt.Errorf("start: "+MsgVMNotRunningState, v.ID, v.State)
 	}
@@ -703,6 +723,14 @@ func growFile(path string, size int64, fake bool) error {
 
 // Durable sync of a dir after creating files in it.
 var syncDir = durable.SyncDir
+
+// syncVMDir makes a VM dir's entries and its own entry in vms/ durable.
+func (m *Manager) syncVMDir(id string) error {
+	if err := syncDir(m.vmDir(id)); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(m.vmDir(id)))
+}
 
 // sleepRaw is the one timer of the package; callers pass scaled durations.
 func sleepRaw(ctx context.Context, d time.Duration) error { return timescale.SleepRaw(ctx, d) }

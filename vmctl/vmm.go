@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/vmchaos/vmchaos/chapi"
@@ -174,11 +173,17 @@ func (m *Manager) launchVMM(ctx context.Context, id string, extra []string) (int
 		return 0, nil, fmt.Errorf("launch VMM: log: %w", err)
 	}
 	defer logf.Close()
+	cg, err := m.openVMMCgroup(id)
+	if err != nil {
+		return 0, nil, fmt.Errorf("launch VMM: %w", err)
+	}
+	defer cg.close()
 	args := append([]string{"--api-socket", "path=" + sock}, extra...)
 	cmd := exec.Command(m.chPath, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = run
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = vmmEnv(cg)
+	cmd.SysProcAttr = vmmSysProcAttr(cg)
 	if err := cmd.Start(); err != nil {
 		return 0, nil, fmt.Errorf("launch VMM %s: %w", m.chPath, err)
 	}

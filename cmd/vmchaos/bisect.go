@@ -54,6 +54,8 @@ what it changes from and to), with a repro command for each side.`,
 				return runInfraError{err}
 			}
 			at := func(o time.Duration) (reports.Case, error) { return runAt(ctx, r, id, o, f.backend) }
+			f.meter.Start("bisect", bisectSteps(lo, hi, res), 1)
+			defer f.meter.Stop()
 			a, err := at(lo)
 			if err != nil {
 				return err
@@ -64,11 +66,17 @@ what it changes from and to), with a repro command for each side.`,
 			}
 			out := cmd.OutOrStdout()
 			if a.Verdict == b.Verdict {
+				f.meter.Stop()
 				fmt.Fprintf(out, "bisect %s: %s at both %s and %s: no flip to search\n", id, a.Verdict, injector.FormatOffset(lo), injector.FormatOffset(hi))
 				return finish(cmd, r, dir)
 			}
 			for hi-lo > res && ctx.Err() == nil {
 				mid := lo + (hi-lo)/2
+				// an injection lands within µs of its offset: a finer
+				// midpoint only adds digits to every line it is printed on
+				if m := mid.Round(time.Microsecond); m > lo && m < hi {
+					mid = m
+				}
 				m, err := at(mid)
 				if err != nil {
 					return err
@@ -79,6 +87,7 @@ what it changes from and to), with a repro command for each side.`,
 					hi, b = mid, m
 				}
 			}
+			f.meter.Stop()
 			fmt.Fprintf(out, "bisect %s: verdict flips from %s to %s between %s and %s (real time; scaled ×%g)\n  %s\n  %s\n",
 				id, a.Verdict, b.Verdict, injector.FormatOffset(lo), injector.FormatOffset(hi), f.scale, a.Repro, b.Repro)
 			return finish(cmd, r, dir)
@@ -100,4 +109,14 @@ func runAt(ctx context.Context, r *runner.Runner, id string, o time.Duration, ba
 		return reports.Case{}, err
 	}
 	return r.RunCase(ctx, cs), nil
+}
+
+// bisectSteps is the number of cases a bisect of [lo, hi] down to res
+// runs when the verdict flips: both ends, then one per halving.
+func bisectSteps(lo, hi, res time.Duration) int {
+	n := 2
+	for w := hi - lo; w > res; w -= w / 2 {
+		n++
+	}
+	return n
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/lazyfs"
 )
 
 func init() { register(newDoctorCmd) }
@@ -44,9 +45,12 @@ func newDoctorCmd() *cobra.Command {
 		Short: "Say what this host lacks (root, cgroup2, systemd, KVM, CH) and list leftovers of SIGKILLed runs",
 		Long: `doctor checks what the injector and the backends need on this host and reads the run
 records every supervisor writes before it starts anything: a run whose runner is gone but
-whose processes, sandbox or cgroups remain is a leftover. With --clean those are killed
-(SIGKILL through verified pidfds) and their cgroups and records removed — the same cleanup
-every new run does on start. Exit status: 0, or 1 when leftovers remain.`,
+whose processes, sandbox, cgroups, stack dirs or network namespaces remain is a leftover.
+With --clean those are killed (SIGKILL through verified pidfds) and their cgroups, stack dirs
+(the run's $TMPDIR/vmchaos-* with its stores, VM disks and sockets; mounts below it are
+detached first), network namespaces and records removed, each named in the output — the
+same cleanup every new run does on start. A run whose runner is alive is never touched.
+Exit status: 0, or 1 when leftovers remain.`,
 		Example: `  vmchaos doctor
   vmchaos doctor --clean
   vmchaos doctor -o json`,
@@ -55,7 +59,7 @@ every new run does on start. Exit status: 0, or 1 when leftovers remain.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
 			rep := doctorReport{Checks: injector.HostChecks()}
-			rep.Checks = append(rep.Checks, kvmCheck(), chCheck(ctx, chBinary))
+			rep.Checks = append(rep.Checks, kvmCheck(), chCheck(ctx, chBinary), fuseCheck())
 			var err error
 			if clean {
 				rep.Leftovers, err = injector.CleanLeftovers(ctx, registry)
@@ -102,7 +106,7 @@ every new run does on start. Exit status: 0, or 1 when leftovers remain.`,
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&clean, "clean", false, "kill the leftovers' processes and remove their cgroups and records")
+	c.Flags().BoolVar(&clean, "clean", false, "kill the leftovers' processes and remove their cgroups, stack dirs, network namespaces and records")
 	c.Flags().StringVar(&registry, "registry", injector.Registry(), "directory of run records (env "+injector.EnvRegistry+")")
 	c.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	c.Flags().StringVar(&chBinary, "ch-binary", "cloud-hypervisor", "cloud-hypervisor binary to look for (name on PATH or a path)")
@@ -120,6 +124,9 @@ func kvmCheck() injector.Check {
 }
 
 func chCheck(ctx context.Context, bin string) injector.Check {
+	if chPreflight != nil {
+		return chPreflight(ctx, bin)
+	}
 	p, err := exec.LookPath(bin)
 	if err != nil {
 		return injector.Check{Name: "ch", OK: false, Detail: bin + " not found: only the fake backend (fakech) runs"}
@@ -131,4 +138,12 @@ func chCheck(ctx context.Context, bin string) injector.Check {
 		return injector.Check{Name: "ch", OK: false, Detail: fmt.Sprintf("%s --version: %v", p, err)}
 	}
 	return injector.Check{Name: "ch", OK: true, Detail: p + ": " + strings.TrimSpace(string(out))}
+}
+
+// fuseCheck says whether the lazy filesystem (power-cut faults) can mount here.
+func fuseCheck() injector.Check {
+	if why := lazyfs.Available(); why != "" {
+		return injector.Check{Name: "fuse", OK: false, Detail: why + " (power-cut cases are inconclusive)"}
+	}
+	return injector.Check{Name: "fuse", OK: true, Detail: "/dev/fuse opens and this user may mount: lazyfs (power cut) works"}
 }

@@ -58,7 +58,7 @@ func TestDoctorFindsAndCleansAPlantedLeftover(t *testing.T) {
 	if !strings.Contains(out, "found: run planted-run") || !strings.Contains(out, strconv.Itoa(left.Process.Pid)) {
 		t.Fatalf("doctor did not list the planted leftover:\n%s", out)
 	}
-	for _, want := range []string{"root", "cgroup2", "systemd", "kvm", "ch"} {
+	for _, want := range []string{"root", "cgroup2", "systemd", "kvm", "ch", "fuse"} {
 		if !strings.Contains(out, "\n"+want+" ") {
 			t.Fatalf("doctor output lacks the %s check:\n%s", want, out)
 		}

@@ -18,13 +18,13 @@ func newImageCmd() *cobra.Command {
 		Short: "Build guest disk images",
 		Args:  cobra.NoArgs,
 	}
-	c.AddCommand(newImageFakeCmd())
+	c.AddCommand(newImageFakeCmd(), newImageRealCmd())
 	return c
 }
 
 func newImageFakeCmd() *cobra.Command {
 	var pubkeys []string
-	var hostname, out string
+	var hostname, out, format string
 	var port int
 	c := &cobra.Command{
 		Use:   "fake --ssh-pubkey FILE -o guest.img",
@@ -35,7 +35,8 @@ guest's disk. It holds a freshly generated SSH host key, the authorized_keys bui
 The guest's sshd listens on every NIC address (ip= of --net / vm.add-net) at --ssh-port.`,
 		Example: `  ssh-keygen -t ed25519 -N '' -f key
   vmchaos image fake --ssh-pubkey key.pub -o guest.img
-  vmchaos image fake --ssh-pubkey key.pub --hostname web-0 --ssh-port 2200 -o web.img`,
+  vmchaos image fake --ssh-pubkey key.pub --hostname web-0 --ssh-port 2200 -o web.img
+  vmchaos image fake --ssh-pubkey key.pub --format qcow2 -o base.qcow2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(pubkeys) == 0 {
@@ -72,7 +73,7 @@ The guest's sshd listens on every NIC address (ip= of --net / vm.add-net) at --s
 					return fmt.Errorf("image fake: %s: no SSH public key", f)
 				}
 			}
-			img, err := guestimg.Build(out, guestimg.Options{AuthorizedKeys: keys, Hostname: hostname, SSHPort: port})
+			img, err := buildFakeImage(out, format, guestimg.Options{AuthorizedKeys: keys, Hostname: hostname, SSHPort: port})
 			if err != nil {
 				return fmt.Errorf("image fake: %w", err)
 			}
@@ -88,5 +89,20 @@ The guest's sshd listens on every NIC address (ip= of --net / vm.add-net) at --s
 	c.Flags().StringVar(&hostname, "hostname", "fake-guest", "guest hostname")
 	c.Flags().IntVar(&port, "ssh-port", guestimg.DefaultSSHPort, "port of the guest's SSH server on each NIC address")
 	c.Flags().StringVarP(&out, "output", "o", "", "image file to write (required)")
+	c.Flags().StringVar(&format, "format", "raw", "raw, or qcow2 (a qcow2 v3 file of 64 MiB virtual size; overlays made with qemu-img create -b on it boot too)")
 	return c
+}
+
+func buildFakeImage(out, format string, o guestimg.Options) (*guestimg.Image, error) {
+	switch format {
+	case "raw":
+		return guestimg.Build(out, o)
+	case "qcow2":
+		img, err := guestimg.New(o)
+		if err != nil {
+			return nil, err
+		}
+		return img, img.SaveQcow2(out, guestimg.DefaultQcow2Size)
+	}
+	return nil, fmt.Errorf("--format %q: want raw or qcow2", format)
 }

@@ -35,8 +35,10 @@ func newReportGateCmd() *cobra.Command {
 	var baseline, tolerance, slack, stepSummary string
 	var flakyFails bool
 	var maxInjErr time.Duration
+	var accept []string
+	var acceptFile string
 	c := &cobra.Command{
-		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] RUN_DIR|results.json",
+		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] [--accept ID,...] RUN_DIR|results.json",
 		Short: "Decide a release from a run: exit 0 pass, 1 violated/regressed, 2 inconclusive, 3 infrastructure error",
 		Long: `gate reads a run's results.json and exits with:
   0  every case passed
@@ -68,6 +70,9 @@ one line each, with the repro command of the case.`,
 			}
 			opt.FlakyFails = flakyFails
 			opt.MaxInjectionError = maxInjErr
+			if opt.Accept, err = acceptIDs(accept, acceptFile); err != nil {
+				return err
+			}
 			cur, err := reports.Load(args[0])
 			if err != nil {
 				return reports.InfraError{Err: err}
@@ -93,6 +98,8 @@ one line each, with the repro command of the case.`,
 	c.Flags().StringVar(&slack, "p95-slack", "", "absolute p95 growth always allowed on top of the tolerance, e.g. 50ms (default: none)")
 	c.Flags().BoolVar(&flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
 	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "call the run inconclusive when the p99 of |actual − requested| over its timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off)")
+	c.Flags().StringSliceVar(&accept, "accept", nil, "case ids whose failure is a known finding (listed as ACCEPTED, not failing the gate), e.g. mgr-clone-kill-at-ch.restore.begin (default: none)")
+	c.Flags().StringVar(&acceptFile, "accept-file", "", "file of accepted case ids, one per line, # comments (default: none)")
 	c.Flags().StringVar(&stepSummary, "step-summary", "", `append a compact Markdown verdict (reasons, cases needing attention, repro commands) to this file, e.g. "$GITHUB_STEP_SUMMARY" (default: none)`)
 	return c
 }

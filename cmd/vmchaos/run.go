@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/progress"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
@@ -30,6 +31,7 @@ type runFlags struct {
 	scale      float64
 	seed       int64
 	reportDir  string
+	meter      *progress.Meter // made by runner(); Start/Stop around the cases
 }
 
 func (f *runFlags) add(c *cobra.Command) {
@@ -52,12 +54,13 @@ func regressFromEnv() ([]string, error) {
 	return regress.Parse(os.Getenv(regress.Env))
 }
 
-func (f *runFlags) runner(ctx context.Context, dir string, progress io.Writer, bugs []string) (*runner.Runner, error) {
+func (f *runFlags) runner(ctx context.Context, dir string, out io.Writer, bugs []string) (*runner.Runner, error) {
 	if !(f.scale > 0 && f.scale <= 1000) { // written so NaN fails too
 		return nil, fmt.Errorf("--time-scale %v: want a number in (0, 1000]", f.scale)
 	}
+	f.meter = progress.New(out)
 	return runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Supervisor: f.supervisor,
-		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: progress})
+		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: f.meter, Done: f.meter.Case})
 }
 
 // signalContext cancels on SIGINT/SIGTERM so a run tears its stacks down.
@@ -67,6 +70,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 
 func newRunCmd() *cobra.Command {
 	var f runFlags
+	var mf managerFlags
 	var filter, shard string
 	var parallel int
 	var list bool
@@ -86,6 +90,9 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
   vmchaos run --shard 2/4 --report-dir out/shard2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if mf.selected(filter) {
+				return mf.run(cmd, &f, filter, shard, list)
+			}
 			cases, err := selectCases(f.backend, filter, shard)
 			if err != nil {
 				return err
@@ -114,11 +121,13 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 			fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d → %s\n",
 				len(cases), f.backend, sup, f.scale, f.seed, dir)
 			var runErr error
+			f.meter.Start("run", len(cases), parallel)
 			if parallel > 1 {
 				runErr = suite.RunParallel(ctx, r, cases, parallel, dir, f.seed)
 			} else {
 				runErr = suite.Run(ctx, r, cases, filter, dir, f.seed)
 			}
+			f.meter.Stop()
 			res, werr := r.WriteAll()
 			if cerr := r.Close(); cerr != nil {
 				fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
@@ -142,6 +151,7 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 	}
 	f.add(c)
 	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "exit 2 (inconclusive) when the p99 of |actual − requested| over the run's timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off; see report gate)")
+	mf.add(c)
 	c.Flags().StringVar(&filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
 	c.Flags().StringVar(&shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
 	c.Flags().IntVar(&parallel, "parallel", 1, "cases run at once; >1 runs worker goroutines outside Ginkgo's scheduler and writes the same ginkgo.json (default 1: timing-sensitive cases on 2 cores)")

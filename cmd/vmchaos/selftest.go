@@ -51,6 +51,7 @@ Exit status 0 only when every row holds.`,
 				return runInfraError{err}
 			}
 			start := time.Now()
+			f.meter.Start("selftest", selftestCases(plan), 1)
 			without := map[string]reports.Case{}
 			var rows []reports.SelftestRow
 			for _, p := range plan {
@@ -69,6 +70,7 @@ Exit status 0 only when every row holds.`,
 				}
 				rows = append(rows, selftestRow(p.bug, p.scenario, with, wo))
 			}
+			f.meter.Stop()
 			if err := reports.WriteSelftest(dir, rows); err != nil {
 				return err
 			}
@@ -149,4 +151,14 @@ func selftestRow(b regress.Bug, scenario string, with, without reports.Case) rep
 		row.Note = fmt.Sprintf("without the bug the case was %s (%s)", without.Verdict, without.Reason)
 	}
 	return row
+}
+
+// selftestCases is how many cases a plan runs: one per row with the bug,
+// and one per scenario without any (shared by the rows of that scenario).
+func selftestCases(plan []selftestItem) int {
+	seen := map[string]bool{}
+	for _, p := range plan {
+		seen[p.scenario] = true
+	}
+	return len(plan) + len(seen)
 }

@@ -78,12 +78,14 @@ the operation finished read inconclusive (the fault did not land inside it).`,
 				return runInfraError{err}
 			}
 			fmt.Fprintf(os.Stderr, "vmchaos sweep: %s at %d offset(s) → %s\n", id, len(cases), dir)
+			f.meter.Start("sweep", len(cases), 1)
 			for _, cs := range cases {
 				if ctx.Err() != nil {
 					break
 				}
 				r.RunCase(ctx, cs)
 			}
+			f.meter.Stop()
 			return finish(cmd, r, dir)
 		},
 	}

@@ -111,7 +111,10 @@ func Decode(b []byte) (*Image, error) {
 		return nil, ErrNotFakeImage
 	}
 	var img Image
-	if err := json.Unmarshal(b[len(Magic):], &img); err != nil {
+	// One JSON value; bytes after it are ignored: the guest rewrites the
+	// image in place and cuts a longer old tail after the write, so a kill
+	// in between leaves old bytes behind the new image.
+	if err := json.NewDecoder(bytes.NewReader(b[len(Magic):])).Decode(&img); err != nil {
 		return nil, fmt.Errorf("fake guest image: corrupt: %w", err)
 	}
 	if img.Files == nil {

@@ -3,26 +3,28 @@
 // several consecutive polls, by itself. Every invariant is a named entry in a
 // table and reports evidence when it fails; the names are the ones the
 // regress table (regress.Bugs[].Invariant) refers to.
+//
+// The checker reads the stack only through black-box outputs: the manager's
+// `-o json` verbs and its own check report (through manager.Observer), the
+// agent's HTTP API, the agent's registry, the guest over SSH, /metrics parsed
+// with expfmt, and /proc. Every invariant names the data sources it reads; a
+// source that errored makes the invariant fail with the error as evidence,
+// never pass.
 package checker
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/vmchaos/vmchaos/chapi"
-	"github.com/vmchaos/vmchaos/nodeagent"
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios/stack"
-	"github.com/vmchaos/vmchaos/vmctl"
 )
 
 // Invariant names. The state invariants are polled until stable; the
@@ -39,6 +41,8 @@ const (
 	IndexesConsistent     = "indexes-consistent"
 	NoVmctlChild          = "no-vmctl-child"
 	NoLeftoverSockets     = "no-leftover-sockets"
+	NoLeftoverStaging     = "no-leftover-staging"
+	NoUnreferencedDirs    = "no-unreferenced-dirs"
 	BaseSnapshotKept      = "unrelated-snapshots-untouched"
 	VMsAdopted            = "vms-adopted"
 
@@ -62,70 +66,153 @@ const (
 // Input is what the checker compares the stack against.
 type Input struct {
 	Stack      *stack.Stack
+	Manager    manager.Observer  // nil: Stack.ManagerObserver()
 	Goals      map[string]string // intent name → ready|hibernated|deleted
 	Generation map[string]int64  // intent name → generation the harness last set (0: unknown)
 	DirectVMs  []string          // harness-created VMs that must exist once and run
 	AdoptedIDs map[string]string // name → VM id before the fault (Expect.Adopted)
 	BaseName   string            // snapshot every intent clones from: never removed
+	// Registry is the agent's registry dir: a hibernated intent's snapshot
+	// must be pushed there and readable ("": Stack.Registry).
+	Registry string
+	// BootID asks the guest at addr (VM name) for its boot id over SSH: a
+	// ready intent's guest must answer. nil: Stack.GuestBootID; without
+	// either no ready intent can be proven ready.
+	BootID func(ctx context.Context, name, addr string) (string, error)
+	// TraceLoss is nil when the trace is complete; otherwise why it is not
+	// (datagrams lost or malformed, the socket gone). Every invariant judged
+	// from the trace refuses to pass while it is set.
+	TraceLoss error
+
+	digests digestCache
 }
 
-// Poll is one observation of the whole stack.
+// Source is one black-box data source of a poll.
+type Source string
+
+// The sources of a poll.
+const (
+	SrcAgent   Source = "agent API"
+	SrcVMs     Source = "vm list"
+	SrcSnaps   Source = "snapshot list"
+	SrcCheck   Source = "manager check"
+	SrcProcs   Source = "/proc scan"
+	SrcLocks   Source = "/proc/locks"
+	SrcSockets Source = "api sockets"
+)
+
+// AgentView is the part of the agent API's VM view the checker reads.
+type AgentView struct {
+	Name               string
+	Lifecycle          string
+	ObservedGeneration int64
+	Message            string
+	PostClone          string
+	VMID               string
+	FailedReason       string
+	Op, Step           string
+}
+
+// Poll is one observation of the whole stack. Errs holds, per source, why it
+// could not be read; the fields of an errored source are not to be trusted.
 type Poll struct {
 	TsNs     int64
-	Views    map[string]nodeagent.VMView
-	ViewsErr error
-	VMs      []vmctl.VM
-	VMsErr   error
-	Snaps    []vmctl.Snapshot
-	SnapsErr error
-	VMIndex  rawIndex
-	SnapIx   rawIndex
-	IndexErr error
-	VMMs     map[string]stack.Proc
-	Vmctls   []stack.Proc
-	VMMState map[string]string // id → state from vm.info (running records only)
-	Held     map[uint64]bool   // inodes with a flock/OFD lock held
-	Sockets  []string          // api sockets present under the run dir
+	Errs     map[Source]error
+	Views    map[string]AgentView
+	VMs      []manager.VM
+	Snaps    []manager.Snapshot
+	Check    manager.CheckReport
+	VMMs     map[string][]stack.Proc // every VMM process, by the VM id it serves
+	Vmctls   []stack.Proc            // manager processes (the harness's own left out)
+	VMMState map[string]string       // id → state from vm.info (running records only)
+	Sockets  map[string]string       // VM id → api socket present
+	// OpsHolders and LeaseHolders: who holds the ops lock of a VM and the
+	// lease of a pending snapshot, matched by device and inode in /proc/locks.
+	OpsHolders   map[string][]manager.Holder
+	LeaseHolders map[string][]manager.Holder
+	// Pushed: hibernated intent → nil when its snapshot is in the registry
+	// and its data matches the manifest's digest, else why not.
+	Pushed map[string]error
+	// Boot: ready intent → boot id its guest reported, or the error.
+	Boot map[string]BootProbe
 }
 
-type rawIndex struct {
-	Records    map[string]json.RawMessage `json:"-"`
-	Names      map[string]string          `json:"names"`
-	Tombstones map[string]json.RawMessage `json:"tombstones"`
-	recNames   map[string]string          // id → name of the record
+// BootProbe is one boot-id read over SSH.
+type BootProbe struct {
+	BootID string
+	Err    error
 }
 
-// Collect observes the stack: agent API, vmctl list, raw indexes (for
-// tombstones and name maps only), processes, VMM states, held locks.
+// Err returns the error of the first of srcs that failed.
+func (p *Poll) Err(srcs ...Source) error {
+	for _, s := range srcs {
+		if err := p.Errs[s]; err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+func (p *Poll) fail(src Source, err error) {
+	if err == nil {
+		return
+	}
+	if p.Errs == nil {
+		p.Errs = map[Source]error{}
+	}
+	if p.Errs[src] == nil {
+		p.Errs[src] = err
+	}
+}
+
+func (in *Input) manager() manager.Observer {
+	if in.Manager == nil {
+		in.Manager = in.Stack.ManagerObserver()
+	}
+	return in.Manager
+}
+
+// Collect observes the stack: agent API, the manager's list and check verbs,
+// processes, VMM states, lock holders, the registry and the guests.
 func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
-	s := in.Stack
-	p := &Poll{TsNs: now(), Views: map[string]nodeagent.VMView{}}
+	s, m := in.Stack, in.manager()
+	p := &Poll{TsNs: now(), Views: map[string]AgentView{}}
 	if vs, err := s.Agent.List(ctx); err != nil {
-		p.ViewsErr = err
+		p.fail(SrcAgent, err)
 	} else {
 		for _, v := range vs {
-			p.Views[v.Name] = v
+			p.Views[v.Name] = AgentView{Name: v.Name, Lifecycle: v.Status.Lifecycle, ObservedGeneration: v.Status.ObservedGeneration,
+				Message: v.Status.Message, PostClone: v.Status.PostClone, VMID: v.Status.VMID,
+				FailedReason: v.Status.FailedReason, Op: v.Op, Step: v.Step}
 		}
 	}
-	p.VMs, p.VMsErr = s.ListVMs(ctx)
-	p.Snaps, p.SnapsErr = s.ListSnapshots(ctx)
-	p.VMIndex, p.IndexErr = readIndex(filepath.Join(s.Root, "vms.json"), "vms")
-	if p.IndexErr == nil {
-		p.SnapIx, p.IndexErr = readIndex(filepath.Join(s.Root, "snapshots.json"), "snapshots")
+	var err error
+	p.VMs, err = m.VMs(ctx)
+	p.fail(SrcVMs, err)
+	p.Snaps, err = m.Snapshots(ctx)
+	p.fail(SrcSnaps, err)
+	p.Check, err = m.Check(ctx)
+	p.fail(SrcCheck, err)
+
+	procs, err := s.ScanProcesses()
+	p.fail(SrcProcs, err)
+	p.VMMs = map[string][]stack.Proc{}
+	harness := s.HarnessPIDs()
+	for _, pr := range procs {
+		if id, ok := m.VMMOf(pr.Argv); ok {
+			p.VMMs[id] = append(p.VMMs[id], pr)
+		} else if pr.Name() == "vmctl" && !harness[pr.PID] {
+			p.Vmctls = append(p.Vmctls, pr)
+		}
 	}
-	p.VMMs = s.VMMs()
-	p.Vmctls = s.VmctlProcs()
-	p.Held = heldInodes()
+	p.collectLocks(s, m)
 	p.VMMState = map[string]string{}
 	for _, v := range p.VMs {
-		if v.State != vmctl.StateRunning {
-			continue
-		}
-		if _, alive := p.VMMs[v.ID]; !alive {
+		if v.State != manager.StateRunning || len(p.VMMs[v.ID]) == 0 {
 			continue
 		}
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		info, err := chapi.New(filepath.Join(s.RunDir, v.ID, "api.sock")).Info(ictx)
+		info, err := chapi.New(m.APISocket(v.ID)).Info(ictx)
 		cancel()
 		if err != nil {
 			p.VMMState[v.ID] = "unreachable: " + err.Error()
@@ -133,202 +220,154 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 			p.VMMState[v.ID] = info.State
 		}
 	}
-	socks, _ := filepath.Glob(filepath.Join(s.RunDir, "*", "api.sock"))
-	p.Sockets = socks
+	p.Sockets, err = m.APISockets()
+	p.fail(SrcSockets, err)
+	p.collectGoals(ctx, in)
 	return p
 }
 
-func readIndex(path, recKey string) (rawIndex, error) {
-	ix := rawIndex{recNames: map[string]string{}}
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return ix, nil
-	}
+// collectLocks reads /proc/locks once and resolves the holders of every VM's
+// ops lock and every pending snapshot's lease, naming each holder's process
+// when it is one of this case.
+func (p *Poll) collectLocks(s *stack.Stack, m manager.Observer) {
+	p.OpsHolders, p.LeaseHolders = map[string][]manager.Holder{}, map[string][]manager.Holder{}
+	locks, err := ReadLocks()
 	if err != nil {
-		return ix, err
+		p.fail(SrcLocks, err)
+		return
 	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(b, &doc); err != nil {
-		return ix, fmt.Errorf("%s: %w", path, err)
-	}
-	_ = json.Unmarshal(doc["names"], &ix.Names)
-	_ = json.Unmarshal(doc["tombstones"], &ix.Tombstones)
-	_ = json.Unmarshal(doc[recKey], &ix.Records)
-	for id, r := range ix.Records {
-		var rec struct {
-			Name string `json:"name"`
+	resolve := func(path string) []manager.Holder {
+		hs, err := locks.holders(path)
+		if err != nil {
+			p.fail(SrcLocks, err)
+			return nil
 		}
-		_ = json.Unmarshal(r, &rec)
-		ix.recNames[id] = rec.Name
-	}
-	return ix, nil
-}
-
-// heldInodes parses /proc/locks: the set of inodes some process holds a
-// FLOCK/POSIX/OFD lock on. The checker never takes a lock itself (that would
-// change what it observes).
-func heldInodes() map[uint64]bool {
-	out := map[uint64]bool{}
-	f, err := os.Open("/proc/locks")
-	if err != nil {
+		out := make([]manager.Holder, len(hs))
+		copy(out, hs)
+		for i := range out {
+			if pr, ok := s.Identify(out[i].PID); ok {
+				out[i].Argv = pr.Argv
+			}
+		}
 		return out
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		// "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; blocked
-		// waiters carry "->" and hold nothing.
-		if len(fs) < 6 || fs[1] == "->" {
-			continue
-		}
-		dev := fs[5]
-		parts := strings.Split(dev, ":")
-		if len(parts) != 3 {
-			continue
-		}
-		ino, err := strconv.ParseUint(parts[2], 10, 64)
-		if err == nil {
-			out[ino] = true
+	for _, v := range p.VMs {
+		p.OpsHolders[v.ID] = resolve(m.OpsLockPath(v.ID))
+	}
+	for _, sn := range p.Snaps {
+		if sn.State == manager.SnapPending {
+			p.LeaseHolders[sn.ID] = resolve(m.LeasePath(sn.ID))
 		}
 	}
-	return out
-}
-
-func (p *Poll) held(path string) bool {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return false
-	}
-	return p.Held[st.Ino]
 }
 
 // StateInvariant is one entry of the polled table.
 type StateInvariant struct {
 	Name  string
 	Why   string
+	Needs []Source                          // sources it reads: one errored → it fails with the error
 	Check func(in *Input, p *Poll) []string // evidence lines; none = holds
 }
 
 // State is the table of invariants polled until stable.
 var State = []StateInvariant{
-	{IntentGoal, "every intent reached its goal, nothing failed", checkIntentGoal},
-	{OneVMPerName, "exactly one VM per name", checkOneVMPerName},
-	{NoOrphanCreating, "a creating record must have a live ops-lock holder (a free ops lock proves no operation owns it)", func(in *Input, p *Poll) []string {
-		var ev []string
-		for _, v := range p.VMs {
-			if v.State == vmctl.StateCreating && !p.held(filepath.Join(in.Stack.Root, "locks", "vm", v.ID+".lock")) {
-				ev = append(ev, fmt.Sprintf("vm %s (%s) is creating and its ops lock is free", v.ID, v.Name))
+	{IntentGoal, "every intent reached its goal (hibernated: pushed and readable; ready: the guest answers), nothing failed",
+		[]Source{SrcAgent, SrcVMs, SrcProcs}, checkIntentGoal},
+	{OneVMPerName, "exactly one VM per name", []Source{SrcVMs, SrcProcs}, checkOneVMPerName},
+	{NoOrphanCreating, "a creating record has a live ops-lock holder of this stack (a free ops lock proves no operation owns it)",
+		[]Source{SrcVMs, SrcLocks}, func(in *Input, p *Poll) []string {
+			var ev []string
+			for _, v := range p.VMs {
+				if v.State != manager.StateCreating {
+					continue
+				}
+				if e := heldByCase(p.OpsHolders[v.ID]); e != "" {
+					ev = append(ev, fmt.Sprintf("vm %s (%s) is creating and its ops lock %s", v.ID, v.Name, e))
+				}
 			}
-		}
-		return ev
-	}},
-	{NoOrphanVMM, "every VMM process is referenced by a record", func(in *Input, p *Poll) []string {
-		ids := map[string]bool{}
-		for _, v := range p.VMs {
-			ids[v.ID] = true
-		}
-		var ev []string
-		for id, pr := range p.VMMs {
-			if !ids[id] {
-				ev = append(ev, fmt.Sprintf("VMM %s for vm %s has no record", pr, id))
-			}
-		}
-		return ev
-	}},
-	{NoRunningWithDeadVMM, "a running record has a live VMM", func(in *Input, p *Poll) []string {
+			return ev
+		}},
+	{NoOrphanVMM, "every VMM process is the only one of its VM, and its VM's record owns it",
+		[]Source{SrcVMs, SrcProcs, SrcLocks}, checkOrphanVMM},
+	{NoRunningWithDeadVMM, "a running record has a live VMM", []Source{SrcVMs, SrcProcs}, func(in *Input, p *Poll) []string {
 		var ev []string
 		for _, v := range p.VMs {
-			if v.State == vmctl.StateStale || (v.State == vmctl.StateRunning && !alive(p, v.ID)) {
+			if v.State == manager.StateStale || (v.State == manager.StateRunning && !alive(p, v.ID)) {
 				ev = append(ev, fmt.Sprintf("vm %s (%s) reads %q and its VMM is dead", v.ID, v.Name, v.State))
 			}
 		}
 		return ev
 	}},
-	{NoPausedRunning, "no VMM Paused while its record says running (an orphaned pause of a dead capture)", func(in *Input, p *Poll) []string {
-		var ev []string
-		for id, st := range p.VMMState {
-			if st != "Running" {
-				ev = append(ev, fmt.Sprintf("vm %s: record running, VMM says %s", id, st))
-			}
-		}
-		return ev
-	}},
-	{NoPendingWithoutLease, "a pending snapshot has a live lease holder", func(in *Input, p *Poll) []string {
-		var ev []string
-		for _, sn := range p.Snaps {
-			if sn.State == vmctl.SnapPending && !p.held(filepath.Join(in.Stack.Root, "snapshots", sn.ID+".lease")) {
-				ev = append(ev, fmt.Sprintf("snapshot %s (%s) pending and its lease is free", sn.ID, sn.Name))
-			}
-		}
-		return ev
-	}},
-	{NoTombstone, "no delete left half-done", func(in *Input, p *Poll) []string {
-		var ev []string
-		for id := range p.VMIndex.Tombstones {
-			ev = append(ev, "vm tombstone "+id)
-		}
-		for id := range p.SnapIx.Tombstones {
-			ev = append(ev, "snapshot tombstone "+id)
-		}
-		sort.Strings(ev)
-		return ev
-	}},
-	{IndexesConsistent, "name indexes and records agree", func(in *Input, p *Poll) []string {
-		if p.IndexErr != nil {
-			return []string{"index unreadable: " + p.IndexErr.Error()}
-		}
-		var ev []string
-		for _, ix := range []struct {
-			what string
-			ix   rawIndex
-		}{{"vm", p.VMIndex}, {"snapshot", p.SnapIx}} {
-			for name, id := range ix.ix.Names {
-				if rn, ok := ix.ix.recNames[id]; !ok || rn != name {
-					ev = append(ev, fmt.Sprintf("%s name %q → %s, record name %q (present %v)", ix.what, name, id, rn, ok))
+	{NoPausedRunning, "no VMM Paused while its record says running (an orphaned pause of a dead capture)",
+		[]Source{SrcVMs, SrcProcs}, func(in *Input, p *Poll) []string {
+			var ev []string
+			for id, st := range p.VMMState {
+				if st != "Running" {
+					ev = append(ev, fmt.Sprintf("vm %s: record running, VMM says %s", id, st))
 				}
 			}
-			for id, name := range ix.ix.recNames {
-				if ix.ix.Names[name] != id {
-					ev = append(ev, fmt.Sprintf("%s record %s (%q) not in the name index", ix.what, id, name))
+			sort.Strings(ev)
+			return ev
+		}},
+	{NoPendingWithoutLease, "a pending snapshot has a live lease holder of this stack", []Source{SrcSnaps, SrcLocks},
+		func(in *Input, p *Poll) []string {
+			var ev []string
+			for _, sn := range p.Snaps {
+				if sn.State != manager.SnapPending {
+					continue
+				}
+				if e := heldByCase(p.LeaseHolders[sn.ID]); e != "" {
+					ev = append(ev, fmt.Sprintf("snapshot %s (%s) is pending and its lease %s", sn.ID, sn.Name, e))
 				}
 			}
-		}
-		sort.Strings(ev)
-		return ev
-	}},
-	{NoVmctlChild, "no vmctl child still running (besides the agent's event watcher)", func(in *Input, p *Poll) []string {
-		var ev []string
-		for _, pr := range p.Vmctls {
-			if isWatcher(pr.Argv) || isDaemon(pr.Argv) {
-				continue
+			return ev
+		}},
+	{NoTombstone, "no delete left half-done (read from the manager's check)", []Source{SrcCheck}, fromCheck(manager.CheckTombstone)},
+	{IndexesConsistent, "the store loads and its name indexes and records agree (read from the manager's check)", []Source{SrcCheck},
+		fromCheck(manager.CheckStoreLoadable, manager.CheckIndexes)},
+	{NoVmctlChild, "no vmctl child still running (besides the agent's event watcher and the daemon)", []Source{SrcProcs},
+		func(in *Input, p *Poll) []string {
+			var ev []string
+			for _, pr := range p.Vmctls {
+				if isWatcher(pr.Argv) || isDaemon(pr.Argv) {
+					continue
+				}
+				ev = append(ev, pr.String())
 			}
-			ev = append(ev, pr.String())
-		}
-		return ev
-	}},
-	{NoLeftoverSockets, "no api socket without a live VMM", func(in *Input, p *Poll) []string {
+			return ev
+		}},
+	{NoLeftoverSockets, "no api socket without a live VMM", []Source{SrcSockets, SrcProcs}, func(in *Input, p *Poll) []string {
 		var ev []string
-		for _, sock := range p.Sockets {
-			id := filepath.Base(filepath.Dir(sock))
+		for id, sock := range p.Sockets {
 			if !alive(p, id) {
 				ev = append(ev, sock)
 			}
 		}
+		sort.Strings(ev)
 		return ev
 	}},
-	{BaseSnapshotKept, "snapshots no intent owns are never touched", func(in *Input, p *Poll) []string {
-		if in.BaseName == "" || p.SnapsErr != nil {
+	{NoLeftoverStaging, "no staging dir of a dead snapshot build (read from the manager's check)", []Source{SrcCheck},
+		fromCheck(manager.CheckLeftoverStaging)},
+	{NoUnreferencedDirs, "no VM, run or snapshot dir without a record (read from the manager's check)", []Source{SrcCheck},
+		fromCheck(manager.CheckUnreferencedDirs)},
+	{BaseSnapshotKept, "snapshots no intent owns are never touched", []Source{SrcSnaps, SrcCheck}, func(in *Input, p *Poll) []string {
+		if in.BaseName == "" {
 			return nil
 		}
 		for _, sn := range p.Snaps {
-			if sn.Name == in.BaseName && sn.State == vmctl.SnapReady {
-				return nil
+			if sn.Name == in.BaseName && sn.State == manager.SnapReady {
+				var ev []string
+				for _, e := range p.Check.Of(manager.CheckSnapshotData) {
+					if strings.Contains(e, sn.ID) {
+						ev = append(ev, fmt.Sprintf("snapshot %q: %s", in.BaseName, e))
+					}
+				}
+				return ev
 			}
 		}
 		return []string{fmt.Sprintf("snapshot %q is gone", in.BaseName)}
 	}},
-	{VMsAdopted, "VMs that existed before the fault are adopted, not recreated", func(in *Input, p *Poll) []string {
+	{VMsAdopted, "VMs that existed before the fault are adopted, not recreated", []Source{SrcVMs}, func(in *Input, p *Poll) []string {
 		var ev []string
 		for name, id := range in.AdoptedIDs {
 			found := false
@@ -349,7 +388,69 @@ var State = []StateInvariant{
 	}},
 }
 
-func alive(p *Poll, id string) bool { _, ok := p.VMMs[id]; return ok }
+// fromCheck turns the manager's own check report into evidence for the
+// named violations.
+func fromCheck(invariants ...string) func(*Input, *Poll) []string {
+	return func(_ *Input, p *Poll) []string {
+		var ev []string
+		for _, inv := range invariants {
+			ev = append(ev, p.Check.Of(inv)...)
+		}
+		return ev
+	}
+}
+
+// heldByCase returns "" when some process of this stack holds the lock, else
+// what is wrong: free, or held only by processes the case does not own.
+func heldByCase(hs []manager.Holder) string {
+	if len(hs) == 0 {
+		return "is free"
+	}
+	for _, h := range hs {
+		if len(h.Argv) > 0 {
+			return ""
+		}
+	}
+	return "is held only by " + describeHolders(hs)
+}
+
+func checkOrphanVMM(in *Input, p *Poll) []string {
+	recs := map[string]manager.VM{}
+	for _, v := range p.VMs {
+		recs[v.ID] = v
+	}
+	ids := make([]string, 0, len(p.VMMs))
+	for id := range p.VMMs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var ev []string
+	for _, id := range ids {
+		vmms := p.VMMs[id]
+		if len(vmms) == 0 {
+			continue
+		}
+		if len(vmms) > 1 {
+			var w []string
+			for _, pr := range vmms {
+				w = append(w, pr.String())
+			}
+			ev = append(ev, fmt.Sprintf("vm %s has %d VMM processes: %s", id, len(vmms), strings.Join(w, "; ")))
+		}
+		v, ok := recs[id]
+		switch {
+		case !ok:
+			ev = append(ev, fmt.Sprintf("VMM %s for vm %s has no record", vmms[0], id))
+		case v.State != manager.StateRunning && v.State != manager.StateCreating && heldByCase(p.OpsHolders[id]) != "":
+			// a VMM under a stopped/created/error record with no
+			// operation in flight is one nobody will ever stop
+			ev = append(ev, fmt.Sprintf("VMM %s runs under vm %s (%s) whose record is %q and no operation holds its ops lock", vmms[0], id, v.Name, v.State))
+		}
+	}
+	return ev
+}
+
+func alive(p *Poll, id string) bool { return len(p.VMMs[id]) > 0 }
 
 func isWatcher(argv []string) bool {
 	return len(argv) > 2 && argv[1] == "vm" && argv[2] == "status"
@@ -358,13 +459,7 @@ func isWatcher(argv []string) bool {
 func isDaemon(argv []string) bool { return len(argv) > 1 && argv[1] == "daemon" }
 
 func checkIntentGoal(in *Input, p *Poll) []string {
-	if p.ViewsErr != nil {
-		return []string{"agent API: " + p.ViewsErr.Error()}
-	}
-	if p.VMsErr != nil {
-		return []string{"vm list: " + p.VMsErr.Error()}
-	}
-	byName := map[string][]vmctl.VM{}
+	byName := map[string][]manager.VM{}
 	for _, v := range p.VMs {
 		byName[v.Name] = append(byName[v.Name], v)
 	}
@@ -392,46 +487,69 @@ func checkIntentGoal(in *Input, p *Poll) []string {
 			ev = append(ev, fmt.Sprintf("%s: want %s, the agent does not know it", name, goal))
 			continue
 		}
-		if view.Status.Lifecycle != goal {
+		if view.Lifecycle != goal {
 			ev = append(ev, fmt.Sprintf("%s: want %s, is %s", name, goal, describe(view)))
 			continue
 		}
-		if g := in.Generation[name]; g > 0 && view.Status.ObservedGeneration < g {
-			ev = append(ev, fmt.Sprintf("%s: %s but observed generation %d < %d", name, goal, view.Status.ObservedGeneration, g))
+		if g := in.Generation[name]; g > 0 && view.ObservedGeneration < g {
+			ev = append(ev, fmt.Sprintf("%s: %s but observed generation %d < %d", name, goal, view.ObservedGeneration, g))
 		}
 		switch goal {
 		case GoalReady:
-			if len(vms) != 1 {
-				ev = append(ev, fmt.Sprintf("%s: ready but %d vm records", name, len(vms)))
-				continue
-			}
-			v := vms[0]
-			if v.State != vmctl.StateRunning || !alive(p, v.ID) {
-				ev = append(ev, fmt.Sprintf("%s: ready but vm %s is %q (VMM alive %v)", name, v.ID, v.State, alive(p, v.ID)))
-			}
-			if view.Status.VMID != "" && view.Status.VMID != v.ID {
-				ev = append(ev, fmt.Sprintf("%s: agent says vm %s, the store has %s", name, view.Status.VMID, v.ID))
-			}
+			ev = append(ev, readyEvidence(p, name, view, vms)...)
 		case GoalHibernated:
 			// never report hibernated while an unsaved VM is alive
 			for _, v := range vms {
 				ev = append(ev, fmt.Sprintf("%s: hibernated but vm %s still exists (%s)", name, v.ID, v.State))
+			}
+			if err, probed := p.Pushed[name]; !probed {
+				ev = append(ev, fmt.Sprintf("%s: hibernated but the registry was not read", name))
+			} else if err != nil {
+				ev = append(ev, fmt.Sprintf("%s: hibernated but its snapshot is not in the registry: %v", name, err))
 			}
 		}
 	}
 	return ev
 }
 
-func describe(v nodeagent.VMView) string {
-	s := v.Status.Lifecycle
+// readyEvidence: ready means one running VM with a live VMM, post_clone done
+// and a guest that answers over SSH.
+func readyEvidence(p *Poll, name string, view AgentView, vms []manager.VM) []string {
+	if len(vms) != 1 {
+		return []string{fmt.Sprintf("%s: ready but %d vm records", name, len(vms))}
+	}
+	var ev []string
+	v := vms[0]
+	if v.State != manager.StateRunning || !alive(p, v.ID) {
+		ev = append(ev, fmt.Sprintf("%s: ready but vm %s is %q (VMM alive %v)", name, v.ID, v.State, alive(p, v.ID)))
+	}
+	if view.VMID != "" && view.VMID != v.ID {
+		ev = append(ev, fmt.Sprintf("%s: agent says vm %s, the store has %s", name, view.VMID, v.ID))
+	}
+	if view.PostClone != "done" {
+		ev = append(ev, fmt.Sprintf("%s: ready but post_clone is %q, not done", name, view.PostClone))
+	}
+	switch b, probed := p.Boot[name]; {
+	case !probed:
+		ev = append(ev, fmt.Sprintf("%s: ready but its guest was not asked (no SSH probe)", name))
+	case b.Err != nil:
+		ev = append(ev, fmt.Sprintf("%s: ready but its guest does not answer over SSH: %v", name, b.Err))
+	case b.BootID == "":
+		ev = append(ev, fmt.Sprintf("%s: ready but its guest reported an empty boot id", name))
+	}
+	return ev
+}
+
+func describe(v AgentView) string {
+	s := v.Lifecycle
 	if s == "" {
 		s = "(no lifecycle)"
 	}
-	if v.Status.Message != "" {
-		s += ": " + v.Status.Message
+	if v.Message != "" {
+		s += ": " + v.Message
 	}
-	if v.Status.FailedReason != "" {
-		s += " [failed: " + v.Status.FailedReason + "]"
+	if v.FailedReason != "" {
+		s += " [failed: " + v.FailedReason + "]"
 	}
 	if v.Op != "" {
 		s += fmt.Sprintf(" (op %s step %s)", v.Op, v.Step)
@@ -440,9 +558,6 @@ func describe(v nodeagent.VMView) string {
 }
 
 func checkOneVMPerName(in *Input, p *Poll) []string {
-	if p.VMsErr != nil {
-		return []string{"vm list: " + p.VMsErr.Error()}
-	}
 	count := map[string][]string{}
 	for _, v := range p.VMs {
 		count[v.Name] = append(count[v.Name], v.ID+"("+v.State+")")
@@ -460,7 +575,7 @@ func checkOneVMPerName(in *Input, p *Poll) []string {
 			continue
 		}
 		for _, v := range p.VMs {
-			if v.Name == name && (v.State != vmctl.StateRunning || !alive(p, v.ID)) {
+			if v.Name == name && (v.State != manager.StateRunning || !alive(p, v.ID)) {
 				ev = append(ev, fmt.Sprintf("%s: vm %s is %q", name, v.ID, v.State))
 			}
 		}
@@ -469,21 +584,31 @@ func checkOneVMPerName(in *Input, p *Poll) []string {
 	return ev
 }
 
-// Evaluate runs the state table over one poll.
+// Evaluate runs the state table over one poll. An invariant whose data
+// source errored fails with that error: missing data is never a pass.
 func Evaluate(in *Input, p *Poll) []reports.Invariant {
 	out := make([]reports.Invariant, 0, len(State))
 	for _, inv := range State {
-		ev := inv.Check(in, p)
-		r := reports.Invariant{Name: inv.Name, OK: len(ev) == 0}
-		if len(ev) > 0 {
-			if len(ev) > 8 {
-				ev = append(ev[:8], fmt.Sprintf("… and %d more", len(ev)-8))
-			}
-			r.Evidence = strings.Join(ev, "; ")
+		var ev []string
+		if err := p.Err(inv.Needs...); err != nil {
+			ev = []string{"data source failed, nothing proven: " + err.Error()}
+		} else {
+			ev = inv.Check(in, p)
 		}
-		out = append(out, r)
+		out = append(out, result(inv.Name, ev))
 	}
 	return out
+}
+
+func result(name string, ev []string) reports.Invariant {
+	r := reports.Invariant{Name: name, OK: len(ev) == 0}
+	if len(ev) > 0 {
+		if len(ev) > 8 {
+			ev = append(ev[:8], fmt.Sprintf("… and %d more", len(ev)-8))
+		}
+		r.Evidence = strings.Join(ev, "; ")
+	}
+	return r
 }
 
 // AllOK reports whether every invariant holds.
@@ -495,3 +620,12 @@ func AllOK(invs []reports.Invariant) bool {
 	}
 	return true
 }
+
+// digestCache remembers verified registry files by path, size and mtime, so
+// a poll does not hash an unchanged snapshot again.
+type digestCache struct {
+	mu sync.Mutex
+	ok map[string]string // path → "size/mtime/sha256" verified
+}
+
+var errNoProbe = errors.New("no SSH probe configured")

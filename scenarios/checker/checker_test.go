@@ -1,107 +1,262 @@
 package checker
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
-	"github.com/vmchaos/vmchaos/nodeagent"
+	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios/stack"
-	"github.com/vmchaos/vmchaos/vmctl"
 	"golang.org/x/sys/unix"
 )
 
-func evidence(t *testing.T, name string, in *Input, p *Poll) []string {
-	t.Helper()
-	for _, inv := range State {
-		if inv.Name == name {
-			return inv.Check(in, p)
+// holder is a lock holder that is a process of the case.
+var holder = []manager.Holder{{PID: 7, Kind: "FLOCK", Mode: "WRITE", Argv: []string{"/bin/vmctl", "vm", "clone", "base"}}}
+
+// clean is a converged stack: a ready intent "a" on vm A1 (guest answers,
+// post_clone done), a hibernated intent "b" whose snapshot is pushed, a
+// deleted intent "c", a running direct VM "d", the base snapshot, and a
+// pending snapshot whose lease a builder of the case holds.
+func clean() (*Input, *Poll) {
+	in := &Input{
+		Goals:      map[string]string{"a": GoalReady, "b": GoalHibernated, "c": GoalDeleted},
+		Generation: map[string]int64{"a": 2},
+		DirectVMs:  []string{"d"},
+		AdoptedIDs: map[string]string{"a": "A1"},
+		BaseName:   "base",
+	}
+	p := &Poll{
+		Views: map[string]AgentView{
+			"a": {Name: "a", Lifecycle: GoalReady, ObservedGeneration: 2, VMID: "A1", PostClone: "done"},
+			"b": {Name: "b", Lifecycle: GoalHibernated},
+		},
+		VMs: []manager.VM{
+			{ID: "A1", Name: "a", State: manager.StateRunning, Address: "127.0.0.2:22"},
+			{ID: "D1", Name: "d", State: manager.StateRunning},
+		},
+		Snaps: []manager.Snapshot{
+			{ID: "S0", Name: "base", State: manager.SnapReady},
+			{ID: "S1", Name: "b", State: manager.SnapPending},
+		},
+		Check:        manager.CheckReport{OK: true},
+		VMMs:         map[string][]stack.Proc{"A1": {{PID: 11}}, "D1": {{PID: 12}}},
+		VMMState:     map[string]string{"A1": "Running", "D1": "Running"},
+		Sockets:      map[string]string{"A1": "/run/A1/api.sock", "D1": "/run/D1/api.sock"},
+		OpsHolders:   map[string][]manager.Holder{},
+		LeaseHolders: map[string][]manager.Holder{"S1": holder},
+		Pushed:       map[string]error{"b": nil},
+		Boot:         map[string]BootProbe{"a": {BootID: "boot-1"}},
+	}
+	return in, p
+}
+
+func byName(invs []reports.Invariant) map[string]reports.Invariant {
+	out := map[string]reports.Invariant{}
+	for _, i := range invs {
+		out[i.Name] = i
+	}
+	return out
+}
+
+// TestStateInvariantTables: per invariant, a fixture that violates it fails
+// with evidence; each of its data sources erroring makes it fail (never
+// pass); the clean fixture passes.
+func TestStateInvariantTables(t *testing.T) {
+	cases := []struct {
+		inv     string
+		violate func(in *Input, p *Poll)
+		want    string // in the evidence
+	}{
+		{IntentGoal, func(in *Input, p *Poll) { p.Views["b"] = AgentView{Name: "b", Lifecycle: "failed", Message: "boom"} }, "b: want hibernated, is failed: boom"},
+		{IntentGoal, func(in *Input, p *Poll) { p.VMMs["A1"] = nil }, "a: ready but vm A1"},
+		{IntentGoal, func(in *Input, p *Poll) { p.Pushed["b"] = errors.New("manifest: no such file") }, "b: hibernated but its snapshot is not in the registry: manifest"},
+		{IntentGoal, func(in *Input, p *Poll) { delete(p.Pushed, "b") }, "b: hibernated but the registry was not read"},
+		{IntentGoal, func(in *Input, p *Poll) { p.Boot["a"] = BootProbe{Err: errors.New("connection refused")} }, "a: ready but its guest does not answer over SSH: connection refused"},
+		{IntentGoal, func(in *Input, p *Poll) { delete(p.Boot, "a") }, "its guest was not asked"},
+		{IntentGoal, func(in *Input, p *Poll) { v := p.Views["a"]; v.PostClone = "running"; p.Views["a"] = v }, `post_clone is "running"`},
+		{IntentGoal, func(in *Input, p *Poll) { in.Generation["a"] = 3 }, "observed generation 2 < 3"},
+		{IntentGoal, func(in *Input, p *Poll) {
+			p.VMs = append(p.VMs, manager.VM{ID: "B1", Name: "b", State: manager.StateRunning})
+		}, "b: hibernated but vm B1 still exists"},
+		{IntentGoal, func(in *Input, p *Poll) { p.Views["c"] = AgentView{Name: "c", Lifecycle: "deleting"} }, "c: want deleted, agent still has it"},
+		{OneVMPerName, func(in *Input, p *Poll) {
+			p.VMs = append(p.VMs, manager.VM{ID: "A2", Name: "a", State: manager.StateStopped})
+		}, "a: 2 vms"},
+		{OneVMPerName, func(in *Input, p *Poll) { p.VMMs["D1"] = nil }, `d: vm D1 is "running"`},
+		{NoOrphanCreating, func(in *Input, p *Poll) {
+			p.VMs = append(p.VMs, manager.VM{ID: "C1", Name: "x", State: manager.StateCreating})
+		}, "vm C1 (x) is creating and its ops lock is free"},
+		{NoOrphanCreating, func(in *Input, p *Poll) {
+			p.VMs = append(p.VMs, manager.VM{ID: "C1", Name: "x", State: manager.StateCreating})
+			p.OpsHolders["C1"] = []manager.Holder{{PID: 99, Kind: "FLOCK", Mode: "WRITE"}}
+		}, "is held only by pid 99 FLOCK WRITE (not a process of this case)"},
+		{NoOrphanVMM, func(in *Input, p *Poll) { p.VMMs["A1"] = append(p.VMMs["A1"], stack.Proc{PID: 13}) }, "vm A1 has 2 VMM processes"},
+		{NoOrphanVMM, func(in *Input, p *Poll) { p.VMMs["Z9"] = []stack.Proc{{PID: 14}} }, "for vm Z9 has no record"},
+		{NoOrphanVMM, func(in *Input, p *Poll) { p.VMs[1].State = manager.StateStopped }, `record is "stopped" and no operation holds its ops lock`},
+		{NoRunningWithDeadVMM, func(in *Input, p *Poll) { p.VMs[1].State = manager.StateStale }, `reads "stopped (stale)"`},
+		{NoRunningWithDeadVMM, func(in *Input, p *Poll) { delete(p.VMMs, "D1") }, "vm D1 (d) reads \"running\" and its VMM is dead"},
+		{NoPausedRunning, func(in *Input, p *Poll) { p.VMMState["A1"] = "Paused" }, "vm A1: record running, VMM says Paused"},
+		{NoPendingWithoutLease, func(in *Input, p *Poll) { delete(p.LeaseHolders, "S1") }, "snapshot S1 (b) is pending and its lease is free"},
+		{NoPendingWithoutLease, func(in *Input, p *Poll) {
+			p.LeaseHolders["S1"] = []manager.Holder{{PID: 98, Kind: "FLOCK", Mode: "WRITE"}}
+		}, "held only by pid 98"},
+		{NoTombstone, func(in *Input, p *Poll) { p.Check = violations(manager.CheckTombstone, "vm tombstone T1") }, "vm tombstone T1"},
+		{IndexesConsistent, func(in *Input, p *Poll) { p.Check = violations(manager.CheckIndexes, `vm name "ghost" maps to G1`) }, `"ghost"`},
+		{IndexesConsistent, func(in *Input, p *Poll) { p.Check = violations(manager.CheckStoreLoadable, "vms.json: unexpected EOF") }, "unexpected EOF"},
+		{NoVmctlChild, func(in *Input, p *Poll) {
+			p.Vmctls = []stack.Proc{{PID: 20, Argv: []string{"vmctl", "snapshot", "save", "b"}}}
+		}, "pid 20 vmctl snapshot save b"},
+		{NoLeftoverSockets, func(in *Input, p *Poll) { p.Sockets["E1"] = "/run/E1/api.sock" }, "/run/E1/api.sock"},
+		{NoLeftoverStaging, func(in *Input, p *Poll) {
+			p.Check = violations(manager.CheckLeftoverStaging, "staging dir S7 without a live builder")
+		}, "staging dir S7"},
+		{NoUnreferencedDirs, func(in *Input, p *Poll) {
+			p.Check = violations(manager.CheckUnreferencedDirs, "/run/Q1 has no record")
+		}, "/run/Q1 has no record"},
+		{BaseSnapshotKept, func(in *Input, p *Poll) { p.Snaps = p.Snaps[1:] }, `snapshot "base" is gone`},
+		{BaseSnapshotKept, func(in *Input, p *Poll) {
+			p.Check = violations(manager.CheckSnapshotData, "snapshot S0 ready but stat: no such file")
+		}, "S0 ready but"},
+		{VMsAdopted, func(in *Input, p *Poll) { p.VMs[0].ID = "A9"; p.VMMs["A9"] = p.VMMs["A1"] }, "a was A1 before the fault, now A9"},
+	}
+	in, p := clean()
+	for _, inv := range Evaluate(in, p) {
+		if !inv.OK {
+			t.Fatalf("clean fixture: %s fails: %s", inv.Name, inv.Evidence)
 		}
 	}
-	t.Fatalf("no invariant %s", name)
-	return nil
-}
-
-func TestIntentGoalNamesWhatIsMissing(t *testing.T) {
-	in := &Input{Goals: map[string]string{"a": GoalReady, "b": GoalHibernated, "c": GoalDeleted}}
-	p := &Poll{
-		Views: map[string]nodeagent.VMView{
-			"a": {Name: "a", Status: nodeagent.Status{Lifecycle: "ready", VMID: "A1"}},
-			"b": {Name: "b", Status: nodeagent.Status{Lifecycle: "failed", Message: "boom"}},
-		},
-		VMs:  []vmctl.VM{{ID: "A1", Name: "a", State: vmctl.StateRunning}},
-		VMMs: map[string]stack.Proc{"A1": {PID: 1}},
+	covered := map[string]bool{}
+	for _, c := range cases {
+		covered[c.inv] = true
+		in, p := clean()
+		c.violate(in, p)
+		got := byName(Evaluate(in, p))[c.inv]
+		if got.OK || !strings.Contains(got.Evidence, c.want) {
+			t.Errorf("%s violated: OK=%v evidence %q, want it to contain %q", c.inv, got.OK, got.Evidence, c.want)
+		}
 	}
-	ev := evidence(t, IntentGoal, in, p)
-	if len(ev) != 1 || !strings.Contains(ev[0], "b: want hibernated, is failed: boom") {
-		t.Fatalf("evidence = %q", ev)
-	}
-	// a ready intent whose VMM died is not at its goal
-	p.VMMs = map[string]stack.Proc{}
-	p.Views["b"] = nodeagent.VMView{Name: "b", Status: nodeagent.Status{Lifecycle: "hibernated"}}
-	ev = evidence(t, IntentGoal, in, p)
-	if len(ev) != 1 || !strings.Contains(ev[0], "a: ready but vm A1") {
-		t.Fatalf("evidence = %q", ev)
-	}
-}
-
-func TestHibernatedWithALiveVMIsNotTheGoal(t *testing.T) {
-	in := &Input{Goals: map[string]string{"b": GoalHibernated}}
-	p := &Poll{Views: map[string]nodeagent.VMView{"b": {Status: nodeagent.Status{Lifecycle: "hibernated"}}},
-		VMs: []vmctl.VM{{ID: "B1", Name: "b", State: vmctl.StateRunning}}}
-	if ev := evidence(t, IntentGoal, in, p); len(ev) != 1 || !strings.Contains(ev[0], "still exists") {
-		t.Fatalf("evidence = %q", ev)
+	for _, inv := range State {
+		if !covered[inv.Name] {
+			t.Errorf("%s has no violating fixture", inv.Name)
+		}
+		if len(inv.Needs) == 0 {
+			t.Errorf("%s names no data source", inv.Name)
+		}
+		// every source it reads, failing alone, makes it fail
+		for _, src := range inv.Needs {
+			in, p := clean()
+			p.fail(src, errors.New("exit 1: boom"))
+			got := byName(Evaluate(in, p))[inv.Name]
+			if got.OK || !strings.Contains(got.Evidence, string(src)) || !strings.Contains(got.Evidence, "boom") {
+				t.Errorf("%s with %s failing: OK=%v evidence %q", inv.Name, src, got.OK, got.Evidence)
+			}
+		}
 	}
 }
 
-// TestOrphanCreatingUsesRealLocks takes a real flock on a lock file and
-// checks that the /proc/locks reading tells a held ops lock from a free one.
-func TestOrphanCreatingUsesRealLocks(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "locks", "vm")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+// TestEverySourceIsNeededBySomeInvariant: an errored source that no
+// invariant reads would be missing data nobody notices.
+func TestEverySourceIsNeededBySomeInvariant(t *testing.T) {
+	used := map[Source]bool{}
+	for _, inv := range State {
+		for _, s := range inv.Needs {
+			used[s] = true
+		}
 	}
-	f, err := os.Create(filepath.Join(dir, "C1.lock"))
+	for _, s := range []Source{SrcAgent, SrcVMs, SrcSnaps, SrcCheck, SrcProcs, SrcLocks, SrcSockets} {
+		if !used[s] {
+			t.Errorf("source %s is read but no invariant needs it", s)
+		}
+	}
+}
+
+// TestSnapsErrorNeverPasses is the regression of the old hole: a failing
+// `snapshot list` left the snapshot list empty, and an empty list has no
+// pending snapshot and no missing base.
+func TestSnapsErrorNeverPasses(t *testing.T) {
+	in, p := clean()
+	p.Snaps = nil
+	p.fail(SrcSnaps, errors.New("vmctl snapshot list -o json: exit 1"))
+	got := byName(Evaluate(in, p))
+	for _, n := range []string{NoPendingWithoutLease, BaseSnapshotKept} {
+		if got[n].OK {
+			t.Errorf("%s passed with snapshot list failing", n)
+		}
+	}
+}
+
+func violations(inv, ev string) manager.CheckReport {
+	return manager.CheckReport{Violations: []manager.Violation{{Invariant: inv, Evidence: ev}}}
+}
+
+// TestLocksMatchDeviceAndInode takes a real flock and checks that the
+// /proc/locks reading tells a held lock from a free one, on the right file
+// (device and inode) and with the holder's pid.
+func TestLocksMatchDeviceAndInode(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "C1.lock")
+	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	in := &Input{Stack: &stack.Stack{Root: root}}
-	p := &Poll{VMs: []vmctl.VM{{ID: "C1", Name: "c", State: vmctl.StateCreating}}}
-	p.Held = heldInodes()
-	if ev := evidence(t, NoOrphanCreating, in, p); len(ev) != 1 {
-		t.Fatalf("free lock: evidence = %q", ev)
+	locks, err := ReadLocks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs, err := locks.holders(path); err != nil || len(hs) != 0 {
+		t.Fatalf("free lock: holders %v, %v", hs, err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	p.Held = heldInodes()
-	if ev := evidence(t, NoOrphanCreating, in, p); len(ev) != 0 {
-		var st syscall.Stat_t
-		_ = syscall.Stat(f.Name(), &st)
-		t.Fatalf("held lock (inode %d): evidence = %q", st.Ino, ev)
+	locks, err = ReadLocks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := locks.holders(path)
+	if err != nil || len(hs) != 1 || hs[0].PID != os.Getpid() || hs[0].Kind != "FLOCK" || hs[0].Mode != "WRITE" {
+		t.Fatalf("held lock: holders %+v, %v", hs, err)
+	}
+	// the same inode number on another device is another file
+	id, _, _ := statID(path)
+	other := Locks{fileID{id.Major + 1, id.Minor, id.Ino}: hs}
+	if hs, _ := other.holders(path); len(hs) != 0 {
+		t.Fatalf("a lock on another device matched: %+v", hs)
+	}
+	if _, err := (Locks{}).holders(""); !errors.Is(err, manager.ErrNotSupported) {
+		t.Fatalf("no lock path: %v", err)
 	}
 }
 
-func TestIndexesConsistentFindsADanglingName(t *testing.T) {
-	p := &Poll{
-		VMIndex: rawIndex{Names: map[string]string{"a": "A1", "ghost": "G1"}, recNames: map[string]string{"A1": "a"}},
-		SnapIx:  rawIndex{recNames: map[string]string{}},
+func TestParseLocks(t *testing.T) {
+	in := `1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF
+1: -> FLOCK  ADVISORY  WRITE 1300 fe:00:5678 0 EOF
+2: OFDLCK ADVISORY  READ -1 00:1a:42 0 EOF
+`
+	l, err := parseLocks(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
 	}
-	ev := evidence(t, IndexesConsistent, &Input{}, p)
-	if len(ev) != 1 || !strings.Contains(ev[0], `"ghost"`) {
-		t.Fatalf("evidence = %q", ev)
+	if hs := l[fileID{0xfe, 0, 5678}]; len(hs) != 1 || hs[0].PID != 1234 {
+		t.Fatalf("holders = %+v (waiter counted?)", hs)
+	}
+	if hs := l[fileID{0, 0x1a, 42}]; len(hs) != 1 || hs[0].Mode != "READ" {
+		t.Fatalf("OFD holders = %+v", hs)
+	}
+	if _, err := parseLocks(strings.NewReader("1: FLOCK ADVISORY WRITE 1 zz 0 EOF\n")); err == nil {
+		t.Fatal("a garbled /proc/locks parsed")
 	}
 }
 
-func TestEvaluateReportsEveryTableEntry(t *testing.T) {
-	in := &Input{Stack: &stack.Stack{Root: t.TempDir()}, Goals: map[string]string{}}
-	p := &Poll{Views: map[string]nodeagent.VMView{}, VMMs: map[string]stack.Proc{}}
-	invs := Evaluate(in, p)
-	if len(invs) != len(State) || !AllOK(invs) {
-		t.Fatalf("empty stack: %+v", invs)
+func TestReadLocksErrorIsReported(t *testing.T) {
+	old := procLocks
+	procLocks = filepath.Join(t.TempDir(), "nope")
+	defer func() { procLocks = old }()
+	if _, err := ReadLocks(); err == nil {
+		t.Fatal("missing /proc/locks read as no locks")
 	}
 }

@@ -1,46 +1,121 @@
 package checker
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/vmchaos/vmchaos/nodeagent"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Sample is one scrape: series key → value, keyed `name{a="x",b="y"}` with
-// labels sorted by name.
+// labels sorted by name. StartNs is when the request was sent, TsNs when the
+// answer was read: a sample started after a restart was served by the new
+// process, one read before it by the old one.
 type Sample struct {
-	TsNs   int64
-	Values map[string]float64
-	Types  map[string]string // metric family → counter|gauge|histogram|summary|untyped
+	StartNs int64
+	TsNs    int64
+	Values  map[string]float64
+	Types   map[string]string // metric family → counter|gauge|histogram|summary|untyped
 }
 
-// ParseText parses a scrape of the agent's metrics endpoint with expfmt
-// (through nodeagent.ParseMetricsFamilies): values keyed by canonical series
-// key, and each family's type.
+// ParseText parses a scrape of the agent's metrics endpoint with expfmt's
+// text parser: values keyed by canonical series key (a histogram flattened
+// into its _bucket/_sum/_count series, a summary into its quantiles, _sum and
+// _count), and each family's type.
 func ParseText(r io.Reader) (Sample, error) {
-	s := Sample{Values: map[string]float64{}}
-	samples, types, err := nodeagent.ParseMetricsFamilies(r)
+	s := Sample{Values: map[string]float64{}, Types: map[string]string{}}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := parser.TextToMetricFamilies(r)
 	if err != nil {
-		return s, err
+		return s, fmt.Errorf("metrics: %w", err)
 	}
-	s.Types = types
-	for _, m := range samples {
-		s.Values[m.Key()] = m.Value
+	for name, mf := range mfs {
+		s.Types[name] = strings.ToLower(mf.GetType().String())
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				if _, dup := labels[lp.GetName()]; dup {
+					return s, fmt.Errorf("metrics: %s: duplicate label %q", name, lp.GetName())
+				}
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			put := func(series string, extra []string, v float64) error {
+				l := labels
+				if len(extra) == 2 {
+					if _, dup := labels[extra[0]]; dup {
+						return fmt.Errorf("metrics: %s: label %q clashes", name, extra[0])
+					}
+					l = map[string]string{extra[0]: extra[1]}
+					for k, v := range labels {
+						l[k] = v
+					}
+				}
+				s.Values[Key(series, l)] = v
+				return nil
+			}
+			var errs []error
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				errs = append(errs, put(name, nil, m.GetCounter().GetValue()))
+			case dto.MetricType_GAUGE:
+				errs = append(errs, put(name, nil, m.GetGauge().GetValue()))
+			case dto.MetricType_UNTYPED:
+				errs = append(errs, put(name, nil, m.GetUntyped().GetValue()))
+			case dto.MetricType_SUMMARY:
+				sm := m.GetSummary()
+				for _, q := range sm.GetQuantile() {
+					errs = append(errs, put(name, []string{model.QuantileLabel, fmtFloat(q.GetQuantile())}, q.GetValue()))
+				}
+				errs = append(errs, put(name+"_sum", nil, sm.GetSampleSum()), put(name+"_count", nil, float64(sm.GetSampleCount())))
+			case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+				h := m.GetHistogram()
+				for _, b := range h.GetBucket() {
+					errs = append(errs, put(name+"_bucket", []string{model.BucketLabel, fmtFloat(b.GetUpperBound())}, float64(b.GetCumulativeCount())))
+				}
+				errs = append(errs, put(name+"_sum", nil, h.GetSampleSum()), put(name+"_count", nil, float64(h.GetSampleCount())))
+			default:
+				return s, fmt.Errorf("metrics: %s: unsupported type %v", name, mf.GetType())
+			}
+			for _, err := range errs {
+				if err != nil {
+					return s, err
+				}
+			}
+		}
 	}
 	return s, nil
 }
 
+func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
+
 // Key is the canonical series key: labels sorted by name, values escaped as
 // the text format escapes them.
 func Key(name string, labels map[string]string) string {
-	return nodeagent.Sample{Name: name, Labels: labels}.Key()
+	if len(labels) == 0 {
+		return name
+	}
+	ks := make([]string, 0, len(labels))
+	for k := range labels {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	parts := make([]string, len(ks))
+	for i, k := range ks {
+		parts[i] = k + `="` + labelEscaper.Replace(labels[k]) + `"`
+	}
+	return name + "{" + strings.Join(parts, ",") + "}"
 }
 
 // Canonical re-keys a series written by hand (`name{b="y",a="x"}`) so it
@@ -83,14 +158,18 @@ type Scraper struct {
 	addr    func() string // current address (the agent rebinds :0 on restart)
 	mu      sync.Mutex
 	samples []Sample
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// failures: scrapes that returned no sample, kept so that a check
+	// never reads "no sample" as "nothing happened"
+	failures []ScrapeFailure
+	since    int64
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 // NewScraper starts sampling every interval; addr returns "" while unknown.
 func NewScraper(addr func() string, every time.Duration, now func() int64) *Scraper {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Scraper{addr: addr, cancel: cancel, done: make(chan struct{})}
+	s := &Scraper{addr: addr, cancel: cancel, done: make(chan struct{}), since: now()}
 	cl := &http.Client{Timeout: 2 * time.Second}
 	go func() {
 		defer close(s.done)
@@ -116,29 +195,61 @@ func (s *Scraper) ScrapeNow(ctx context.Context, now func() int64) bool {
 func (s *Scraper) scrapeOnce(ctx context.Context, cl *http.Client, now func() int64) bool {
 	a := s.addr()
 	if a == "" {
-		return false
+		return false // the agent has not published its address (yet): no scrape was made
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a+"/metrics", nil)
+	start := now()
+	smp, down, err := scrape(ctx, cl, a)
 	if err != nil {
+		if ctx.Err() != nil {
+			return false // the scraper was stopped mid-request: not the agent's doing
+		}
+		s.mu.Lock()
+		s.failures = append(s.failures, ScrapeFailure{TsNs: now(), Err: err.Error(), Down: down})
+		s.mu.Unlock()
 		return false
 	}
-	resp, err := cl.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return false
-	}
-	smp, err := ParseText(resp.Body)
-	if err != nil {
-		return false
-	}
-	smp.TsNs = now()
+	smp.StartNs, smp.TsNs = start, now()
 	s.mu.Lock()
 	s.samples = append(s.samples, smp)
 	s.mu.Unlock()
 	return true
+}
+
+// scrape GETs /metrics; down reports that no answer came (the agent between
+// two lives), as opposed to an answer that was wrong.
+func scrape(ctx context.Context, cl *http.Client, addr string) (Sample, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return Sample{}, false, err
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		// no answer (refused, reset, timed out): the agent is down or
+		// dying, a gap rather than a wrong answer
+		return Sample{}, true, fmt.Errorf("scrape %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Sample{}, false, fmt.Errorf("scrape %s: HTTP %d", addr, resp.StatusCode)
+	}
+	// A body cut off by the agent's death is a gap, not a wrong answer:
+	// read it whole before judging what it says.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return Sample{}, true, fmt.Errorf("scrape %s: read: %w", addr, err)
+	}
+	smp, err := ParseText(bytes.NewReader(body))
+	if err != nil {
+		return Sample{}, false, fmt.Errorf("scrape %s: %w", addr, err)
+	}
+	return smp, false, nil
+}
+
+// Failures returns every scrape that returned no sample.
+func (s *Scraper) Failures() []ScrapeFailure {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]ScrapeFailure(nil), s.failures...)
 }
 
 // Stop ends sampling.
@@ -179,3 +290,7 @@ func Backwards(samples []Sample) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Since is when sampling began: every agent restart after it must have
+// samples on both sides.
+func (s *Scraper) Since() int64 { return s.since }

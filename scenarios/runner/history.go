@@ -23,6 +23,10 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 	ex := cr.s.Expect
 	events := cr.st.Trace.Sorted()
 
+	// Every judgement read from the trace refuses to pass when it is incomplete.
+	bad, lastBad := cr.st.Trace.Malformed()
+	in := &checker.Input{TraceLoss: checker.TraceLoss(cr.st.Trace.Path(), bad, lastBad, checker.Losses(cr.st.Trace.Lost()))}
+
 	if ex.Ledger && converged {
 		out = append(out, cr.verifyLedger(ctx, budget))
 	}
@@ -30,18 +34,14 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 	if cr.scraper != nil {
 		cr.scraper.ScrapeNow(ctx, failpoint.Now)
 		samples := cr.scraper.Samples()
-		inv := reports.Invariant{Name: checker.MetricsMonotonic, OK: true}
-		if len(samples) < 2 {
-			inv.Evidence = fmt.Sprintf("only %d scrape(s)", len(samples))
-		}
-		if back := checker.Backwards(samples); len(back) > 0 {
-			inv.OK = false
-			inv.Evidence = strings.Join(back, "; ")
-		}
-		out = append(out, inv)
+		out = append(out, checker.MetricsMonotonicInvariant(in, samples, cr.scraper.Failures(),
+			checker.Restarts(events, cr.scraper.Since())))
 		if len(ex.Metrics) > 0 {
-			inv := reports.Invariant{Name: checker.MetricExpectations, OK: true}
+			inv := reports.Invariant{Name: checker.MetricExpectations, OK: len(samples) >= 2}
 			var ev []string
+			if !inv.OK {
+				ev = append(ev, fmt.Sprintf("only %d scrape(s): no delta to judge", len(samples)))
+			}
 			deltas := cr.metricDeltas()
 			for _, m := range ex.Metrics {
 				d := deltas[checker.Canonical(m.Series)]
@@ -65,22 +65,11 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 	}
 
 	if ex.NoFailedWrite {
-		inv := reports.Invariant{Name: checker.NoFailedWrite, OK: true}
-		var ev []string
-		for _, e := range events {
-			if e.Point == "agent.failed" && e.TsNs >= cr.faultNs {
-				ev = append(ev, fmt.Sprintf("%s at +%.0fms: %v", e.VM, float64(e.TsNs-cr.faultNs)/1e6, e.Attrs["reason"]))
-			}
-		}
-		if len(ev) > 0 {
-			inv.OK = false
-			inv.Evidence = fmt.Sprintf("lifecycle failed written %d time(s) after the fault: %s", len(ev), strings.Join(ev, "; "))
-		}
-		out = append(out, inv)
+		out = append(out, checker.NoFailedWriteInvariant(in, events, cr.faultNs))
 	}
 
 	if ex.SaveRejectedBeforeCapture {
-		out = append(out, cr.saveRejectedBeforeCapture(events))
+		out = append(out, checker.SaveRejectedBeforeCaptureInvariant(in, events, cr.faultNs, cr.victims))
 	}
 
 	if ex.FailedOK {
@@ -109,50 +98,46 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 // verified after each wake); after a hibernate/wake cycle its RAM markers and
 // boot id must have survived.
 func (cr *caseRun) verifyLedger(ctx context.Context, budget time.Duration) reports.Invariant {
-	inv := reports.Invariant{Name: checker.LedgerClean, OK: true}
-	var ev []string
+	var res []checker.LedgerResult
 	names := make([]string, 0, len(cr.ledger))
 	for n := range cr.ledger {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		fail := func(format string, a ...any) {
+			res = append(res, checker.LedgerResult{Guest: name, Err: fmt.Errorf(format, a...)})
+		}
 		switch cr.goals[name] {
 		case checker.GoalDeleted:
 			continue
 		case checker.GoalHibernated:
 			if err := cr.put(ctx, name, nodeagent.Intent{Snapshot: baseSnapshot}); err != nil {
-				ev = append(ev, fmt.Sprintf("%s: verification wake: %v", name, err))
+				fail("verification wake: %v", err)
 				continue
 			}
 			if err := cr.waitGoal(ctx, name, budget); err != nil {
-				ev = append(ev, fmt.Sprintf("%s: verification wake: %v", name, err))
+				fail("verification wake: %v", err)
 				continue
 			}
 		}
 		g, err := cr.guest(ctx, name)
 		if err != nil {
-			ev = append(ev, err.Error())
+			fail("%v", err)
 			continue
 		}
 		vctx, cancel := context.WithTimeout(ctx, budget)
 		v, err := cr.st.Ledger.Verify(vctx, g, ledger.VerifyOpts{ExpectRAM: cr.cycles[name]})
 		cancel()
 		if err != nil {
-			ev = append(ev, fmt.Sprintf("%s: verify: %v", name, err))
+			fail("verify: %v", err)
 			continue
 		}
 		cr.rc.Ledger = append(cr.rc.Ledger, reports.LedgerVerdict{Guest: v.Guest, Stable: v.Stable, Lost: v.Lost,
 			InFlight: v.InFlight, Phantom: v.Phantom, LostNames: v.LostNames, PhantomNames: v.PhantomNames, OK: v.OK, Message: v.Message})
-		if !v.OK {
-			ev = append(ev, fmt.Sprintf("%s: %s", name, v.Message))
-		}
+		res = append(res, checker.LedgerResult{Guest: name, Verdict: v})
 	}
-	if len(ev) > 0 {
-		inv.OK = false
-		inv.Evidence = strings.Join(ev, "; ")
-	}
-	return inv
+	return checker.LedgerCleanInvariant(res)
 }
 
 // eventsObserved: every VMM death must show up in the event stream as a
@@ -194,40 +179,6 @@ func (cr *caseRun) eventsObserved() reports.Invariant {
 	}
 	if len(ev) > 0 {
 		inv.OK, inv.Evidence = false, strings.Join(ev, "; ")
-	}
-	return inv
-}
-
-// saveRejectedBeforeCapture: a snapshot save the agent started after the
-// fault and that failed must not have paused and captured the VM first — the
-// name clash must be found by the preflight (seed 001 #3, manager side).
-func (cr *caseRun) saveRejectedBeforeCapture(events []failpoint.Event) reports.Invariant {
-	inv := reports.Invariant{Name: checker.SaveRejectedBeforeCapture, OK: true}
-	captured := map[int]int64{}
-	for _, e := range events {
-		if e.Proc == "vmctl" && e.Point == "snapshot.save.captured" && e.TsNs >= cr.faultNs {
-			captured[e.Pid] = e.TsNs
-		}
-	}
-	var ev []string
-	saves := 0
-	for _, e := range events {
-		if e.Point != "agent.child.exit" || e.TsNs < cr.faultNs {
-			continue
-		}
-		pid, _ := e.Attrs["child_pid"].(float64)
-		code, _ := e.Attrs["code"].(float64)
-		if ts, ok := captured[int(pid)]; ok {
-			saves++
-			if code != 0 && !cr.victims[int(pid)] {
-				ev = append(ev, fmt.Sprintf("snapshot save pid %d captured the VM at +%.0fms and then failed (exit %g): refused after the full capture", int(pid), float64(ts-cr.faultNs)/1e6, code))
-			}
-		}
-	}
-	if len(ev) > 0 {
-		inv.OK, inv.Evidence = false, strings.Join(ev, "; ")
-	} else {
-		inv.Evidence = fmt.Sprintf("%d completed capture(s) after the fault, none refused afterwards", saves)
 	}
 	return inv
 }

@@ -36,6 +36,9 @@ type Options struct {
 	Regress     []string
 	Progress    io.Writer // one line per finished case; nil = silent
 	StablePolls int       // consecutive clean polls that count as converged (default 3)
+
+	// Done is called with each finished case (progress.Meter.Case); nil = none.
+	Done func(reports.Case)
 }
 
 // preflight, binDir and newRun are realch.Preflight, stackbin.Dir and
@@ -234,6 +237,9 @@ func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []strin
 	r.mu.Unlock()
 	if r.opts.Progress != nil {
 		fmt.Fprintln(r.opts.Progress, progressLine(rc))
+	}
+	if r.opts.Done != nil {
+		r.opts.Done(rc)
 	}
 	return rc
 }

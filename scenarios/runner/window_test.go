@@ -41,7 +41,7 @@ func TestReproOfFractionCase(t *testing.T) {
 	if got, want := r.Repro(c), "vmchaos repro --scenario sweep-save-stop --offset 952ms --seed 1 --time-scale 0.05 --backend fake"; got != want {
 		t.Errorf("resolved repro = %q, want %q", got, want)
 	}
-	if got, want := r.triggerString(c, 0), "at agent.hibernate.dhcp-released@vm=vm-a + 47600us"; got != want {
+	if got, want := r.triggerString(c, 0), "at agent.hibernate.dhcp-released@vm=vm-a + 47.6ms"; got != want {
 		t.Errorf("trigger = %q, want %q", got, want)
 	}
 }

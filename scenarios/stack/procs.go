@@ -38,38 +38,53 @@ func (p Proc) Name() string {
 // vmctl root (every vmctl the stack ran). The temp dir is unique per case, so
 // a match is an identity, not a guess.
 func (s *Stack) Processes() []Proc {
+	out, _ := s.ScanProcesses()
+	return out
+}
+
+// ScanProcesses is Processes that reports a /proc it could not list: the
+// checker must not read "no process" from a scan that did not happen.
+func (s *Stack) ScanProcesses() ([]Proc, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("scan /proc: %w", err)
 	}
 	self := os.Getpid()
-	envKey := []byte("VMCTL_ROOT_DIR=" + s.Root + "\x00")
 	var out []Proc
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == self {
 			continue
 		}
-		cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || len(cl) == 0 {
-			continue // gone, or a kernel thread / zombie
+		if p, ok := s.Identify(pid); ok {
+			out = append(out, p)
 		}
-		mine := bytes.Contains(cl, []byte(s.Dir+"/"))
-		if !mine {
-			env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-			mine = bytes.Contains(env, envKey)
-		}
-		if !mine {
-			continue
-		}
-		st, ok := stat(pid)
-		if !ok || st.State == 'Z' {
-			continue
-		}
-		argv := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
-		out = append(out, Proc{PID: pid, PPID: st.PPID, Start: st.Start, Argv: argv})
 	}
-	return out
+	return out, nil
+}
+
+// Identify reads one live process and tells whether it belongs to this
+// case: its command line names the case's temp dir or its environment
+// carries the case's vmctl root.
+func (s *Stack) Identify(pid int) (Proc, bool) {
+	cl, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(cl) == 0 {
+		return Proc{}, false // gone, or a kernel thread / zombie
+	}
+	mine := bytes.Contains(cl, []byte(s.Dir+"/"))
+	if !mine {
+		env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		mine = bytes.Contains(env, []byte("VMCTL_ROOT_DIR="+s.Root+"\x00"))
+	}
+	if !mine {
+		return Proc{}, false
+	}
+	st, ok := stat(pid)
+	if !ok || st.State == 'Z' {
+		return Proc{}, false
+	}
+	argv := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
+	return Proc{PID: pid, PPID: st.PPID, Start: st.Start, Argv: argv}, true
 }
 
 // stat reads pid's /proc stat through the injector's parser.
@@ -130,16 +145,23 @@ func (s *Stack) VMMs() map[string]Proc {
 // itself keeps running (the observer).
 func (s *Stack) VmctlProcs() []Proc {
 	var out []Proc
-	keep := map[int]bool{}
-	if s.Observer != nil && s.Observer.cmd.Process != nil {
-		keep[s.Observer.cmd.Process.Pid] = true
-	}
+	keep := s.HarnessPIDs()
 	for _, p := range s.Processes() {
 		if p.Name() == "vmctl" && !keep[p.PID] {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// HarnessPIDs are the case processes the harness itself keeps running (the
+// event-stream observer), which are not the product's.
+func (s *Stack) HarnessPIDs() map[int]bool {
+	keep := map[int]bool{}
+	if s.Observer != nil && s.Observer.cmd.Process != nil {
+		keep[s.Observer.cmd.Process.Pid] = true
+	}
+	return keep
 }
 
 // KillVMM SIGKILLs the VMM of the VM with that id, the way an OOM kill does.

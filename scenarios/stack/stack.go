@@ -114,6 +114,14 @@ func NewRun(ctx context.Context, o RunOptions) (*Run, error) {
 	if r.Sup, err = injector.NewSupervisor(ctx, o.Supervisor, filepath.Join(tmp, "sup")); err != nil {
 		return fail(fmt.Errorf("stack: supervisor %s: %w", o.Supervisor, err))
 	}
+	// the run record names what `doctor --clean` removes after a SIGKILLed runner
+	var netns []string
+	if r.Real != nil && r.Real.Netns != nil {
+		netns = append(netns, r.Real.Netns.Name)
+	}
+	if err := injector.RecordPaths(r.Sup, []string{tmp}, netns); err != nil {
+		return fail(fmt.Errorf("stack: %w", err))
+	}
 	if err := r.buildBase(ctx); err != nil {
 		return fail(err)
 	}

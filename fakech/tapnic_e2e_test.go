@@ -1,0 +1,118 @@
+package fakech_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/realch"
+)
+
+// TestTapOnlyNICTakesItsAddressFromTheMAC: a NIC given as tap=,mac= without
+// ip= makes the fake guest answer on 127.B3.B4.B5 (the MAC's last bytes), as
+// vmctl's tap plan derives the MAC from the guest address.
+func TestTapOnlyNICTakesItsAddressFromTheMAC(t *testing.T) {
+	dir := vmDir(t, "VMTAP")
+	g := newGuest(t, dir)
+	sock := filepath.Join(dir, "api.sock")
+	b := byte(1 + mrandN(250))
+	mac := fmt.Sprintf("52:54:00:7e:%02x:%02x", b, b+1)
+	startReady(t, sock, baseEnv(), "--api-socket", "path="+sock, "--firmware", "/nonexistent", "--disk", "path="+g.path,
+		"--console", "off", "--serial", "null", "--net", "tap=vtfake0,mac="+mac)
+	ip := fmt.Sprintf("127.126.%d.%d", b, b+1)
+	if out, _, st := g.sshRun(t, ip, "hostname"); st != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("guest on a TAP-only NIC at %s: status %d %q", ip, st, out)
+	}
+}
+
+func mrandN(n int) int { return rand.IntN(n) }
+
+// TestTapOnlyNICAnswersInsideTheVMMsNetns: run inside a network namespace
+// (as realch runs CH), the guest of a TAP-only NIC listens in that
+// namespace: a harness dialing from inside it gets the SSH banner, the host
+// namespace does not see it.
+func TestTapOnlyNICAnswersInsideTheVMMsNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	ns, err := realch.NewNetns(fmt.Sprintf("fktap%d", rand.IntN(1e6)))
+	if err != nil {
+		t.Skipf("no network namespace here: %v", err)
+	}
+	t.Cleanup(func() { _ = ns.Close() })
+	dir := vmDir(t, "VMTAPNS")
+	g := newGuest(t, dir)
+	sock := filepath.Join(dir, "api.sock")
+	cmd := ns.Command(context.Background(), fakechBin, "--api-socket", "path="+sock, "--firmware", "/nonexistent",
+		"--disk", "path="+g.path, "--console", "off", "--serial", "null", "--net", "tap=vtfake1,mac=52:54:00:7d:01:02")
+	cmd.Env = baseEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	c := chapi.New(sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitVM(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.125.1.2", fmt.Sprint(g.img.SSHPort))
+	banner := ""
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !strings.HasPrefix(banner, "SSH-2.0-"); {
+		conn, err := ns.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			banner, _ = bufio.NewReader(conn).ReadString('\n')
+			conn.Close()
+		}
+		if !strings.HasPrefix(banner, "SSH-2.0-") {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !strings.HasPrefix(banner, "SSH-2.0-") {
+		t.Fatalf("no SSH banner from %s inside netns %s (got %q)", addr, ns.Name, banner)
+	}
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("%s answers in the host namespace too: the guest must live in the VMM's", addr)
+	}
+}
+
+// TestTapOnlyNICTakesItsAddressFromTheSeed: with a cloud-init NoCloud seed
+// disk (as realch writes it) giving the NIC's MAC a static loopback address,
+// the fake guest answers there rather than at the MAC-derived one.
+func TestTapOnlyNICTakesItsAddressFromTheSeed(t *testing.T) {
+	dir := vmDir(t, "VMSEED")
+	g := newGuest(t, dir)
+	b := byte(1 + mrandN(250))
+	mac := fmt.Sprintf("52:54:00:7c:%02x:01", b)
+	ip := fmt.Sprintf("127.124.%d.9", b)
+	seed := filepath.Join(dir, "cidata.img")
+	if err := realch.BuildCIData(seed, realch.CloudInit{Hostname: "seeded", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA test"},
+		Interfaces: []realch.GuestInterface{{MAC: mac, Address: ip + "/30"}}}); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "api.sock")
+	startReady(t, sock, baseEnv(), "--api-socket", "path="+sock, "--firmware", "/nonexistent",
+		"--disk", "path="+g.path, "path="+seed+",readonly=on", "--console", "off", "--serial", "null", "--net", "tap=vtfake2,mac="+mac)
+	if out, _, st := g.sshRun(t, ip, "hostname"); st != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("guest at its seed address %s: status %d %q", ip, st, out)
+	}
+	if conn, err := net.DialTimeout("tcp", net.JoinHostPort(fmt.Sprintf("127.124.%d.1", b), fmt.Sprint(g.img.SSHPort)), time.Second); err == nil {
+		conn.Close()
+		t.Fatal("the MAC-derived address answers too: the seed must take precedence")
+	}
+}

@@ -1,0 +1,383 @@
+// Package cocoon is the manager adapter of a user's cocoon binary
+// (ARCHITECTURE §14): it runs the binary the user points at (--manager-bin)
+// on a per-case root, run and log dir, and reads it only as a user can: its
+// `--format json` / `-o json` outputs, its documented dir layout, the command
+// lines of the VMMs it launches. The harness never builds, fetches or ships
+// cocoon.
+package cocoon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vmchaos/vmchaos/manager"
+)
+
+// VMMName is the basename cocoon checks before it signals a VMM
+// (config ch_binary, default "cloud-hypervisor" on PATH).
+const VMMName = "cloud-hypervisor"
+
+// ImageName is the name the case's guest image is imported under.
+const ImageName = "vmchaos-guest"
+
+// chDir is the sub-dir cocoon keeps per backend under its run and log dirs
+// (hypervisor/baseconfig.go: RunDir()/LogDir() join the backend name,
+// "cloudhypervisor").
+const chDir = "cloudhypervisor"
+
+// Exec runs the cocoon binary with args and returns stdout; a non-zero exit
+// is an error carrying stderr.
+type Exec func(ctx context.Context, args ...string) ([]byte, error)
+
+// Adapter drives one case's cocoon store.
+type Adapter struct {
+	opts   manager.Options
+	root   string
+	runDir string
+	logDir string
+	exec   Exec
+}
+
+var _ manager.Manager = (*Adapter)(nil)
+
+// New returns the adapter of the store under o.Dir; Setup creates it.
+func New(o manager.Options) *Adapter {
+	a := &Adapter{opts: o, root: filepath.Join(o.Dir, "root"), runDir: filepath.Join(o.Dir, "run"),
+		logDir: filepath.Join(o.Dir, "log")}
+	a.exec = a.run
+	return a
+}
+
+// Name is "cocoon".
+func (a *Adapter) Name() string { return "cocoon" }
+
+// Env is the environment of every cocoon the adapter runs: its three dirs
+// through cocoon's own COCOON_* variables, fakech first on PATH as
+// `cloud-hypervisor`, and short stop/socket timeouts that fit a fake guest.
+func (a *Adapter) Env() []string {
+	env := []string{
+		"PATH=" + a.opts.VMMDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + a.opts.Dir,
+		"COCOON_ROOT_DIR=" + a.root,
+		"COCOON_RUN_DIR=" + a.runDir,
+		"COCOON_LOG_DIR=" + a.logDir,
+		"COCOON_CNI_CONF_DIR=" + filepath.Join(a.opts.Dir, "cni", "net.d"),
+		"COCOON_CNI_BIN_DIR=" + filepath.Join(a.opts.Dir, "cni", "bin"),
+		"COCOON_STOP_TIMEOUT_SECONDS=10",
+	}
+	return append(env, a.opts.Env...)
+}
+
+// Setup creates the dirs, the firmware fixture cocoon looks for at
+// <root>/firmware/CLOUDHV.fd (fakech checks only that it exists), and
+// imports the fake guest as a qcow2 cloud image (`image import`).
+func (a *Adapter) Setup(ctx context.Context) error {
+	for _, d := range []string{a.root, a.runDir, a.logDir, filepath.Join(a.root, "firmware"),
+		filepath.Join(a.opts.Dir, "cni", "net.d"), filepath.Join(a.opts.Dir, "cni", "bin")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("cocoon adapter: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(a.root, "firmware", "CLOUDHV.fd"), []byte("fake firmware\n"), 0o644); err != nil {
+		return fmt.Errorf("cocoon adapter: firmware fixture: %w", err)
+	}
+	qcow := filepath.Join(a.opts.Dir, "guest.qcow2")
+	if out, err := exec.CommandContext(ctx, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", a.opts.Image, qcow).CombinedOutput(); err != nil {
+		return fmt.Errorf("cocoon adapter: qemu-img convert %s: %w: %s", a.opts.Image, err, strings.TrimSpace(string(out)))
+	}
+	if _, err := a.exec(ctx, "image", "import", ImageName, qcow); err != nil {
+		return fmt.Errorf("cocoon adapter: image import: %w", err)
+	}
+	return os.Remove(qcow)
+}
+
+// ImageRef is the imported image's name.
+func (a *Adapter) ImageRef() string { return ImageName }
+
+// Command maps a verb to cocoon's command line. cocoon has no verb for a
+// stale `creating` record: its gc collects one after a grace period.
+func (a *Adapter) Command(c manager.Call) ([]string, error) {
+	var args []string
+	switch c.Verb {
+	case manager.VerbCreate:
+		args = []string{"vm", "run", "--name", c.Name, "--nics", "0", "--cpu", "1", "--memory", "512M", "-o", "json", a.ImageRef()}
+	case manager.VerbClone:
+		args = []string{"vm", "clone", "--name", c.Name, "-o", "json", c.Snapshot}
+	case manager.VerbSnapshotSave:
+		args = []string{"snapshot", "save", "--name", c.Name, c.VM}
+	case manager.VerbSnapshotRm:
+		args = []string{"snapshot", "rm", c.Snapshot}
+	case manager.VerbRestore:
+		args = []string{"vm", "restore", "-o", "json", c.VM, c.Snapshot}
+	case manager.VerbStart:
+		args = []string{"vm", "start", c.VM}
+	case manager.VerbStop:
+		args = []string{"vm", "stop", c.VM}
+	case manager.VerbRm:
+		args = []string{"vm", "rm", "--force", c.VM}
+	case manager.VerbGC:
+		args = []string{"gc"}
+	default:
+		return nil, fmt.Errorf("cocoon: %s: %w", c.Verb, manager.ErrNotSupported)
+	}
+	return append(a.argv0(), args...), nil
+}
+
+// argv0 is the binary with the user's config file, if any.
+func (a *Adapter) argv0() []string {
+	if a.opts.Config != "" {
+		return []string{a.opts.Bin, "--config", a.opts.Config}
+	}
+	return []string{a.opts.Bin}
+}
+
+// EventCommand is `vm status --event --format json -n 1` (whole seconds:
+// cocoon's interval is an int; it also wakes on fsnotify of its index).
+func (a *Adapter) EventCommand() []string {
+	return append(a.argv0(), "vm", "status", "--event", "--format", "json", "-n", "1")
+}
+
+// vmWire is the part of cocoon's types.VM the adapter reads.
+type vmWire struct {
+	ID     string `json:"id"`
+	State  string `json:"state"`
+	PID    int    `json:"pid"`
+	Config struct {
+		Name string `json:"name"`
+	} `json:"config"`
+}
+
+// ParseEvent decodes {"event":"ADDED|MODIFIED|DELETED","vm":{types.VM}};
+// cocoon reports a running record with a dead VMM as "stopped (stale)".
+func (a *Adapter) ParseEvent(line []byte) (manager.Event, error) {
+	return ParseEvent(line)
+}
+
+// ParseEvent is Adapter.ParseEvent without an adapter (tests, recorded
+// outputs).
+func ParseEvent(line []byte) (manager.Event, error) {
+	var w struct {
+		Event string  `json:"event"`
+		VM    *vmWire `json:"vm"`
+	}
+	if err := json.Unmarshal(line, &w); err != nil {
+		return manager.Event{}, fmt.Errorf("cocoon event: %w (%.200q)", err, line)
+	}
+	if w.Event == "" || w.VM == nil || w.VM.ID == "" {
+		return manager.Event{}, fmt.Errorf("cocoon event: no event or vm id in %.200q", line)
+	}
+	return manager.Event{Type: w.Event, ID: w.VM.ID, Name: w.VM.Config.Name, State: w.VM.State}, nil
+}
+
+// noVMs and noSnapshots are what cocoon prints instead of JSON for an empty
+// list, even with --format json.
+const (
+	noVMs       = "No VMs found."
+	noSnapshots = "No snapshots found."
+)
+
+// VMs is `vm list --format json`: the records as stored (a running record
+// keeps "running" after its VMM died; the checker judges liveness itself).
+func (a *Adapter) VMs(ctx context.Context) ([]manager.VM, error) {
+	b, err := a.exec(ctx, "vm", "list", "--format", "json")
+	if err != nil {
+		return nil, fmt.Errorf("cocoon vm list: %w", err)
+	}
+	return ParseVMs(b)
+}
+
+// ParseVMs decodes `vm list --format json`.
+func ParseVMs(b []byte) ([]manager.VM, error) {
+	if strings.TrimSpace(string(b)) == noVMs {
+		return []manager.VM{}, nil
+	}
+	var ws []vmWire
+	if err := manager.DecodeJSON(b, &ws, "cocoon vm list"); err != nil {
+		return nil, err
+	}
+	out := make([]manager.VM, 0, len(ws))
+	for _, w := range ws {
+		if w.ID == "" {
+			return nil, fmt.Errorf("cocoon vm list: a record without an id (%+v)", w)
+		}
+		out = append(out, manager.VM{ID: w.ID, Name: w.Config.Name, State: w.State, PID: w.PID})
+	}
+	return out, nil
+}
+
+// Snapshots is `snapshot list --format json`. cocoon lists only finished
+// snapshots (it records one after the data is in place), so every listed
+// snapshot is ready.
+func (a *Adapter) Snapshots(ctx context.Context) ([]manager.Snapshot, error) {
+	b, err := a.exec(ctx, "snapshot", "list", "--format", "json")
+	if err != nil {
+		return nil, fmt.Errorf("cocoon snapshot list: %w", err)
+	}
+	return ParseSnapshots(b)
+}
+
+// ParseSnapshots decodes `snapshot list --format json`.
+func ParseSnapshots(b []byte) ([]manager.Snapshot, error) {
+	if strings.TrimSpace(string(b)) == noSnapshots {
+		return []manager.Snapshot{}, nil
+	}
+	var ws []struct {
+		ID   string `json:"id"`
+		Name string `json:"name"`
+	}
+	if err := manager.DecodeJSON(b, &ws, "cocoon snapshot list"); err != nil {
+		return nil, err
+	}
+	out := make([]manager.Snapshot, 0, len(ws))
+	for _, w := range ws {
+		if w.ID == "" {
+			return nil, fmt.Errorf("cocoon snapshot list: a record without an id (%+v)", w)
+		}
+		out = append(out, manager.Snapshot{ID: w.ID, Name: w.Name, State: manager.SnapReady})
+	}
+	return out, nil
+}
+
+// Check: cocoon has no consistency-check verb.
+func (a *Adapter) Check(context.Context) (manager.CheckReport, error) {
+	return manager.CheckReport{}, fmt.Errorf("cocoon check: %w", manager.ErrNotSupported)
+}
+
+// OpsLockPath: cocoon locks its whole index (db/vms.lock), not one VM, so
+// no per-VM holder can be observed.
+func (a *Adapter) OpsLockPath(string) string { return "" }
+
+// LeasePath: cocoon has no per-snapshot lease.
+func (a *Adapter) LeasePath(string) string { return "" }
+
+// vmRunDir is <run>/cloudhypervisor/<ID>.
+func (a *Adapter) vmRunDir(id string) string { return filepath.Join(a.runDir, chDir, id) }
+
+// APISocket is <run>/cloudhypervisor/<ID>/api.sock.
+func (a *Adapter) APISocket(vmID string) string { return filepath.Join(a.vmRunDir(vmID), "api.sock") }
+
+// APISockets lists <run>/cloudhypervisor/*/api.sock.
+func (a *Adapter) APISockets() (map[string]string, error) {
+	ents, err := os.ReadDir(filepath.Join(a.runDir, chDir))
+	if os.IsNotExist(err) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cocoon run dir: %w", err)
+	}
+	out := map[string]string{}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		p := a.APISocket(e.Name())
+		if _, err := os.Lstat(p); err == nil {
+			out[e.Name()] = p
+		} else if !os.IsNotExist(err) {
+			return nil, fmt.Errorf("cocoon run dir: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// VMMOf: a VMM of this store has argv[0] basename cloud-hypervisor and an
+// argument <run>/cloudhypervisor/<ID>/api.sock (cocoon's own rule,
+// utils.VerifyProcessCmdline with the socket path).
+func (a *Adapter) VMMOf(argv []string) (string, bool) {
+	if len(argv) == 0 || filepath.Base(argv[0]) != VMMName {
+		return "", false
+	}
+	prefix := filepath.Join(a.runDir, chDir) + "/"
+	for _, arg := range argv[1:] {
+		i := strings.Index(arg, prefix)
+		if i < 0 {
+			continue
+		}
+		if id, rest, ok := strings.Cut(arg[i+len(prefix):], "/"); ok && id != "" && strings.HasPrefix(rest, "api.sock") {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+// TempDirs are cocoon's temporary names left in the store: a snapshot
+// capture dir (<run>/cloudhypervisor/<ID>/snapshot-*), a clone staging dir
+// (<run>/cloudhypervisor/<ID>.restore-staging), image import temps
+// (import-*, pull-*) and atomic-write temps (.tmp-*). Called when no verb
+// runs, so every one found is a leftover.
+func (a *Adapter) TempDirs(context.Context) ([]string, error) {
+	var out []string
+	for _, top := range []string{a.root, a.runDir} {
+		err := filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) {
+					return nil
+				}
+				return err
+			}
+			if IsTempName(p, d.IsDir()) {
+				out = append(out, p)
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("cocoon temp dirs: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// IsTempName reports whether p is one of cocoon's temporary names.
+func IsTempName(p string, dir bool) bool {
+	base := filepath.Base(p)
+	parent := filepath.Base(filepath.Dir(filepath.Dir(p)))
+	switch {
+	case dir && strings.HasPrefix(base, "snapshot-") && parent == chDir:
+		return true
+	case dir && strings.HasSuffix(base, ".restore-staging"):
+		return true
+	case strings.HasPrefix(base, ".tmp-"), strings.HasPrefix(base, "import-"), strings.HasPrefix(base, "pull-"):
+		return true
+	}
+	return false
+}
+
+// run runs cocoon with the adapter's environment.
+func (a *Adapter) run(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	argv := append(a.argv0(), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = a.Env()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return out.Bytes(), fmt.Errorf("exit %d: %s", ee.ExitCode(), lastLines(errb.String(), 3))
+		}
+		return out.Bytes(), err
+	}
+	return out.Bytes(), nil
+}
+
+// lastLines keeps the end of a verbose log (cocoon logs every step to
+// stderr; the error is at the end).
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

@@ -1,0 +1,39 @@
+package cocoon
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// FuzzParseOutputs: cocoon's list and event outputs are outside input; a
+// parser never panics, and never returns a record without an id.
+func FuzzParseOutputs(f *testing.F) {
+	for _, name := range []string{"vm-list.json", "vm-list-empty.txt", "snapshot-list.json", "snapshot-list-empty.txt", "status-event.jsonl"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"event":"MODIFIED","vm":{"id":"A","state":"stopped (stale)","config":{"name":"x"}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if vms, err := ParseVMs(b); err == nil {
+			for _, v := range vms {
+				if v.ID == "" {
+					t.Fatalf("vm without id from %q", b)
+				}
+			}
+		}
+		if ss, err := ParseSnapshots(b); err == nil {
+			for _, s := range ss {
+				if s.ID == "" {
+					t.Fatalf("snapshot without id from %q", b)
+				}
+			}
+		}
+		if e, err := ParseEvent(b); err == nil && (e.ID == "" || e.Type == "") {
+			t.Fatalf("event without id or type from %q", b)
+		}
+	})
+}

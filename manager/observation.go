@@ -1,0 +1,128 @@
+// Package manager is what the scenarios know about a VM manager (ARCHITECTURE
+// §14): the observations the convergence checker reads (this file) and the
+// verbs the manager-level catalogue drives (manager.go). One sub-package per
+// manager (manager/vmctl, manager/cocoon) turns the manager's own black-box
+// outputs (its `-o json` verbs, its lock files, its VMM command lines) into
+// these types; the checker never imports a manager's internals.
+package manager
+
+import (
+	"context"
+	"errors"
+)
+
+// VM states as a manager's list reports them (cocoon's vocabulary, which
+// vmctl shares). StateStale is how a list shows a running record whose VMM is
+// dead; it is never written back.
+const (
+	StateCreating = "creating"
+	StateCreated  = "created"
+	StateRunning  = "running"
+	StateStopped  = "stopped"
+	StateError    = "error"
+	StateStale    = "stopped (stale)"
+)
+
+// Snapshot states.
+const (
+	SnapPending = "pending" // the name is held; data not finalized yet
+	SnapReady   = "ready"
+)
+
+// ErrNotSupported is returned by an observation the manager does not expose
+// (a manager without a check verb, or without lock files). A check that needs
+// it must not pass on it: it reports the data as missing.
+var ErrNotSupported = errors.New("manager: observation not supported")
+
+// VM is one VM record as the manager lists it.
+type VM struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	PID     int    `json:"pid,omitempty"`     // VMM pid as recorded (0: none)
+	Address string `json:"address,omitempty"` // guest SSH address ip:port of the first NIC; "" without a NIC
+	Reason  string `json:"reason,omitempty"`  // why the record is in its state, when the manager says
+}
+
+// Snapshot is one snapshot record as the manager lists it.
+type Snapshot struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	State string `json:"state"` // pending | ready
+	VMID  string `json:"vm_id,omitempty"`
+}
+
+// Violation is one broken invariant the manager's own consistency check
+// found, with its evidence.
+type Violation struct {
+	Invariant string `json:"invariant"`
+	Evidence  string `json:"evidence"`
+}
+
+// CheckReport is the manager's own consistency check (`vmctl check`).
+// Invariant names the checker reads from it: CheckLeftoverStaging,
+// CheckUnreferencedDirs, CheckStoreLoadable, CheckSnapshotData,
+// CheckTombstone, CheckIndexes.
+type CheckReport struct {
+	OK         bool        `json:"ok"`
+	Violations []Violation `json:"violations"`
+}
+
+// Invariant names of a CheckReport the checker judges through it.
+const (
+	CheckLeftoverStaging  = "no-leftover-staging"
+	CheckUnreferencedDirs = "no-unreferenced-dirs"
+	CheckStoreLoadable    = "store-loadable"
+	CheckSnapshotData     = "snapshot-data"
+	CheckTombstone        = "no-tombstone"
+	CheckIndexes          = "indexes-consistent"
+)
+
+// Of returns the evidence of every violation of invariant.
+func (r CheckReport) Of(invariant string) []string {
+	var out []string
+	for _, v := range r.Violations {
+		if v.Invariant == invariant {
+			out = append(out, v.Evidence)
+		}
+	}
+	return out
+}
+
+// Holder is a process holding a lock, identified through /proc/locks (by
+// device and inode) and /proc/PID.
+type Holder struct {
+	PID  int      `json:"pid"`
+	Kind string   `json:"kind"` // FLOCK | POSIX | OFDLCK
+	Mode string   `json:"mode"` // READ | WRITE
+	Argv []string `json:"argv,omitempty"`
+}
+
+// Observer reads one manager's state for the checker, only through what the
+// manager shows a user: its list/check verbs, the lock files it documents, the
+// command lines of the VMMs it launches. Every method that can fail returns
+// its error: a check whose data is missing never passes.
+type Observer interface {
+	// Name is the manager's name (vmctl, cocoon), for evidence.
+	Name() string
+	// VMs is `vm list -o json`.
+	VMs(ctx context.Context) ([]VM, error)
+	// Snapshots is `snapshot list -o json`.
+	Snapshots(ctx context.Context) ([]Snapshot, error)
+	// Check is the manager's own consistency report; ErrNotSupported when
+	// it has none. A report with violations is a result, not an error.
+	Check(ctx context.Context) (CheckReport, error)
+	// OpsLockPath is the file whose lock a live operation on vm id holds
+	// ("" when the manager exposes none).
+	OpsLockPath(vmID string) string
+	// LeasePath is the file whose lock a live builder or reader of the
+	// snapshot holds ("" when the manager exposes none).
+	LeasePath(snapID string) string
+	// APISocket is the VMM API socket of vm id.
+	APISocket(vmID string) string
+	// APISockets lists every VMM API socket present, by VM id.
+	APISockets() (map[string]string, error)
+	// VMMOf tells whether a process with this argv is a VMM this manager
+	// launched, and for which VM id.
+	VMMOf(argv []string) (vmID string, ok bool)
+}

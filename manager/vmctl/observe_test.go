@@ -1,0 +1,125 @@
+package vmctl
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vmchaos/vmchaos/manager"
+)
+
+// canned answers each verb with fixed stdout and error.
+func canned(out map[string]string, errs map[string]error) Exec {
+	return func(_ context.Context, args ...string) ([]byte, error) {
+		k := strings.Join(args, " ")
+		return []byte(out[k]), errs[k]
+	}
+}
+
+func TestVMsReadsStatePidAndAddress(t *testing.T) {
+	o := NewObserver(canned(map[string]string{
+		"vm list -o json": `[{"id":"A1","name":"a","state":"running","pid":42,"network":[{"ip":"127.1.0.2","ssh_port":2222}]},
+		                     {"id":"B1","name":"b","state":"stopped (stale)","network":[]}]`,
+	}, nil), "/r", "/run")
+	vms, err := o.VMs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []manager.VM{{ID: "A1", Name: "a", State: "running", PID: 42, Address: "127.1.0.2:2222"},
+		{ID: "B1", Name: "b", State: manager.StateStale}}
+	if len(vms) != 2 || vms[0] != want[0] || vms[1] != want[1] {
+		t.Fatalf("vms = %+v", vms)
+	}
+}
+
+// TestListErrorsAreReturned: a failed or garbled list is an error, never an
+// empty list (an empty list would make "no pending snapshot" hold).
+func TestListErrorsAreReturned(t *testing.T) {
+	boom := errors.New("exit 1: Error: index corrupt")
+	for name, ex := range map[string]Exec{
+		"verb fails": canned(nil, map[string]error{"vm list -o json": boom, "snapshot list -o json": boom}),
+		"garbled":    canned(map[string]string{"vm list -o json": `[{"id":`, "snapshot list -o json": `{}`}, nil),
+		"no id":      canned(map[string]string{"vm list -o json": `[{"name":"a"}]`, "snapshot list -o json": `[{"name":"s"}]`}, nil),
+	} {
+		o := NewObserver(ex, "/r", "/run")
+		if vms, err := o.VMs(context.Background()); err == nil {
+			t.Errorf("%s: VMs = %v, nil error", name, vms)
+		}
+		if ss, err := o.Snapshots(context.Background()); err == nil {
+			t.Errorf("%s: Snapshots = %v, nil error", name, ss)
+		}
+	}
+}
+
+func TestCheckReadsAReportWithViolationsDespiteExit1(t *testing.T) {
+	exit1 := errors.New("exit 1")
+	rep := `{"ok":false,"violations":[{"invariant":"no-leftover-staging","evidence":"staging dir X without a live builder"}]}`
+	o := NewObserver(canned(map[string]string{"check": rep}, map[string]error{"check": exit1}), "/r", "/run")
+	got, err := o.Check(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := got.Of(manager.CheckLeftoverStaging); len(ev) != 1 || !strings.Contains(ev[0], "staging dir X") {
+		t.Fatalf("report = %+v", got)
+	}
+	for name, c := range map[string]struct {
+		out string
+		err error
+	}{
+		"verb died, no report":  {"", exit1},
+		"ok but exit 1":         {`{"ok":true,"violations":[]}`, exit1},
+		"violations but exit 0": {rep, nil},
+		"no violations field":   {`{"ok":true}`, nil},
+		"ok with a violation":   {`{"ok":true,"violations":[{"invariant":"x","evidence":"y"}]}`, nil},
+		"garbage":               {`Error: unknown command`, exit1},
+	} {
+		o := NewObserver(canned(map[string]string{"check": c.out}, map[string]error{"check": c.err}), "/r", "/run")
+		if r, err := o.Check(context.Background()); err == nil {
+			t.Errorf("%s: report %+v, nil error", name, r)
+		}
+	}
+}
+
+func TestVMMOfMatchesOnlyThisStoresAPISocket(t *testing.T) {
+	o := NewObserver(nil, "/r", "/x/run")
+	for _, c := range []struct {
+		argv []string
+		id   string
+		ok   bool
+	}{
+		{[]string{"/bin/cloud-hypervisor", "--api-socket", "path=/x/run/A1/api.sock"}, "A1", true},
+		{[]string{"cloud-hypervisor", "--api-socket", "/x/run/B2/api.sock"}, "B2", true},
+		{[]string{"/bin/cloud-hypervisor", "--api-socket", "path=/y/run/A1/api.sock"}, "", false},
+		{[]string{"/bin/cloud-hypervisor", "--serial", "file=/x/run/A1/serial.log"}, "", false},
+		{[]string{"/bin/vmctl", "vm", "clone", "/x/run/A1/api.sock"}, "", false},
+		{nil, "", false},
+	} {
+		id, ok := o.VMMOf(c.argv)
+		if id != c.id || ok != c.ok {
+			t.Errorf("VMMOf(%q) = %q %v, want %q %v", c.argv, id, ok, c.id, c.ok)
+		}
+	}
+}
+
+func TestAPISocketsListsPresentSockets(t *testing.T) {
+	run := t.TempDir()
+	for _, id := range []string{"A1", "B2"} {
+		if err := os.MkdirAll(filepath.Join(run, id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(run, "A1", "api.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := NewObserver(nil, "/r", run)
+	got, err := o.APISockets()
+	if err != nil || len(got) != 1 || got["A1"] != filepath.Join(run, "A1", "api.sock") {
+		t.Fatalf("APISockets = %v, %v", got, err)
+	}
+	if o.OpsLockPath("A1") != "/r/locks/vm/A1.lock" || o.LeasePath("S1") != "/r/snapshots/S1.lease" {
+		t.Fatal("lock paths do not follow ARCHITECTURE §4.1")
+	}
+}

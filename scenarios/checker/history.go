@@ -1,0 +1,215 @@
+package checker
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/reports"
+)
+
+// The history invariants are judged once, at the end, over the whole case.
+// Each is a pure function of what the case recorded, so each is table-tested
+// with a violating, a missing-data and a clean fixture.
+
+// TraceLoss is the completeness check of a trace: nil when every datagram
+// the stack sent can be accounted for, otherwise why not. sockPath is the
+// trace socket (a socket file gone means later datagrams were dropped by
+// their senders); malformed is the count of datagrams that did not parse.
+// lost is the trace's own loss report (Losses of (*injector.Trace).Lost:
+// sequence gaps per emitting process), nil when it has none.
+func TraceLoss(sockPath string, malformed int, lastBad string, lost error) error {
+	var why []string
+	if lost != nil {
+		why = append(why, lost.Error())
+	}
+	if malformed > 0 {
+		why = append(why, fmt.Sprintf("%d malformed datagram(s), last: %s", malformed, lastBad))
+	}
+	if fi, err := os.Lstat(sockPath); err != nil {
+		why = append(why, fmt.Sprintf("trace socket: %v (senders drop datagrams without it)", err))
+	} else if fi.Mode()&os.ModeSocket == 0 {
+		why = append(why, fmt.Sprintf("trace socket %s is no longer a socket", sockPath))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("trace incomplete: %s", strings.Join(why, "; "))
+}
+
+// Losses turns the trace's sequence gaps ((*injector.Trace).Lost) into the
+// error TraceLoss takes: nil when there is none.
+func Losses(ls []injector.Loss) error {
+	if len(ls) == 0 {
+		return nil
+	}
+	var w []string
+	var n uint64
+	for _, l := range ls {
+		w = append(w, l.String())
+		n += l.Count()
+	}
+	if len(w) > 4 {
+		w = append(w[:4], fmt.Sprintf("… %d more gap(s)", len(w)-4))
+	}
+	return fmt.Errorf("%d datagram(s) lost: %s", n, strings.Join(w, "; "))
+}
+
+// traceGuard is the evidence of an invariant judged from an incomplete
+// trace: a lost datagram may be the very violation.
+func traceGuard(in *Input) []string {
+	if in != nil && in.TraceLoss != nil {
+		return []string{"judged from the trace, which is incomplete, nothing proven: " + in.TraceLoss.Error()}
+	}
+	return nil
+}
+
+// NoFailedWriteInvariant: the agent never wrote lifecycle failed after the fault.
+func NoFailedWriteInvariant(in *Input, events []failpoint.Event, faultNs int64) reports.Invariant {
+	if g := traceGuard(in); g != nil {
+		return result(NoFailedWrite, g)
+	}
+	var ev []string
+	for _, e := range events {
+		if e.Point == "agent.failed" && e.TsNs >= faultNs {
+			ev = append(ev, fmt.Sprintf("%s at +%.0fms: %v", e.VM, float64(e.TsNs-faultNs)/1e6, e.Attrs["reason"]))
+		}
+	}
+	if len(ev) > 0 {
+		return reports.Invariant{Name: NoFailedWrite, Evidence: fmt.Sprintf("lifecycle failed written %d time(s) after the fault: %s", len(ev), strings.Join(ev, "; "))}
+	}
+	return reports.Invariant{Name: NoFailedWrite, OK: true}
+}
+
+// SaveRejectedBeforeCaptureInvariant: a snapshot save the agent started
+// after the fault and that failed must not have paused and captured the VM
+// first — the name clash must be found by the preflight (seed 001 #3,
+// manager side). victims are the pids the harness killed itself.
+func SaveRejectedBeforeCaptureInvariant(in *Input, events []failpoint.Event, faultNs int64, victims map[int]bool) reports.Invariant {
+	if g := traceGuard(in); g != nil {
+		return result(SaveRejectedBeforeCapture, g)
+	}
+	captured := map[int]int64{}
+	for _, e := range events {
+		if e.Proc == "vmctl" && e.Point == "snapshot.save.captured" && e.TsNs >= faultNs {
+			captured[e.Pid] = e.TsNs
+		}
+	}
+	var ev []string
+	saves := 0
+	for _, e := range events {
+		if e.Point != "agent.child.exit" || e.TsNs < faultNs {
+			continue
+		}
+		pid, _ := e.Attrs["child_pid"].(float64)
+		code, _ := e.Attrs["code"].(float64)
+		if ts, ok := captured[int(pid)]; ok {
+			saves++
+			if code != 0 && !victims[int(pid)] {
+				ev = append(ev, fmt.Sprintf("snapshot save pid %d captured the VM at +%.0fms and then failed (exit %g): refused after the full capture", int(pid), float64(ts-faultNs)/1e6, code))
+			}
+		}
+	}
+	if len(ev) > 0 {
+		return result(SaveRejectedBeforeCapture, ev)
+	}
+	return reports.Invariant{Name: SaveRejectedBeforeCapture, OK: true,
+		Evidence: fmt.Sprintf("%d completed capture(s) after the fault, none refused afterwards", saves)}
+}
+
+// ScrapeFailure is one scrape that returned no sample.
+type ScrapeFailure struct {
+	TsNs int64
+	Err  string
+	// Down: the endpoint did not answer at all (nothing listening: the
+	// agent is between two lives), as opposed to answering wrong.
+	Down bool
+}
+
+// Restarts are the CLOCK_MONOTONIC times the agent started (agent.started)
+// after since.
+func Restarts(events []failpoint.Event, since int64) []int64 {
+	var out []int64
+	for _, e := range events {
+		if e.Point == "agent.started" && e.TsNs > since {
+			out = append(out, e.TsNs)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// MetricsMonotonicInvariant: no counter went backwards between consecutive
+// samples, and the samples prove it across every restart of the agent: one
+// served before the restart and one requested after it. An endpoint that
+// answered wrong (status, body) fails; one that was down is a gap, and a gap
+// around a restart leaves that restart unproven, which fails too. restarts
+// come from the trace, so an incomplete trace proves nothing either.
+func MetricsMonotonicInvariant(in *Input, samples []Sample, failures []ScrapeFailure, restarts []int64) reports.Invariant {
+	if g := traceGuard(in); g != nil {
+		return result(MetricsMonotonic, g)
+	}
+	var ev []string
+	if len(samples) < 2 {
+		ev = append(ev, fmt.Sprintf("only %d scrape(s): nothing proven", len(samples)))
+	}
+	for _, f := range failures {
+		if !f.Down {
+			ev = append(ev, fmt.Sprintf("scrape at %d failed: %s", f.TsNs, f.Err))
+		}
+	}
+	for _, r := range restarts {
+		before, after := false, false
+		for _, s := range samples {
+			before = before || s.TsNs < r
+			after = after || s.StartNs > r
+		}
+		if !before || !after {
+			ev = append(ev, fmt.Sprintf("agent restart at %d has no sample before (%v) and after (%v) it: counters across it unproven", r, before, after))
+		}
+	}
+	ev = append(ev, Backwards(samples)...)
+	if len(ev) > 0 {
+		return result(MetricsMonotonic, ev)
+	}
+	return reports.Invariant{Name: MetricsMonotonic, OK: true,
+		Evidence: fmt.Sprintf("%d samples across %d restart(s)", len(samples), len(restarts))}
+}
+
+// LedgerResult is the ledger verification of one guest: its verdict, or the
+// error that kept it from being read.
+type LedgerResult struct {
+	Guest   string
+	Verdict ledger.Verdict
+	Err     error
+}
+
+// LedgerCleanInvariant: every guest's ledger verdict is clean, and was
+// actually taken: an SSH error is no verdict, and a RAM check without a
+// journaled boot id baseline cannot tell a fresh boot from a restored one.
+func LedgerCleanInvariant(results []LedgerResult) reports.Invariant {
+	if len(results) == 0 {
+		return result(LedgerClean, []string{"no guest was verified: the ledger proved nothing"})
+	}
+	var ev []string
+	for _, r := range results {
+		switch v := r.Verdict; {
+		case r.Err != nil:
+			ev = append(ev, fmt.Sprintf("%s: %v", r.Guest, r.Err))
+		case v.RAMChecked && v.BootIDBefore == "":
+			ev = append(ev, fmt.Sprintf("%s: RAM and boot id checked without a journaled boot id baseline: a fresh boot cannot be told from a restore", r.Guest))
+		case v.RAMChecked && v.BootIDAfter == "":
+			ev = append(ev, fmt.Sprintf("%s: the guest reported no boot id", r.Guest))
+		case !v.OK:
+			ev = append(ev, fmt.Sprintf("%s: %s", r.Guest, v.Message))
+		}
+	}
+	if len(ev) > 0 {
+		return result(LedgerClean, ev)
+	}
+	return reports.Invariant{Name: LedgerClean, OK: true, Evidence: fmt.Sprintf("%d guest(s) verified", len(results))}
+}

@@ -1,0 +1,24 @@
+package stack
+
+import (
+	"context"
+	"strings"
+
+	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/manager"
+	mvmctl "github.com/vmchaos/vmchaos/manager/vmctl"
+)
+
+// ManagerObserver reads this stack's vmctl store the way the checker must:
+// through the vmctl binary's JSON verbs (run like every harness vmctl, in the
+// stack's pid namespace, without trace, failpoints or regress switches).
+func (s *Stack) ManagerObserver() manager.Observer {
+	return mvmctl.NewObserver(s.Vmctl, s.Root, s.RunDir)
+}
+
+// GuestBootID reads the boot id of the guest name at addr over the ledger's
+// pinned SSH connection: the proof that a ready VM's guest answers.
+func (s *Stack) GuestBootID(ctx context.Context, name, addr string) (string, error) {
+	out, err := s.Ledger.Exec(ctx, ledger.Guest{Name: name, Addr: addr}, "cat "+ledger.BootIDPath)
+	return strings.TrimSpace(out), err
+}

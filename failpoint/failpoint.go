@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -186,10 +187,31 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 	if op == "" && ctx != nil {
 		op = OpFrom(ctx)
 	}
-	ts := Now()
+	// The action is chosen before the datagram leaves: a delayed signal is
+	// armed at the stamp (see send), so a thread preempted after the write
+	// does not delay it.
+	var act *rule
+	for _, r := range st.actions[name] {
+		if r.vm != "" && r.vm != vm {
+			continue
+		}
+		if r.limit > 0 && r.hits.Add(1) > int64(r.limit) {
+			continue
+		}
+		act = r
+		break
+	}
+	var armed func(ts int64, seq uint64)
+	if act != nil && act.action == actSignal && act.delay > 0 && st.timer != nil {
+		armed = func(ts int64, seq uint64) {
+			st.timer.arm(pendingSignal{point: name, vm: vm, op: op, sig: act.sig, hitSeq: seq, hitNs: ts, delay: act.delay,
+				due: ts + int64(act.delay)})
+		}
+	}
+	var ts int64
 	var seq uint64
 	if st.trace != nil {
-		ev := Event{TsNs: ts, Pid: st.pid, Proc: st.proc, Point: name, VM: vm, Op: op}
+		ev := Event{Pid: st.pid, Proc: st.proc, Point: name, VM: vm, Op: op} // stamped by send
 		if len(attrs) > 0 {
 			ev.Attrs = make(map[string]any, len(attrs))
 			for k, v := range attrs {
@@ -198,17 +220,16 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 				}
 			}
 		}
-		st.send(&ev)
+		ts = st.sendArmed(&ev, armed)
 		seq = ev.Seq
+	} else {
+		ts = Now()
+		if armed != nil {
+			armed(ts, 0)
+		}
 	}
-	for _, r := range st.actions[name] {
-		if r.vm != "" && r.vm != vm {
-			continue
-		}
-		if r.limit > 0 && r.hits.Add(1) > int64(r.limit) {
-			continue
-		}
-		return r.run(ctx, st, name, vm, op, seq, ts)
+	if act != nil && armed == nil {
+		return act.run(ctx, st, name, vm, op, seq, ts)
 	}
 	return nil
 }
@@ -217,14 +238,43 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 // under one lock, so a process's datagrams leave (and, on a unixgram socket,
 // arrive) in seq order; a failed write still uses its number and shows as a
 // gap.
-func (st *state) send(ev *Event) {
+//
+// An event without TsNs is stamped here, after it was encoded and right
+// before the write: the stamp says the phase was reached (it was, a few µs
+// earlier), and a thread preempted between stamp and write delays the
+// datagram past its own stamp, so the window is kept to the write. It
+// returns the stamp.
+func (st *state) send(ev *Event) int64 { return st.sendArmed(ev, nil) }
+
+// sendArmed is send that calls armed(stamp, seq), when set, between the
+// stamp and the write.
+func (st *state) sendArmed(ev *Event, armed func(ts int64, seq uint64)) int64 {
 	sendMu.Lock()
 	defer sendMu.Unlock()
 	st.seq++
 	ev.Seq = st.seq
-	if b, err := json.Marshal(ev); err == nil {
-		_, _ = st.trace.Write(b)
+	stamp := ev.TsNs == 0
+	b, err := json.Marshal(ev)
+	if err != nil {
+		if stamp {
+			ev.TsNs = Now()
+		}
+		if armed != nil {
+			armed(ev.TsNs, ev.Seq)
+		}
+		return ev.TsNs
 	}
+	if stamp {
+		// ts_ns is the first field: `{"ts_ns":0,` becomes `{"ts_ns":<now>,`.
+		rest := b[len(`{"ts_ns":0`):]
+		ev.TsNs = Now()
+		b = append(strconv.AppendInt(append(make([]byte, 0, len(b)+20), `{"ts_ns":`...), ev.TsNs, 10), rest...)
+	}
+	if armed != nil {
+		armed(ev.TsNs, ev.Seq)
+	}
+	_, _ = st.trace.Write(b)
+	return ev.TsNs
 }
 
 type actionKind int

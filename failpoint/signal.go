@@ -196,13 +196,10 @@ func fire(st *state, p pendingSignal) {
 	_ = syscall.Kill(os.Getpid(), p.sig)
 }
 
-// signalAction runs at the hit: DELAY 0 fires here and now (as `kill` would);
-// anything later goes to the configuration's timer thread.
+// signalAction runs after the hit's datagram left: DELAY 0 fires here and
+// now (as `kill` would). A later one was armed on the configuration's timer
+// thread at the stamp (hit), and never comes here.
 func signalAction(st *state, p pendingSignal) {
 	p.due = p.hitNs + int64(p.delay)
-	if p.delay == 0 || st.timer == nil {
-		fire(st, p)
-		return
-	}
-	st.timer.arm(p)
+	fire(st, p)
 }

@@ -237,7 +237,7 @@ func accuracyInVictim(b *testing.B, kind string, total int) {
 	start := func(name, vm, point string, every time.Duration, spec string) {
 		err := sup.Start(ctx, UnitSpec{Name: name, Argv: helperArgv(b), RestartSec: 10 * time.Millisecond,
 			Env: []string{envHelper + "=loop", "HELPER_VM=" + vm, "HELPER_POINTS=" + point, "HELPER_EVERY=" + every.String(),
-				"VMCHAOS_TRACE=" + tr.Path(), "VMCHAOS_FAILPOINTS=" + spec, "HELPER_FIRST_HIT_AFTER=50ms"}})
+				"VMCHAOS_TRACE=" + tr.Path(), "VMCHAOS_FAILPOINTS=" + spec, "HELPER_FIRST_HIT_AFTER=250ms"}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -281,6 +281,7 @@ func accuracyInVictim(b *testing.B, kind string, total int) {
 		wg.Add(1)
 		go func(ln lane) {
 			defer wg.Done()
+			retries := 0
 			for k := 0; k < ln.n; k++ {
 				mark := tr.Mark()
 				if err := sup.WaitActive(ctx, ln.unit); err != nil {
@@ -289,9 +290,16 @@ func accuracyInVictim(b *testing.B, kind string, total int) {
 				}
 				a, err := inj.Arm(ctx, Fault{Kind: FaultSigkillMain, Unit: ln.unit}, ln.t, From(mark), InVictim())
 				if err != nil {
-					fail(err)
+					// between incarnations: nothing was armed, try again
+					if retries++; retries > 100 {
+						fail(err)
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+					k--
 					continue
 				}
+				retries = 0
 				r, err := a.Wait(ctx)
 				if err == nil && r.Err != "" {
 					err = fmt.Errorf("%s", r.Err)

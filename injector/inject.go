@@ -205,6 +205,11 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 			pre.close()
 			return nil, fmt.Errorf("arm %s: %w", t, err)
 		}
+		// The victim's identity is checked against this process when it
+		// fires, when it may already be gone.
+		if needsMain(f.Kind) && pre == nil {
+			return nil, fmt.Errorf("arm %s in the victim: unit %s has no main process now", t, f.Unit)
+		}
 	}
 	switch t.Kind {
 	case TriggerAt, TriggerAfterExit:
@@ -343,6 +348,14 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 				return inj
 			}
 			defer v.close()
+		}
+		if isSupervisorFault(f.Kind) {
+			// Read MainPID for the record now: a D-Bus round trip (~1 ms
+			// to a sandbox) between the due time and the call would be
+			// all of the fault's error.
+			if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
+				inj.VictimPID = pid
+			}
 		}
 		if err := sleepUntil(ctx, inj.RequestedNs); err != nil {
 			inj.Err = "waiting for the offset: " + err.Error()
@@ -492,6 +505,10 @@ func needsMain(kind string) bool {
 	return kind == FaultSigkillMain || kind == FaultSigstop || kind == FaultSigcont
 }
 
+func isSupervisorFault(kind string) bool {
+	return kind == FaultStop || kind == FaultRestart || kind == FaultKillAll
+}
+
 func isKill(kind string) bool {
 	return kind == FaultSigkillMain || kind == FaultSigkillChild || kind == FaultSigkillVMM
 }
@@ -516,24 +533,21 @@ func (in *Injector) fire(ctx context.Context, f Fault, v *victim, inj *Injection
 	case FaultSigcont:
 		err = v.fd.Signal(syscall.SIGCONT)
 		inj.ActualNs = failpoint.Now()
-	case FaultStop:
-		if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
-			inj.VictimPID = pid
+	case FaultStop, FaultRestart, FaultKillAll:
+		if inj.VictimPID == 0 { // Inject: not read ahead
+			if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
+				inj.VictimPID = pid
+			}
 		}
 		inj.ActualNs = failpoint.Now()
-		err = in.sup.Stop(ctx, f.Unit)
-	case FaultRestart:
-		if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
-			inj.VictimPID = pid
+		switch f.Kind {
+		case FaultStop:
+			err = in.sup.Stop(ctx, f.Unit)
+		case FaultRestart:
+			err = in.sup.Restart(ctx, f.Unit)
+		default:
+			err = in.sup.KillAll(ctx, f.Unit, syscall.SIGKILL)
 		}
-		inj.ActualNs = failpoint.Now()
-		err = in.sup.Restart(ctx, f.Unit)
-	case FaultKillAll:
-		if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
-			inj.VictimPID = pid
-		}
-		inj.ActualNs = failpoint.Now()
-		err = in.sup.KillAll(ctx, f.Unit, syscall.SIGKILL)
 	}
 	if err != nil {
 		inj.Err = err.Error()

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -202,8 +203,7 @@ func (t *Trace) read(started chan<- struct{}) {
 		// Fire what is due, then sleep until the next due action or input.
 		tsp := t.fireDue()
 		fds[0].Revents, fds[1].Revents = 0, 0
-		_, err := unix.Ppoll(fds, tsp, nil)
-		if err != nil && !errors.Is(err, unix.EINTR) {
+		if err := rawPpoll(fds, tsp); err != nil && !errors.Is(err, unix.EINTR) {
 			return
 		}
 		// A due action before the datagrams that woke us with it: reading
@@ -234,6 +234,35 @@ func (t *Trace) read(started chan<- struct{}) {
 			}
 		}
 	}
+}
+
+// rawPoll makes the reader's ppoll a raw syscall (VMCHAOS_INJECTOR_RAWPOLL=0
+// opts out): the thread keeps its P while it sleeps, so waking up is the
+// kernel's business only. Through the scheduler's syscall path a sleep
+// longer than 20 µs loses the P, and taking one back needs the scheduler
+// lock, which on a loaded host a descheduled normal thread may hold.
+var rawPoll = os.Getenv("VMCHAOS_INJECTOR_RAWPOLL") != "0"
+
+// maxRawSleep bounds one raw ppoll: a stop-the-world normally interrupts it
+// (the preemption signal makes it return EINTR), this caps the wait where
+// asynchronous preemption is off.
+const maxRawSleep = 5 * time.Millisecond
+
+func rawPpoll(fds []unix.PollFd, tsp *unix.Timespec) error {
+	if !rawPoll {
+		_, err := unix.Ppoll(fds, tsp, nil)
+		return err
+	}
+	ts := unix.NsecToTimespec(int64(maxRawSleep))
+	if tsp != nil && tsp.Nano() < int64(maxRawSleep) {
+		ts = *tsp
+	}
+	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // spinFor is how long before a due action the reader stops sleeping and

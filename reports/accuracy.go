@@ -26,8 +26,16 @@ func FillInjectionErrors(r *Results) {
 	}
 }
 
-// InjectionErrors returns every measured injection error of the run (ns),
-// sorted, with the case each came from.
+// Timed reports whether the injection's trigger is a point + offset (`at`,
+// `after-exit`), the triggers whose timing decides where the fault lands. A
+// `park` holds the process at its point and `now` has no phase to hit: their
+// error is recorded, not gated.
+func (in Injection) Timed() bool {
+	return strings.HasPrefix(in.Trigger, "at ") || strings.HasPrefix(in.Trigger, "after-exit ")
+}
+
+// InjectionErrors returns every measured error of a timed injection (see
+// Timed) of the run (ns), sorted, with the case each came from.
 func InjectionErrors(r *Results) (errs []int64, cases []string) {
 	type e struct {
 		ns int64
@@ -36,7 +44,7 @@ func InjectionErrors(r *Results) (errs []int64, cases []string) {
 	var all []e
 	for _, c := range r.Cases {
 		for _, in := range c.Injections {
-			if in.ErrorNs != nil {
+			if in.ErrorNs != nil && in.Timed() {
 				all = append(all, e{*in.ErrorNs, c.ID})
 			}
 		}
@@ -76,7 +84,7 @@ func injectionErrorGate(r *Results, limit time.Duration) (string, bool) {
 	if time.Duration(p99) <= limit {
 		return "", true
 	}
-	return fmt.Sprintf("INCONCLUSIVE injection error p99 %s over %d injection(s) exceeds --max-injection-error %s (worst %s in %s): faults did not land when requested",
+	return fmt.Sprintf("INCONCLUSIVE injection error p99 %s over %d timed injection(s) exceeds --max-injection-error %s (worst %s in %s): faults did not land when requested",
 		fmtNs(p99), len(errs), limit, fmtNs(errs[worst]), cases[worst]), false
 }
 
@@ -121,9 +129,9 @@ func mdInjectionErrors(b *strings.Builder, r *Results) {
 	}
 	sort.Slice(abs, func(i, j int) bool { return abs[i] < abs[j] })
 	b.WriteString("## Injection accuracy\n\n")
-	fmt.Fprintf(b, "|actual − requested| over %d injection(s): p50 %s, p99 %s, max %s.\n\n", len(abs),
+	fmt.Fprintf(b, "|actual − requested| over %d timed (`at`, `after-exit`) injection(s): p50 %s, p99 %s, max %s.\n\n", len(abs),
 		fmtNs(nearestRank(abs, .5)), fmtNs(nearestRank(abs, .99)), fmtNs(abs[len(abs)-1]))
-	b.WriteString("| case | fault | injection error | hit delivery |\n|---|---|---|---|\n")
+	b.WriteString("| case | fault | trigger | injection error | hit delivery |\n|---|---|---|---|---|\n")
 	for _, c := range r.Cases {
 		for _, in := range c.Injections {
 			if in.ErrorNs == nil {
@@ -136,7 +144,7 @@ func mdInjectionErrors(b *strings.Builder, r *Results) {
 			case in.DeliveryNs != nil:
 				del = fmtNs(*in.DeliveryNs)
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", mdCaseLink(c), mdEscape(in.Fault), fmtNs(*in.ErrorNs), del)
+			fmt.Fprintf(b, "| %s | %s | `%s` | %s | %s |\n", mdCaseLink(c), mdEscape(in.Fault), mdCode(in.Trigger), fmtNs(*in.ErrorNs), del)
 		}
 	}
 	b.WriteString("\n")

@@ -38,7 +38,7 @@ func TestGateRefusesARunWhoseInjectionErrorP99ExceedsTheBound(t *testing.T) {
 	r = withErrors(run(vs...), errs...)
 	FillInjectionErrors(r)
 	g := Gate(r, nil, opt)
-	if g.Code != GateInconclusive || !strings.Contains(g.String(), "injection error p99 +2.50 ms over 100 injection(s) exceeds --max-injection-error 1ms (worst +3.00 ms in c99)") {
+	if g.Code != GateInconclusive || !strings.Contains(g.String(), "injection error p99 +2.50 ms over 100 timed injection(s) exceeds --max-injection-error 1ms (worst +3.00 ms in c99)") {
 		t.Fatalf("gate %d:\n%s", g.Code, g)
 	}
 	if g := Gate(r, nil, DefaultGateOptions()); g.Code != GatePass {
@@ -70,7 +70,7 @@ func TestEveryWrittenInjectionCarriesItsError(t *testing.T) {
 			t.Fatal(err)
 		}
 		text := html.UnescapeString(string(b))
-		wants := []string{"| +250 µs | +50 µs |", "| +1.50 ms | +50 µs |", "p50 +250 µs, p99 +1.50 ms"}
+		wants := []string{"| `at p + 10ms` | +250 µs | +50 µs |", "| +1.50 ms | +50 µs |", "p50 +250 µs, p99 +1.50 ms"}
 		if f == "report.html" {
 			wants = []string{"injection error +250 µs (hit delivery +50 µs)", "injection error +1.50 ms (hit delivery +50 µs)"}
 		}
@@ -79,5 +79,25 @@ func TestEveryWrittenInjectionCarriesItsError(t *testing.T) {
 				t.Errorf("%s lacks %q", f, want)
 			}
 		}
+	}
+}
+
+// TestGateJudgesTimedTriggersOnly: a park's error (the process is held at its
+// point) is recorded, not gated.
+func TestGateJudgesTimedTriggersOnly(t *testing.T) {
+	r := withErrors(run(Pass), 5_000_000)
+	r.Cases[0].Injections[0].Trigger = "park snapshot.save.pending"
+	FillInjectionErrors(r)
+	opt := DefaultGateOptions()
+	opt.MaxInjectionError = time.Millisecond
+	if g := Gate(r, nil, opt); g.Code != GatePass {
+		t.Fatalf("park error gated: %s", g)
+	}
+	if r.Cases[0].Injections[0].ErrorNs == nil {
+		t.Fatal("park error not recorded")
+	}
+	r.Cases[0].Injections[0].Trigger = "after-exit snapshot-save + 5ms"
+	if g := Gate(r, nil, opt); g.Code != GateInconclusive {
+		t.Fatalf("after-exit error not gated: %s", g)
 	}
 }

@@ -15,6 +15,23 @@ func newPointsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "points",
 		Short: "Print the failpoint catalogue: every named phase and what has/has not happened there",
+		Long: `points prints every named phase (failpoint) of the stack: the process that hits it, its
+operation, what has and what has not happened when it fires.
+
+Actions at a point (VMCHAOS_FAILPOINTS="POINT=ACTION;POINT=ACTION", ARCHITECTURE §3):
+  pause               block until <VMCHAOS_FAILPOINT_CTL>/POINT.release appears
+  sleep(MS)           sleep MS milliseconds, then go on
+  exit(CODE)          exit with CODE
+  kill                SIGKILL this process now
+  error(MSG)          the call site returns MSG as its error
+  signal(SIG,DELAY)   go on, and signal this process DELAY after the hit on its own clock
+                      (SIG: KILL STOP CONT TERM INT QUIT ABRT HUP SEGV BUS USR1 USR2, "SIG" prefix
+                      optional; DELAY: a Go duration such as 59ms or 2950us, or a bare number of ms);
+                      it sends a "failpoint.signal" datagram (attrs point, hit_seq, delay_ns, late_ns,
+                      signal) right before the signal. The fault is armed inside the victim, so trace
+                      delivery is not part of its timing (injector.InVictim, docs/injector.md).
+Each optionally prefixed "N*" (the first N hits only) and suffixed "@vm=ID" (that VM only), e.g.
+  VMCHAOS_FAILPOINTS='vm.clone.reserved=1*signal(KILL,59ms)@vm=web-1'`,
 		Example: `  vmchaos points
   vmchaos points --proc vmctl`,
 		Args: cobra.NoArgs,

@@ -97,7 +97,7 @@ one line each, with the repro command of the case.`,
 	c.Flags().StringVar(&tolerance, "p95-tolerance", "20%", `allowed growth of convergence p95 against the baseline: "20%", a fraction "0.2", or "off"`)
 	c.Flags().StringVar(&slack, "p95-slack", "", "absolute p95 growth always allowed on top of the tolerance, e.g. 50ms (default: none)")
 	c.Flags().BoolVar(&flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
-	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "call the run inconclusive when the p99 of |actual − requested| over its injections exceeds this, e.g. 1ms (default 0: off)")
+	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "call the run inconclusive when the p99 of |actual − requested| over its timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off)")
 	c.Flags().StringSliceVar(&accept, "accept", nil, "case ids whose failure is a known finding (listed as ACCEPTED, not failing the gate), e.g. mgr-clone-kill-at-ch.restore.begin (default: none)")
 	c.Flags().StringVar(&acceptFile, "accept-file", "", "file of accepted case ids, one per line, # comments (default: none)")
 	c.Flags().StringVar(&stepSummary, "step-summary", "", `append a compact Markdown verdict (reasons, cases needing attention, repro commands) to this file, e.g. "$GITHUB_STEP_SUMMARY" (default: none)`)

@@ -171,7 +171,7 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 		},
 	}
 	f.add(c)
-	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "exit 2 (inconclusive) when the p99 of |actual − requested| over the run's injections exceeds this, e.g. 1ms (default 0: off; see report gate)")
+	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "exit 2 (inconclusive) when the p99 of |actual − requested| over the run's timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off; see report gate)")
 	mf.add(c)
 	c.Flags().StringVar(&filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
 	c.Flags().StringVar(&shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")

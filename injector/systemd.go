@@ -438,7 +438,10 @@ func (s *dbusSup) Owns(p Proc) bool {
 	if !p.Exists() || p.PID == s.self {
 		return false
 	}
-	return s.inScope(p) || descendsFrom(p.PID, s.self)
+	// A process carrying this run's tag descends from a unit we started even
+	// where it left the unit's cgroup (vmctl gives each VMM a cgroup of its
+	// own, so killing the agent's unit spares it).
+	return s.inScope(p) || descendsFrom(p.PID, s.self) || environHas(p.PID, s.rec.Tag())
 }
 
 func (s *dbusSup) HostPID(ctx context.Context, pid int) (int, error) { return s.toHost(pid) }

@@ -173,28 +173,7 @@ func TestRealCHVMMThroughVMCtl(t *testing.T) {
 		t.Fatalf("clone: %v %v", info.State, err)
 	}
 
-	pid := int(c1["pid"].(float64))
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		s, _ := vc.inspect(ctx, "c1")["state"].(string)
-		if strings.Contains(s, "stale") || s == "stopped" {
-			t.Logf("after kill -9: vm inspect state %q", s)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after kill -9: state %q", s)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	for _, f := range []string{SocketName, SocketName + ".lock"} {
-		_, err := os.Stat(filepath.Join(run, cid, f))
-		t.Logf("leftover after kill -9: %s exists=%v", f, err == nil)
-	}
-	links, _ := st.Netns.Command(ctx, "ip", "-o", "link", "show").Output()
-	t.Logf("links in the namespace after kill -9:\n%s", links)
+	killVMM(ctx, t, vc, st, run, cid, "c1")
 	start = time.Now()
 	vc.must(ctx, "vm", "start", "c1")
 	t.Logf("FIGURE vm start after kill -9 (cold boot API): %s", time.Since(start).Round(time.Millisecond))
@@ -219,14 +198,28 @@ func pvmRest(ctx context.Context, t *testing.T, vc realVMCtl, st *Stack, run, id
 	if info, err := api.Info(ctx); err == nil {
 		t.Logf("after vm net --nics 1: state %s, config nets %d", info.State, len(info.Config.Net))
 	}
-	v := vc.inspect(ctx, "src")
-	pid := int(v["pid"].(float64))
+	killVMM(ctx, t, vc, st, run, id, "src")
+	start = time.Now()
+	vc.must(ctx, "vm", "start", "src")
+	t.Logf("FIGURE vm start after kill -9: %s", time.Since(start).Round(time.Millisecond))
+	if info, err := api.Info(ctx); err != nil || info.State != chapi.StateRunning {
+		t.Fatalf("after start: %v %v", info.State, err)
+	}
+	vc.must(ctx, "vm", "rm", "--force", "src")
+	vc.must(ctx, "check")
+}
+
+// killVMM kill -9s the VMM of VM name (id), waits until vmctl reports it
+// stopped (stale), and logs what the kill left: API socket, lock, links.
+func killVMM(ctx context.Context, t *testing.T, vc realVMCtl, st *Stack, run, id, name string) {
+	t.Helper()
+	pid := int(vc.inspect(ctx, name)["pid"].(float64))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		s, _ := vc.inspect(ctx, "src")["state"].(string)
+		s, _ := vc.inspect(ctx, name)["state"].(string)
 		if strings.Contains(s, "stale") || s == "stopped" {
 			t.Logf("after kill -9: vm inspect state %q", s)
 			break
@@ -242,12 +235,4 @@ func pvmRest(ctx context.Context, t *testing.T, vc realVMCtl, st *Stack, run, id
 	}
 	links, _ := st.Netns.Command(ctx, "ip", "-o", "link", "show").Output()
 	t.Logf("links in the namespace after kill -9:\n%s", links)
-	start = time.Now()
-	vc.must(ctx, "vm", "start", "src")
-	t.Logf("FIGURE vm start after kill -9: %s", time.Since(start).Round(time.Millisecond))
-	if info, err := api.Info(ctx); err != nil || info.State != chapi.StateRunning {
-		t.Fatalf("after start: %v %v", info.State, err)
-	}
-	vc.must(ctx, "vm", "rm", "--force", "src")
-	vc.must(ctx, "check")
 }

@@ -81,10 +81,10 @@ stability: setup build
 	$(BIN)/vmchaos stability $(REPORTDIR)/stability-idle $(REPORTDIR)/stability-load
 
 selftest: setup build
-	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest
+	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --parallel 4 --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest
 
 selftest-fast: setup build
-	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --fast --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest-fast
+	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --fast --parallel 4 --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest-fast
 
 clean:
 	rm -rf $(BIN) $(REPORTDIR)

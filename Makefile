@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/vmchaos/vmchaos/reports.Version=$(VERSION)
 
-.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos selftest selftest-fast systemd-fast manager stability clean
+.PHONY: all setup build test unit fast-suite lint fuzz-short fuzz bench bench-accuracy kvm-preflight chaos selftest selftest-fast systemd-fast manager stability clean
 
 all: build
 
@@ -39,6 +39,10 @@ lint:
 
 fuzz-short:
 	@scripts/fuzz-short.sh
+
+# fuzz: a longer pass of every target than CI's (nightly, or before a release).
+fuzz:
+	@FUZZTIME=$${FUZZTIME:-200000x} scripts/fuzz-short.sh
 
 bench:
 	VMCHAOS_BIN=$(BIN) $(GO) test -run '^$$' -bench . -benchtime 2s $(PKGS)

@@ -265,25 +265,59 @@ func (s *Scraper) Samples() []Sample {
 	return append([]Sample(nil), s.samples...)
 }
 
-// Backwards returns, for each counter or histogram series that ever
-// decreased between consecutive samples, one line of evidence.
+// Backwards returns, for each counter or histogram series that went down
+// from one sample to a later one, one line of evidence. Later means in real
+// time: b follows a only when a's answer was read before b's request was
+// sent. Two scrapes in flight at once (the background sampler's and a
+// ScrapeNow's) can be answered in one order and read in the other, and
+// completion order then shows a counter going down that never did — a false
+// `metrics-monotonic` fail seen on loaded machines. Samples without times
+// (built by hand) are ordered as given.
 func Backwards(samples []Sample) []string {
+	n := len(samples)
+	start, end := make([]int64, n), make([]int64, n)
+	for i, s := range samples {
+		start[i], end[i] = s.StartNs, s.TsNs
+		if s.StartNs == 0 && s.TsNs == 0 {
+			start[i], end[i] = int64(i), int64(i)
+		}
+	}
+	byStart, byEnd := make([]int, n), make([]int, n)
+	for i := range samples {
+		byStart[i], byEnd[i] = i, i
+	}
+	sort.SliceStable(byStart, func(a, b int) bool { return start[byStart[a]] < start[byStart[b]] })
+	sort.SliceStable(byEnd, func(a, b int) bool { return end[byEnd[a]] < end[byEnd[b]] })
+	// peak: per monotonic series, the highest value among the samples read
+	// before the current one was requested, and which sample showed it.
+	type peak struct {
+		v  float64
+		at int
+	}
+	peaks := map[string]peak{}
 	var out []string
 	seen := map[string]bool{}
-	for i := 1; i < len(samples); i++ {
-		prev, cur := samples[i-1], samples[i]
-		for k, pv := range prev.Values {
-			_, typ := family(k, prev.Types)
-			if typ != "counter" && typ != "histogram" && typ != "summary" {
-				continue
+	next := 0
+	for _, b := range byStart {
+		for ; next < n && end[byEnd[next]] < start[b]; next++ {
+			a := byEnd[next]
+			for k, v := range samples[a].Values {
+				if _, typ := family(k, samples[a].Types); typ != "counter" && typ != "histogram" && typ != "summary" {
+					continue
+				}
+				if p, ok := peaks[k]; !ok || v > p.v {
+					peaks[k] = peak{v, a}
+				}
 			}
-			cv, ok := cur.Values[k]
+		}
+		for k, p := range peaks {
+			cv, ok := samples[b].Values[k]
 			if !ok {
 				cv = 0 // a series that vanished was reset
 			}
-			if cv < pv && !seen[k] {
+			if cv < p.v && !seen[k] {
 				seen[k] = true
-				out = append(out, fmt.Sprintf("%s went %g → %g between samples %d and %d", k, pv, cv, i-1, i))
+				out = append(out, fmt.Sprintf("%s went %g → %g between samples %d and %d", k, p.v, cv, p.at, b))
 			}
 		}
 	}

@@ -45,6 +45,29 @@ func TestBackwardsFindsAResetCounter(t *testing.T) {
 	}
 }
 
+// TestBackwardsOrdersByRealTime: the background sampler's scrape and a
+// ScrapeNow overlap; the one sent first was answered first (3) but read last,
+// after the other had already seen 4. That is no decrease. The same values
+// from scrapes that did not overlap are one.
+func TestBackwardsOrdersByRealTime(t *testing.T) {
+	at := func(start, end int64, v float64) Sample {
+		return Sample{StartNs: start, TsNs: end, Values: map[string]float64{`c_total`: v}, Types: map[string]string{"c_total": "counter"}}
+	}
+	overlapping := []Sample{at(100, 150, 4), at(90, 300, 3), at(400, 420, 4)}
+	if got := Backwards(overlapping); len(got) != 0 {
+		t.Fatalf("overlapping scrapes read out of order reported as a decrease: %v", got)
+	}
+	ordered := []Sample{at(100, 150, 4), at(160, 300, 3)}
+	if got := Backwards(ordered); len(got) != 1 || !strings.Contains(got[0], "went 4 → 3 between samples 0 and 1") {
+		t.Fatalf("a decrease between scrapes that did not overlap: Backwards = %v", got)
+	}
+	// A later sample that is lower than an earlier peak, not just its
+	// neighbour, is caught too.
+	if got := Backwards([]Sample{at(1, 2, 5), at(90, 300, 5), at(100, 150, 5), at(400, 420, 4)}); len(got) != 1 {
+		t.Fatalf("Backwards = %v", got)
+	}
+}
+
 func FuzzParseText(f *testing.F) {
 	f.Add(expo)
 	f.Add(`a{b="\"x\\",c="y"} 1 123`)

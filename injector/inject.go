@@ -218,8 +218,11 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 			return nil, fmt.Errorf("arm %s: park needs Options.CtlDir (the stack's %s)", t, failpoint.EnvCtl)
 		}
 		// Stale files of an earlier park would make this one fire at once or
-		// never hold the point.
-		for _, suf := range []string{".paused", ".release"} {
+		// never hold the point. The release goes first: a restarted process
+		// that announces itself between the two removals must not still see
+		// the old release and move on, leaving a .paused that names a process
+		// no longer held (the fault then lands past the point).
+		for _, suf := range []string{".release", ".paused"} {
 			if err := os.Remove(filepath.Join(in.opt.CtlDir, t.Point+suf)); err != nil && !os.IsNotExist(err) {
 				pre.close()
 				return nil, fmt.Errorf("arm %s: %w", t, err)

@@ -48,6 +48,10 @@ func helperMain(mode string) int {
 	case "svc":
 		// A service main process with one child, like nodeagent with an
 		// in-flight vmctl child. Both log the SIGTERMs they get.
+		// SIGTERM is caught before the log line the tests wait for: a stop
+		// right after it must find the handler in place, not kill us silently.
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
 		self, _ := os.Executable()
 		c := exec.Command(self)
 		c.Env = append(os.Environ(), envHelper+"=child")
@@ -55,8 +59,6 @@ func helperMain(mode string) int {
 			return 2
 		}
 		helperLog("main %d started child %d", os.Getpid(), c.Process.Pid)
-		ch := make(chan os.Signal, 1)
-		signal.Notify(ch, syscall.SIGTERM)
 		<-ch
 		helperLog("main %d got TERM", os.Getpid())
 		return 0

@@ -171,6 +171,7 @@ func mdCaseDetail(b *strings.Builder, c Case) {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(WorkloadMarkdown(c))
 	if failed := c.FailedInvariants(); len(failed) > 0 {
 		b.WriteString("\nViolated invariants:\n\n")
 		for _, inv := range c.Invariants {

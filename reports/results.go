@@ -79,6 +79,8 @@ type Case struct {
 	// window-less faults); Runs is every run's outcome under --repeat.
 	Window *WindowMargin `json:"window,omitempty"`
 	Runs   []RunOutcome  `json:"runs,omitempty"`
+	// Workload: the guest writer and its consistent-cut verdicts (workload.go).
+	Workload *Workload `json:"workload,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.

@@ -312,6 +312,7 @@ type caseRun struct {
 	mark        int   // trace index after arming: the faults count hits from here
 	armNs       int64 // when the armed agent was up
 	adopted     map[string]string
+	work        *workloads // the guest writers (workload.go)
 	mu          sync.Mutex
 }
 
@@ -375,6 +376,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
 	cr.inj = injector.New(r.run.Sup, st.Trace, injector.Options{CtlDir: st.CtlDir})
 	o := cr.execute(cctx, budget)
+	cr.stopWorkloads()
 	// teardown is part of the verdict: a case that leaves processes behind
 	// is a harness error
 	if cr.scraper != nil {
@@ -389,6 +391,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Logs[k] = filepath.Join("cases", filepath.Base(caseDir), v)
 	}
 	rc.Timeline = timeline(st.Trace.Sorted(), rc.Injections, rc.ConvergeMs, cr.faultNs)
+	rc.Workload = cr.workloadReport()
 	o.TeardownErr = closeErr
 	cr.judge(o)
 	return rc

@@ -30,7 +30,7 @@ import (
 const (
 	WriterCmd        = "vmchaos-writer"
 	WriterDiskDir    = "/var/lib/vmchaos/workload"
-	WriterRAMDir     = "/run/vmchaos/workload"
+	WriterRAMDir     = "/run/vmchaos-workload"
 	writerMaxBatch   = 64                    // markers made durable by one sync at most
 	writerMaxBacklog = 50 * time.Millisecond // a stall longer than this is not caught up in a burst
 )

@@ -24,7 +24,7 @@ import (
 // Guest-side paths of the writer's markers.
 const (
 	WorkloadDiskDir = "/var/lib/vmchaos/workload"
-	WorkloadRAMDir  = "/run/vmchaos/workload"
+	WorkloadRAMDir  = "/run/vmchaos-workload"
 	WorkloadCmd     = "vmchaos-writer"
 	// DefaultWorkloadRate is markers per second per guest (real time).
 	DefaultWorkloadRate = 200

@@ -109,6 +109,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 	}
 	b.WriteString("\n")
 	mdInjectionErrors(&b, r)
+	mdWorkloadCuts(&b, r)
 
 	var problems []Case
 	for _, c := range r.Cases {

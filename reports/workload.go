@@ -229,3 +229,55 @@ func WorkloadSVG(w *Workload) template.HTML {
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" font-size="9">%s .. %s (0 = first pause)</text></svg>`, pad, H-8, relMs(lo, originOf(w)), relMs(hi, originOf(w)))
 	return template.HTML(b.String())
 }
+
+// mdWorkloadCuts is report.md's cut per snapshot: one row per consistent-cut
+// verdict of the run, then the writer rate.
+func mdWorkloadCuts(b *strings.Builder, r *Results) {
+	var rows []string
+	acks, ms := 0, 0.0
+	for _, c := range r.Cases {
+		if c.Workload == nil {
+			continue
+		}
+		for _, s := range c.Workload.Sessions {
+			acks += s.Acks
+			ms += s.DurationMs
+		}
+		for _, k := range c.Workload.Cuts {
+			v := "consistent"
+			if !k.OK {
+				v = "**NOT CONSISTENT**"
+			}
+			var bad []string
+			for _, l := range []struct {
+				name string
+				s    []string
+			}{{"LOST", k.Lost}, {"PHANTOM", k.Phantom}, {"HOLE", k.Hole}} {
+				if len(l.s) > 0 {
+					bad = append(bad, fmt.Sprintf("%s %d: %s", l.name, len(l.s), strings.Join(firstN(l.s, 3), ", ")))
+				}
+			}
+			rows = append(rows, fmt.Sprintf("| %s | %s | %s → %s | %s | %d..%d | %d | %d | %s | %s |\n", mdCaseLink(c), mdEscape(k.Kind),
+				mdEscape(k.Source), mdEscape(k.Target), mdEscape(k.Snapshot), k.First, k.Cut, k.AckedBeforePause, k.Judged, v, mdEscape(strings.Join(bad, "; "))))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("## Workload cuts\n\n")
+	if ms > 0 {
+		fmt.Fprintf(b, "Guest writers acked %d markers over %s of writer time (%.0f/s per guest on average).\n\n", acks, FormatMs(ms), float64(acks)/(ms/1000))
+	}
+	b.WriteString("| case | kind | source → target | snapshot | cut (seq) | acked before pause / NIC drop | judged | verdict | findings |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, row := range rows {
+		b.WriteString(row)
+	}
+	b.WriteString("\n")
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(append([]string(nil), s[:n]...), fmt.Sprintf("… %d more", len(s)-n))
+}

@@ -227,17 +227,20 @@ func prefixedNote(s string) string {
 }
 
 // saveWindow finds the pause and resume of the save of VM id begun after
-// fromNs: snapshot.save.paused and snapshot.save.resumed, on the trace clock.
+// fromNs: its first snapshot.save.paused, and snapshot.save.resumed from the
+// same process (a later save of the VM, e.g. the agent's hibernate, is
+// another process: a save killed while paused has no window).
 func saveWindow(events []failpoint.Event, id string, fromNs int64) (ledger.CutWindow, bool) {
 	var w ledger.CutWindow
+	pid := 0
 	for _, e := range events {
 		if e.TsNs < fromNs || e.VM != id {
 			continue
 		}
 		switch {
-		case e.Point == "snapshot.save.paused" && w.PauseNs == 0:
-			w.PauseNs = e.TsNs
-		case e.Point == "snapshot.save.resumed" && w.PauseNs != 0 && w.ResumeNs == 0:
+		case e.Point == "snapshot.save.paused" && pid == 0:
+			w.PauseNs, pid = e.TsNs, e.Pid
+		case e.Point == "snapshot.save.resumed" && pid != 0 && e.Pid == pid && w.ResumeNs == 0:
 			w.ResumeNs = e.TsNs
 		}
 	}

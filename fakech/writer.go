@@ -32,7 +32,8 @@ const (
 	WriterDiskDir    = "/var/lib/vmchaos/workload"
 	WriterRAMDir     = "/run/vmchaos-workload"
 	writerMaxBatch   = 64                    // markers made durable by one sync at most
-	writerMaxBacklog = 50 * time.Millisecond // a stall longer than this is not caught up in a burst
+	writerMaxBacklog = time.Second           // a starved writer catches up at most this much
+	writerPausedWait = 20 * time.Millisecond // waiting longer than this for the guest lock: it was paused
 )
 
 type writerOpts struct {
@@ -175,12 +176,16 @@ func (g *guest) writer(ctx context.Context, args []string, stdout, stderr io.Wri
 			case <-t.C:
 			}
 		}
+		asked := time.Now()
 		if err := g.lockRunning(ctx); err != nil {
 			return 0
 		}
 		now := time.Now()
-		if now.Sub(next) > writerMaxBacklog {
-			next = now // paused or starved: resume the rate, do not burst the backlog
+		// A writer starved of CPU catches up (markers due together share
+		// a sync); a paused guest's writer does not: its process did not
+		// run, so it owes nothing for the pause.
+		if now.Sub(asked) > writerPausedWait || now.Sub(next) > writerMaxBacklog {
+			next = now
 		}
 		// group commit: every marker due by now goes under one sync
 		n := 1 + int(now.Sub(next)/interval)

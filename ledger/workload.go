@@ -45,12 +45,14 @@ type Workload struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu     sync.Mutex
-	acks   int
-	last   int
-	lastNs int64 // host time of the last ack
-	end    string
-	err    error
+	mu      sync.Mutex
+	started time.Time
+	ended   time.Time
+	acks    int
+	last    int
+	lastNs  int64 // host time of the last ack
+	end     string
+	err     error
 }
 
 // WorkloadStats summarise a session.
@@ -59,9 +61,9 @@ type WorkloadStats struct {
 	First   int
 	Last    int // last acked seq (First-1 when none)
 	Acks    int
-	End     string // how the session ended
-	Err     error  // journal failure, if any (the acks after it are not journaled)
-	Elapsed time.Duration
+	End     string        // how the session ended
+	Err     error         // journal failure, if any (the acks after it are not journaled)
+	Elapsed time.Duration // from the start line to the end of the stream
 }
 
 // StartWorkload starts the writer in g and returns once it reported its
@@ -134,7 +136,7 @@ func (l *Ledger) StartWorkload(ctx context.Context, g Guest, o WorkloadOpts) (*W
 		client.Close()
 		return nil, fmt.Errorf("ledger %s: workload: %w", g.Name, err)
 	}
-	w := &Workload{l: l, g: g, First: seq, BootID: boot, cancel: cancel, done: make(chan struct{}), last: seq - 1}
+	w := &Workload{l: l, g: g, First: seq, BootID: boot, cancel: cancel, done: make(chan struct{}), last: seq - 1, started: time.Now()}
 	go w.read(sctx, client, sess, r, &stderr)
 	return w, nil
 }
@@ -215,7 +217,7 @@ func (w *Workload) read(ctx context.Context, client *ssh.Client, sess *ssh.Sessi
 		end += "; stderr: " + s
 	}
 	w.mu.Lock()
-	w.end = end
+	w.end, w.ended = end, time.Now()
 	w.mu.Unlock()
 	_ = w.l.append(Entry{Kind: KindWorkloadEnd, Guest: w.g.Name, Seq: w.Last(), HostNs: failpoint.Now(),
 		Note: fmt.Sprintf("%s after %s", end, time.Since(started).Round(time.Millisecond))})
@@ -261,7 +263,7 @@ func (w *Workload) Stop() WorkloadStats {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return WorkloadStats{Guest: w.g.Name, First: w.First, Last: w.last, Acks: w.acks, End: w.end, Err: w.err}
+	return WorkloadStats{Guest: w.g.Name, First: w.First, Last: w.last, Acks: w.acks, End: w.end, Err: w.err, Elapsed: w.ended.Sub(w.started)}
 }
 
 // WorkloadHistory is what the journal says about one guest's writer.

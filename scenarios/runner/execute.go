@@ -473,6 +473,9 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 					return err
 				}
 			}
+			if step.Kind == scenarios.StepWake {
+				cr.restartWorkloads(ctx, names) // the writer runs again right after the wake
+			}
 		}
 	case scenarios.StepDelete:
 		if err := st.Agent.Delete(ctx, step.VM); err != nil {

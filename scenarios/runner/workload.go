@@ -76,15 +76,16 @@ func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 		return
 	}
 	w.mu.Lock()
-	if s := w.running[name]; s != nil {
+	prev := w.running[name]
+	w.mu.Unlock()
+	if prev != nil {
 		select {
-		case <-s.Done():
+		case <-prev.Done():
+			cr.recordSession(name, prev) // ended by itself (a NIC drop, a dead VMM)
 		default:
-			w.mu.Unlock()
 			return
 		}
 	}
-	w.mu.Unlock()
 	g, err := cr.guest(ctx, name)
 	if err != nil {
 		w.note("%s: %v", name, err)
@@ -99,6 +100,20 @@ func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 	w.running[name] = s
 	w.started[name] = time.Now()
 	w.mu.Unlock()
+}
+
+// restartWorkloads starts the writer again in the guests among names that
+// had one (a wake: the session ended with the hibernate's NIC drop).
+func (cr *caseRun) restartWorkloads(ctx context.Context, names []string) {
+	w := cr.wl()
+	for _, n := range names {
+		w.mu.Lock()
+		_, had := w.started[n]
+		w.mu.Unlock()
+		if had {
+			cr.startWorkload(ctx, n)
+		}
+	}
 }
 
 // noteSave records a direct save of name taken under its writer.
@@ -124,21 +139,31 @@ func (cr *caseRun) stopWorkloads() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		st := running[n].Stop()
-		el := time.Since(w.started[n])
-		rate := 0.0
-		if el > 0 {
-			rate = float64(st.Acks) / el.Seconds()
-		}
-		end := st.End
-		if st.Err != nil {
-			end += "; journal: " + st.Err.Error()
-		}
-		w.mu.Lock()
-		w.sessions = append(w.sessions, reports.WorkloadSession{Guest: n, First: st.First, Last: st.Last, Acks: st.Acks,
-			AckedPerS: rate, End: end, DurationMs: float64(el) / 1e6})
-		w.mu.Unlock()
+		cr.recordSession(n, running[n])
 	}
+}
+
+// recordSession stops a session (a no-op when it ended) and records its
+// figures.
+func (cr *caseRun) recordSession(name string, s *ledger.Workload) {
+	w := cr.wl()
+	st := s.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	el := time.Since(w.started[name])
+	if st.Elapsed > 0 {
+		el = st.Elapsed
+	}
+	rate := 0.0
+	if el > 0 {
+		rate = float64(st.Acks) / el.Seconds()
+	}
+	end := st.End
+	if st.Err != nil {
+		end += "; journal: " + st.Err.Error()
+	}
+	w.sessions = append(w.sessions, reports.WorkloadSession{Guest: name, First: st.First, Last: st.Last, Acks: st.Acks,
+		AckedPerS: rate, End: end, DurationMs: float64(el) / 1e6})
 }
 
 // judgeWorkload judges every save taken under workload (through a clone of
@@ -203,6 +228,11 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 		if !v.OK {
 			inv.OK = false
 			ev = append(ev, v.Message)
+		}
+		// a clone of a save must leave its source going on independently
+		if v.Snapshot != "hibernate" && cr.s.Expect.Workload && v.BeganAfterResume == 0 {
+			inv.OK = false
+			ev = append(ev, fmt.Sprintf("%s: the source's writer acked nothing begun after the save's resume: the source did not go on", v.Snapshot))
 		}
 	}
 	if len(cuts) == 0 && len(ev) == 0 {

@@ -213,6 +213,7 @@ func (w *Workload) read(ctx context.Context, client *ssh.Client, sess *ssh.Sessi
 	// next write) and record how it ended
 	w.cancel()
 	client.Close()
+	_ = sess.Wait() // its stderr copier is done after this: stderr may be read
 	if s := strings.TrimSpace(stderr.String()); s != "" {
 		end += "; stderr: " + s
 	}
@@ -221,7 +222,6 @@ func (w *Workload) read(ctx context.Context, client *ssh.Client, sess *ssh.Sessi
 	w.mu.Unlock()
 	_ = w.l.append(Entry{Kind: KindWorkloadEnd, Guest: w.g.Name, Seq: w.Last(), HostNs: failpoint.Now(),
 		Note: fmt.Sprintf("%s after %s", end, time.Since(started).Round(time.Millisecond))})
-	_ = sess
 }
 
 // Last is the last seq journaled as acked so far.

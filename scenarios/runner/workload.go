@@ -61,9 +61,15 @@ func (cr *caseRun) wl() *workloads {
 }
 
 func (w *workloads) note(format string, a ...any) {
+	n := fmt.Sprintf(format, a...)
 	w.mu.Lock()
-	w.notes = append(w.notes, fmt.Sprintf(format, a...))
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	for _, x := range w.notes {
+		if x == n {
+			return
+		}
+	}
+	w.notes = append(w.notes, n)
 }
 
 // startWorkload starts the writer in guest name unless one runs there. A

@@ -39,6 +39,7 @@ type workloads struct {
 	rate     float64
 	running  map[string]*ledger.Workload
 	started  map[string]time.Time
+	ids      map[string]string // VM id → guest name, for the guests that ran a writer
 	sessions []reports.WorkloadSession
 	saves    []wlSave
 	cuts     []ledger.CutVerdict
@@ -55,7 +56,8 @@ func (cr *caseRun) wl() *workloads {
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
 	if cr.work == nil {
-		cr.work = &workloads{rate: ledger.DefaultWorkloadRate, running: map[string]*ledger.Workload{}, started: map[string]time.Time{}}
+		cr.work = &workloads{rate: ledger.DefaultWorkloadRate, running: map[string]*ledger.Workload{}, started: map[string]time.Time{},
+			ids: map[string]string{}}
 	}
 	return cr.work
 }
@@ -92,11 +94,15 @@ func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 			return
 		}
 	}
-	g, err := cr.guest(ctx, name)
-	if err != nil {
-		w.note("%s: %v", name, err)
+	v, ok, err := cr.st.VMByName(ctx, name)
+	if err != nil || !ok || v.GuestAddress() == "" {
+		w.note("%s: no guest address (%v)", name, err)
 		return
 	}
+	g := ledger.Guest{Name: name, Addr: v.GuestAddress()}
+	w.mu.Lock()
+	w.ids[v.ID] = name // its saves are the timeline's pauses and resumes
+	w.mu.Unlock()
 	s, err := cr.st.Ledger.StartWorkload(ctx, g, ledger.WorkloadOpts{Rate: w.rate})
 	if err != nil {
 		w.note("%s: writer did not start: %v", name, err)
@@ -366,14 +372,16 @@ func (cr *caseRun) workloadReport() *reports.Workload {
 		}
 		out.Cuts = append(out.Cuts, c)
 	}
+	// only the guests with a writer (not the calibration VMs)
 	events := cr.st.Trace.Sorted()
 	for _, e := range events {
-		switch e.Point {
-		case "snapshot.save.paused":
-			out.Marks = append(out.Marks, reports.WorkloadMark{TsNs: e.TsNs, Kind: "pause", Label: e.Point})
-		case "snapshot.save.resumed":
-			out.Marks = append(out.Marks, reports.WorkloadMark{TsNs: e.TsNs, Kind: "resume", Label: e.Point})
-		case "agent.hibernate.nic-dropped":
+		name, ours := w.ids[e.VM]
+		switch {
+		case e.Point == "snapshot.save.paused" && ours:
+			out.Marks = append(out.Marks, reports.WorkloadMark{TsNs: e.TsNs, Kind: "pause", Label: name + " " + e.Point})
+		case e.Point == "snapshot.save.resumed" && ours:
+			out.Marks = append(out.Marks, reports.WorkloadMark{TsNs: e.TsNs, Kind: "resume", Label: name + " " + e.Point})
+		case e.Point == "agent.hibernate.nic-dropped" && w.started[e.VM] != (time.Time{}):
 			out.Marks = append(out.Marks, reports.WorkloadMark{TsNs: e.TsNs, Kind: "nic-drop", Label: e.VM})
 		}
 	}

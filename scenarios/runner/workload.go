@@ -401,7 +401,7 @@ func (cr *caseRun) workloadReport() *reports.Workload {
 			}
 		}
 		sort.SliceStable(acks, func(i, j int) bool { return acks[i].AckNs < acks[j].AckNs })
-		out.Acks = downsample(acks, out.Marks, 400)
+		out.Acks = downsample(acks, out.Marks, 150)
 	}
 	return out
 }

@@ -135,3 +135,27 @@ func TestSaveWindowPairsOneProcess(t *testing.T) {
 		t.Fatal("a save begun before fromNs was taken")
 	}
 }
+
+func TestDownsampleKeepsTheAcksNextToMarks(t *testing.T) {
+	var acks []reports.WorkloadAckPoint
+	for i := 1; i <= 1000; i++ {
+		acks = append(acks, reports.WorkloadAckPoint{Guest: "g", Seq: i, AckNs: int64(i) * 10})
+	}
+	marks := []reports.WorkloadMark{{TsNs: 5005, Kind: "pause"}, {TsNs: 5995, Kind: "resume"}}
+	out := downsample(acks, marks, 150)
+	if len(out) > 160 || len(out) < 140 {
+		t.Fatalf("%d acks kept", len(out))
+	}
+	seqs := map[int]bool{}
+	for _, a := range out {
+		seqs[a.Seq] = true
+	}
+	for _, s := range []int{1, 500, 501, 599, 600, 1000} {
+		if !seqs[s] {
+			t.Errorf("seq %d (next to a mark or an end) dropped", s)
+		}
+	}
+	if got := downsample(acks[:10], marks, 150); len(got) != 10 {
+		t.Fatal("a short list was thinned")
+	}
+}

@@ -67,6 +67,7 @@ type Case struct {
 	ConvergeMs  float64            `json:"converge_ms"` // fault → stable state; -1 if never
 	Invariants  []Invariant        `json:"invariants"`
 	Ledger      []LedgerVerdict    `json:"ledger,omitempty"`
+	Workload    *Workload          `json:"workload,omitempty"` // the guest writer and its consistent cuts (workload.go)
 	Metrics     map[string]float64 `json:"metric_deltas,omitempty"`
 	Verdict     string             `json:"verdict"`
 	Reason      string             `json:"reason,omitempty"`
@@ -79,8 +80,6 @@ type Case struct {
 	// window-less faults); Runs is every run's outcome under --repeat.
 	Window *WindowMargin `json:"window,omitempty"`
 	Runs   []RunOutcome  `json:"runs,omitempty"`
-	// Workload: the guest writer and its consistent-cut verdicts (workload.go).
-	Workload *Workload `json:"workload,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.

@@ -307,12 +307,13 @@ type caseRun struct {
 	bugs    []string
 	win     *opWindow // the first fault's window as measured (windowed cases)
 	refusal string    // the case was refused before it ran (its window is too short)
+	// work: the guest writers (workload.go)
+	work *workloads
 	// calibIssued: the calibration VMs' first step was issued beside the setup
 	calibIssued bool
 	mark        int   // trace index after arming: the faults count hits from here
 	armNs       int64 // when the armed agent was up
 	adopted     map[string]string
-	work        *workloads // the guest writers (workload.go)
 	mu          sync.Mutex
 }
 

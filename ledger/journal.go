@@ -33,6 +33,14 @@ const (
 	// KindTornTail records the fragment of a torn last line that Open cut
 	// off, so the evidence of a crash mid-append stays in the journal.
 	KindTornTail = "torn-tail"
+	// KindWorkloadStart: a guest writer session started at Seq under BootID
+	// (issue #13); Note holds its options.
+	KindWorkloadStart = "wl-start"
+	// KindWorkloadAcks: acks the guest writer streamed, journaled in
+	// batches as they arrive.
+	KindWorkloadAcks = "wl-acks"
+	// KindWorkloadEnd: a writer session ended; Note says how.
+	KindWorkloadEnd = "wl-end"
 )
 
 // Entry is one JSONL line of the host journal.
@@ -45,6 +53,11 @@ type Entry struct {
 	Addr   string    `json:"addr,omitempty"`
 	BootID string    `json:"boot_id,omitempty"`
 	Note   string    `json:"note,omitempty"`
+	// Workload entries (wl-*): the first seq of a session, the acks, and
+	// the harness's CLOCK_MONOTONIC when the entry was made.
+	Seq    int           `json:"seq,omitempty"`
+	Acks   []WorkloadAck `json:"acks,omitempty"`
+	HostNs int64         `json:"host_ns,omitempty"`
 }
 
 // ErrCorruptJournal means a line other than the last one does not parse: that
@@ -92,6 +105,21 @@ func (e Entry) validate() error {
 			return err
 		}
 	case KindTornTail:
+	case KindWorkloadStart, KindWorkloadAcks, KindWorkloadEnd:
+		if err := checkGuestName(e.Guest); err != nil {
+			return err
+		}
+		if e.Kind == KindWorkloadStart && (e.Seq < 1 || e.BootID == "") {
+			return errors.New("wl-start without a first seq or a boot id")
+		}
+		if e.Kind == KindWorkloadAcks && len(e.Acks) == 0 {
+			return errors.New("wl-acks without acks")
+		}
+		for _, a := range e.Acks {
+			if a.Seq < 1 || a.BeginNs <= 0 || a.AckNs < a.BeginNs {
+				return fmt.Errorf("wl-acks: bad ack %+v", a)
+			}
+		}
 	default:
 		return fmt.Errorf("unknown kind %q", e.Kind)
 	}

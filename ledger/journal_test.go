@@ -151,6 +151,10 @@ func FuzzParseEntry(f *testing.F) {
 		`{"kind":"intent","guest":"g1","marker":"../../etc/passwd"}`,
 		`{"kind":"acked"} {}`,
 		`[]`, `null`, ``, `{`,
+		wlStart, wlAcks,
+		`{"kind":"wl-acks","guest":"g1","acks":[{"seq":0,"begin_ns":1,"ack_ns":2}]}`,
+		`{"kind":"wl-acks","guest":"g1","acks":[{"seq":1,"begin_ns":5,"ack_ns":2}]}`,
+		`{"kind":"wl-start","guest":"g1","seq":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -181,6 +185,7 @@ func FuzzReadJournal(f *testing.F) {
 	f.Add([]byte(goodIntent + "\n" + goodAcked + "\n"))
 	f.Add([]byte(goodIntent + "\n" + goodAcked[:30]))
 	f.Add([]byte("x\n" + goodIntent + "\n"))
+	f.Add([]byte(wlStart + "\n" + wlAcks + "\n" + wlAcks[:40]))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		entries, torn, good, err := parseJournal(b)
 		if err != nil {
@@ -241,5 +246,35 @@ func TestOpenWaitsForAnAppendInProgress(t *testing.T) {
 	entries, torn, err := ReadJournal(p)
 	if err != nil || torn || len(entries) != 2 || entries[1].Kind != KindAcked {
 		t.Fatalf("entries %+v torn=%v err=%v", entries, torn, err)
+	}
+}
+
+// Workload journal lines (issue #13).
+const (
+	wlStart = `{"time":"2026-12-01T00:00:00Z","kind":"wl-start","guest":"g1","seq":1,"boot_id":"b1","host_ns":10}`
+	wlAcks  = `{"time":"2026-12-01T00:00:00Z","kind":"wl-acks","guest":"g1","acks":[{"seq":1,"begin_ns":100,"ack_ns":150,"host_ns":170},{"seq":2,"begin_ns":200,"ack_ns":250,"host_ns":270}],"host_ns":300}`
+)
+
+// TestWorkloadEntriesRoundTrip: wl-* lines parse, bad acks are refused, and
+// the history of a guest comes back from them (a forget starts it over).
+func TestWorkloadEntriesRoundTrip(t *testing.T) {
+	j := wlStart + "\n" + wlAcks + "\n" + `{"kind":"wl-acks","guest":"g2","acks":[{"seq":1,"begin_ns":1,"ack_ns":1}]}` + "\n" + wlAcks[:50]
+	entries, torn, _, err := parseJournal([]byte(j))
+	if err != nil || !torn || len(entries) != 3 {
+		t.Fatalf("entries %d torn %v err %v", len(entries), torn, err)
+	}
+	h := WorkloadFromJournal(entries, "g1")
+	if h.First != 1 || h.Sessions != 1 || len(h.Acks) != 2 || h.Acks[1].AckNs != 250 || h.BootIDs[0] != "b1" {
+		t.Fatalf("history %+v", h)
+	}
+	entries = append(entries, Entry{Kind: KindForget, Guest: "g1"})
+	if h := WorkloadFromJournal(entries, "g1"); h.Sessions != 0 || len(h.Acks) != 0 {
+		t.Fatalf("after forget: %+v", h)
+	}
+	for _, bad := range []string{`{"kind":"wl-acks","guest":"g1"}`, `{"kind":"wl-start","guest":"g1","seq":1}`,
+		`{"kind":"wl-acks","guest":"g1","acks":[{"seq":1,"begin_ns":5,"ack_ns":2}]}`, `{"kind":"wl-end","guest":"a b"}`} {
+		if _, err := ParseEntry([]byte(bad)); err == nil {
+			t.Errorf("%s parsed", bad)
+		}
 	}
 }

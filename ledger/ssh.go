@@ -81,6 +81,28 @@ func (l *Ledger) exec(ctx context.Context, g Guest, cmds ...string) ([]string, e
 func (l *Ledger) attempt(ctx context.Context, g Guest, cmds []string) ([]string, error) {
 	actx, cancel := context.WithTimeout(ctx, l.AttemptTimeout)
 	defer cancel()
+	client, stop, err := l.dialClient(actx, g)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	defer client.Close()
+	out := make([]string, 0, len(cmds))
+	for _, cmd := range cmds {
+		s, err := run(client, g.Name, cmd)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// dialClient connects to g and completes the SSH handshake with the pinned
+// host key. The connection is closed when actx ends (the only way to
+// interrupt a handshake or a session blocked on a guest that stopped
+// answering); stop detaches that.
+func (l *Ledger) dialClient(actx context.Context, g Guest) (*ssh.Client, func() bool, error) {
 	dial := l.Dial
 	if dial == nil {
 		var d net.Dialer
@@ -88,12 +110,9 @@ func (l *Ledger) attempt(ctx context.Context, g Guest, cmds []string) ([]string,
 	}
 	conn, err := dial(actx, "tcp", g.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("guest %s: connect: %w", g.Name, err)
+		return nil, nil, fmt.Errorf("guest %s: connect: %w", g.Name, err)
 	}
-	// Closing the connection is the only way to interrupt a handshake or a
-	// session blocked on a guest that stopped answering.
 	stop := context.AfterFunc(actx, func() { conn.Close() })
-	defer stop()
 	cfg := &ssh.ClientConfig{
 		User:            l.User,
 		Auth:            []ssh.AuthMethod{ssh.PublicKeys(l.key.Signer())},
@@ -106,23 +125,14 @@ func (l *Ledger) attempt(ctx context.Context, g Guest, cmds []string) ([]string,
 	}
 	sc, chans, reqs, err := ssh.NewClientConn(conn, g.Addr, cfg)
 	if err != nil {
+		stop()
 		conn.Close()
 		if errors.Is(err, ErrHostKeyChanged) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, fmt.Errorf("guest %s at %s: ssh handshake: %w", g.Name, g.Addr, err)
+		return nil, nil, fmt.Errorf("guest %s at %s: ssh handshake: %w", g.Name, g.Addr, err)
 	}
-	client := ssh.NewClient(sc, chans, reqs)
-	defer client.Close()
-	out := make([]string, 0, len(cmds))
-	for _, cmd := range cmds {
-		s, err := run(client, g.Name, cmd)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, nil
+	return ssh.NewClient(sc, chans, reqs), stop, nil
 }
 
 // run executes one command in a new session and returns its stdout.

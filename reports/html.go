@@ -21,6 +21,8 @@ var htmlTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 	"f":        func(v float64) string { return fmt.Sprintf("%.1f", v) },
 	"runtally": RunTally,
 	"inc":      func(i int) int { return i + 1 },
+	"wlsvg":    WorkloadSVG,
+	"wltext":   WorkloadTimelineText,
 }).Parse(htmlTemplateText))
 
 type htmlCase struct {

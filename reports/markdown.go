@@ -109,6 +109,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 	}
 	b.WriteString("\n")
 	mdInjectionErrors(&b, r)
+	mdWorkloadCuts(&b, r)
 
 	var problems []Case
 	for _, c := range r.Cases {
@@ -171,6 +172,7 @@ func mdCaseDetail(b *strings.Builder, c Case) {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(WorkloadMarkdown(c))
 	if failed := c.FailedInvariants(); len(failed) > 0 {
 		b.WriteString("\nViolated invariants:\n\n")
 		for _, inv := range c.Invariants {

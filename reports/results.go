@@ -67,6 +67,7 @@ type Case struct {
 	ConvergeMs  float64            `json:"converge_ms"` // fault → stable state; -1 if never
 	Invariants  []Invariant        `json:"invariants"`
 	Ledger      []LedgerVerdict    `json:"ledger,omitempty"`
+	Workload    *Workload          `json:"workload,omitempty"` // the guest writer and its consistent cuts (workload.go)
 	Metrics     map[string]float64 `json:"metric_deltas,omitempty"`
 	Verdict     string             `json:"verdict"`
 	Reason      string             `json:"reason,omitempty"`

@@ -89,6 +89,7 @@ type Expect struct {
 	SaveRejectedBeforeCapture bool // a save refused for a held name must be refused before it paused/captured the VM
 	Events                    bool // run a `vm status --event` observer; every VMM death must be observed as an event
 	Ledger                    bool // verify the ledger after the final wake (RAM markers and boot id too)
+	Workload                  bool // the guest workload must have been judged (a consistent cut per save, hibernate → wake)
 	Adopted                   bool // VMs that existed before the fault keep their ids (adopted, never recreated)
 	Metrics                   []MetricExpect
 	DirectVMs                 []string      // harness-created VM names that must exist exactly once and run
@@ -135,7 +136,7 @@ type Scenario struct {
 // Catalogue is every scenario, hand-written ones first, then the generated
 // park cases. The seed scenarios also carry backend:real (they skip with the
 // preflight's reason where there is no KVM).
-var Catalogue = append(withReal(seedScenarios), parkScenarios()...)
+var Catalogue = append(append(withReal(seedScenarios), parkScenarios()...), workloadScenarios()...)
 
 func withReal(ss []Scenario) []Scenario {
 	out := append([]Scenario{}, ss...)

@@ -473,6 +473,9 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 					return err
 				}
 			}
+			if step.Kind == scenarios.StepWake {
+				cr.restartWorkloads(ctx, names) // the writer runs again right after the wake
+			}
 		}
 	case scenarios.StepDelete:
 		if err := st.Agent.Delete(ctx, step.VM); err != nil {
@@ -497,6 +500,7 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		if _, err := st.Ledger.RecordBootID(ctx, g); err != nil {
 			return err
 		}
+		cr.startWorkload(ctx, step.VM) // runs through the case's operations
 	case scenarios.StepDirectClone:
 		cmd, exit, err := st.StartProc("direct-clone-"+step.VM, "vm", "clone", "--name", step.VM, baseSnapshot)
 		if err != nil {
@@ -510,6 +514,7 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		if err != nil || !ok {
 			return fmt.Errorf("direct-save: no vm %s (%v)", step.VM, err)
 		}
+		cr.noteSave(step.VM, v.ID)
 		cmd, exit, err := st.StartProc("direct-save-"+step.VM, "snapshot", "save", "--name", step.VM+"-manual", v.ID)
 		if err != nil {
 			return harnessErr(err)

@@ -29,6 +29,7 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 
 	if ex.Ledger && converged {
 		out = append(out, cr.verifyLedger(ctx, budget))
+		out = append(out, cr.judgeWorkload(ctx, budget)...)
 	}
 
 	if cr.scraper != nil {

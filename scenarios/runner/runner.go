@@ -307,6 +307,8 @@ type caseRun struct {
 	bugs    []string
 	win     *opWindow // the first fault's window as measured (windowed cases)
 	refusal string    // the case was refused before it ran (its window is too short)
+	// work: the guest writers (workload.go)
+	work *workloads
 	// calibIssued: the calibration VMs' first step was issued beside the setup
 	calibIssued bool
 	mark        int   // trace index after arming: the faults count hits from here
@@ -375,6 +377,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
 	cr.inj = injector.New(r.run.Sup, st.Trace, injector.Options{CtlDir: st.CtlDir})
 	o := cr.execute(cctx, budget)
+	cr.stopWorkloads()
 	// teardown is part of the verdict: a case that leaves processes behind
 	// is a harness error
 	if cr.scraper != nil {
@@ -389,6 +392,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Logs[k] = filepath.Join("cases", filepath.Base(caseDir), v)
 	}
 	rc.Timeline = timeline(st.Trace.Sorted(), rc.Injections, rc.ConvergeMs, cr.faultNs)
+	rc.Workload = cr.workloadReport()
 	o.TeardownErr = closeErr
 	cr.judge(o)
 	return rc

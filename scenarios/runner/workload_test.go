@@ -1,0 +1,161 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/stackbin"
+)
+
+// lateDiskVmctl is a test double of the manager, written by the test into
+// its own bin dir and never shipped: a vmctl whose `snapshot save` copies
+// the VM's disk into the finished snapshot once more after the save resumed
+// the guest — a manager that copies the disk outside the pause window.
+const lateDiskVmctl = `#!/bin/sh
+real=%REAL%/vmctl
+if [ "$1" = snapshot ] && [ "$2" = save ]; then
+	"$real" "$@" || exit $?
+	for a in "$@"; do id="$a"; done
+	sleep 0.1 # the guest writes on after the resume
+	snap=$(ls -td "$VMCTL_ROOT_DIR"/snapshots/*/ | head -1)
+	cp "$VMCTL_ROOT_DIR/vms/$id/disk.img" "$snap/disk.img.late" && mv "$snap/disk.img.late" "$snap/disk.img"
+	exit 0
+fi
+exec "$real" "$@"
+`
+
+// doubleBinDir is the stack's bin dir with vmctl replaced by the double.
+func doubleBinDir(t *testing.T) string {
+	t.Helper()
+	real, err := stackbin.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ents, err := os.ReadDir(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == "vmctl" {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(real, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := strings.ReplaceAll(lateDiskVmctl, "%REAL%", real)
+	if err := os.WriteFile(filepath.Join(dir, "vmctl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func cutInvariant(rc reports.Case) (reports.Invariant, bool) {
+	for _, inv := range rc.Invariants {
+		if inv.Name == WorkloadConsistentCut {
+			return inv, true
+		}
+	}
+	return reports.Invariant{}, false
+}
+
+// TestInconsistentSaveFailsTheCase is the end-to-end proof of issue #13: the
+// same case passes with vmctl and fails on workload-consistent-cut with
+// PHANTOM markers when the manager copies the disk after the resume.
+func TestInconsistentSaveFailsTheCase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack")
+	}
+	c, err := scenarios.CaseFor("wl-save-held-captured", 0, false, "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T) reports.Case {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		r, err := New(ctx, Options{ReportDir: t.TempDir(), Supervisor: "builtin", Scale: 0.05, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rc := r.RunCase(ctx, c)
+		if left := leftovers(r); len(left) > 0 {
+			t.Fatalf("processes left: %v", left)
+		}
+		return rc
+	}
+	good := run(t)
+	inv, ok := cutInvariant(good)
+	if good.Verdict != reports.Pass || !ok || !inv.OK || good.Workload == nil || len(good.Workload.Cuts) != 1 {
+		t.Fatalf("with vmctl: %s (%s), cut invariant %+v", good.Verdict, good.Reason, inv)
+	}
+	t.Logf("vmctl: %s; %s", inv.Evidence, good.Workload.Cuts[0].Message)
+
+	old := binDir
+	t.Cleanup(func() { binDir = old })
+	dir := doubleBinDir(t)
+	binDir = func() (string, error) { return dir, nil }
+	bad := run(t)
+	inv, ok = cutInvariant(bad)
+	if bad.Verdict != reports.Fail || !ok || inv.OK || !strings.Contains(inv.Evidence, "PHANTOM") {
+		t.Fatalf("with the late-disk double: %s (%s), cut invariant %+v", bad.Verdict, bad.Reason, inv)
+	}
+	for _, i := range bad.Invariants {
+		if !i.OK && i.Name != WorkloadConsistentCut {
+			t.Errorf("the double broke %s too: %s", i.Name, i.Evidence)
+		}
+	}
+	t.Logf("late-disk double: %s", inv.Evidence)
+}
+
+func TestSaveWindowPairsOneProcess(t *testing.T) {
+	ev := func(ts int64, pid int, point, vm string) failpoint.Event {
+		return failpoint.Event{TsNs: ts, Pid: pid, Proc: "vmctl", Point: point, VM: vm}
+	}
+	// the direct save (pid 10) dies while paused; the agent's later save
+	// (pid 20) of the same VM must not lend it a resume
+	events := []failpoint.Event{ev(5, 10, "snapshot.save.paused", "id1"), ev(50, 20, "snapshot.save.paused", "id1"),
+		ev(60, 20, "snapshot.save.resumed", "id1")}
+	if w, ok := saveWindow(events, "id1", 1); ok {
+		t.Fatalf("a killed save got a window %+v", w)
+	}
+	events = append(events[:1], ev(7, 30, "snapshot.save.resumed", "id2"), ev(9, 10, "snapshot.save.resumed", "id1"))
+	if w, ok := saveWindow(events, "id1", 1); !ok || w.PauseNs != 5 || w.ResumeNs != 9 {
+		t.Fatalf("window %+v %v", w, ok)
+	}
+	if _, ok := saveWindow(events, "id1", 6); ok {
+		t.Fatal("a save begun before fromNs was taken")
+	}
+}
+
+func TestDownsampleKeepsTheAcksNextToMarks(t *testing.T) {
+	var acks []reports.WorkloadAckPoint
+	for i := 1; i <= 1000; i++ {
+		acks = append(acks, reports.WorkloadAckPoint{Guest: "g", Seq: i, AckNs: int64(i) * 10})
+	}
+	marks := []reports.WorkloadMark{{TsNs: 5005, Kind: "pause"}, {TsNs: 5995, Kind: "resume"}}
+	out := downsample(acks, marks, 150)
+	if len(out) > 160 || len(out) < 140 {
+		t.Fatalf("%d acks kept", len(out))
+	}
+	seqs := map[int]bool{}
+	for _, a := range out {
+		seqs[a.Seq] = true
+	}
+	for _, s := range []int{1, 500, 501, 599, 600, 1000} {
+		if !seqs[s] {
+			t.Errorf("seq %d (next to a mark or an end) dropped", s)
+		}
+	}
+	if got := downsample(acks[:10], marks, 150); len(got) != 10 {
+		t.Fatal("a short list was thinned")
+	}
+}

@@ -30,10 +30,14 @@ const (
 	FaultSigkillVMM   = "sigkill-vmm"   // the VM's cloud-hypervisor process
 	FaultSigstop      = "sigstop"       // SIGSTOP to MainPID; SIGCONT after StopFor (0: stays stopped)
 	FaultSigcont      = "sigcont"       // SIGCONT to MainPID
+	// FaultSigkillHitter SIGKILLs the process whose hit fired the trigger
+	// (the runner's sigkill-direct: a vmctl the harness started itself);
+	// Allow decides whether that process may be killed.
+	FaultSigkillHitter = "sigkill-hitter"
 )
 
 // FaultKinds lists every fault kind.
-var FaultKinds = []string{FaultSigkillMain, FaultStop, FaultRestart, FaultKillAll, FaultSigkillChild, FaultSigkillVMM, FaultSigstop, FaultSigcont}
+var FaultKinds = []string{FaultSigkillMain, FaultStop, FaultRestart, FaultKillAll, FaultSigkillChild, FaultSigkillVMM, FaultSigstop, FaultSigcont, FaultSigkillHitter}
 
 // Fault is what to do when a trigger fires.
 type Fault struct {
@@ -64,7 +68,7 @@ func (f Fault) Validate() error {
 	if !slices.Contains(FaultKinds, f.Kind) {
 		return fmt.Errorf("fault %q: unknown kind (want one of %s)", f.Kind, strings.Join(FaultKinds, ", "))
 	}
-	if f.Unit == "" && f.Kind != FaultSigkillVMM {
+	if f.Unit == "" && f.Kind != FaultSigkillVMM && f.Kind != FaultSigkillHitter {
 		return fmt.Errorf("fault %s: needs a unit", f.Kind)
 	}
 	if f.StopFor < 0 {
@@ -168,7 +172,9 @@ func (a *Armed) Cancel() { a.cancel() }
 type armCfg struct {
 	from     int
 	intend   []string
-	inVictim bool // see InVictim
+	inVictim bool                // see InVictim
+	once     string              // see Once
+	allow    func(host int) error // see Allow
 }
 
 // ArmOption tunes one Arm.
@@ -176,6 +182,11 @@ type ArmOption func(*armCfg)
 
 // From counts trigger hits from trace index mark (default: the trace length at Arm).
 func From(mark int) ArmOption { return func(c *armCfg) { c.from = mark } }
+
+// Allow vets the host pid of a sigkill-hitter victim before it is killed
+// (harness path) or once it armed itself (in the victim): an error refuses it
+// and becomes the record's Err.
+func Allow(f func(hostPID int) error) ArmOption { return func(c *armCfg) { c.allow = f } }
 
 // Intend names the phases the fault must land in (LastPhase ∈ phases);
 // otherwise Landed is false and the case is inconclusive.
@@ -199,6 +210,10 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 	cfg := armCfg{from: in.tr.Len()}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if f.Kind == FaultSigkillHitter && t.Kind == TriggerAfterExit {
+		pre.close()
+		return nil, fmt.Errorf("arm %s: %s needs a trigger hit by its victim", t, f.Kind)
 	}
 	if cfg.inVictim {
 		if _, err := VictimSpec(f, t); err != nil {
@@ -342,7 +357,7 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 
 		v = pre
 		if v == nil || v.fd.Exited() {
-			if v, err = in.resolve(ctx, f, &hit); err != nil {
+			if v, err = in.resolveWith(ctx, f, &hit, cfg.allow); err != nil {
 				inj.Err = "victim: " + err.Error()
 				in.release(t)
 				return inj
@@ -427,7 +442,7 @@ func (in *Injector) parkedHit(ctx context.Context, t Trigger, pid int) (Hit, err
 // faultSignal maps the faults that are one signal to a victim to that signal.
 var faultSignal = map[string]syscall.Signal{
 	FaultSigkillMain: syscall.SIGKILL, FaultSigkillChild: syscall.SIGKILL, FaultSigkillVMM: syscall.SIGKILL,
-	FaultSigstop: syscall.SIGSTOP, FaultSigcont: syscall.SIGCONT,
+	FaultSigstop: syscall.SIGSTOP, FaultSigcont: syscall.SIGCONT, FaultSigkillHitter: syscall.SIGKILL,
 }
 
 // contLater sends SIGCONT to p at CLOCK_MONOTONIC at (sigstop with StopFor).
@@ -462,7 +477,7 @@ func (in *Injector) fireOnReader(ctx context.Context, f Fault, t Trigger, cfg ar
 		fr := firing{hit: h, requested: h.Event.TsNs + int64(t.Offset)}
 		v := pre
 		if v == nil || v.fd.Exited() {
-			nv, err := in.resolve(ctx, f, &h)
+			nv, err := in.resolveWith(ctx, f, &h, cfg.allow)
 			if err != nil {
 				fr.err = fmt.Errorf("victim: %w", err)
 				res <- fr
@@ -510,7 +525,7 @@ func isSupervisorFault(kind string) bool {
 }
 
 func isKill(kind string) bool {
-	return kind == FaultSigkillMain || kind == FaultSigkillChild || kind == FaultSigkillVMM
+	return kind == FaultSigkillMain || kind == FaultSigkillChild || kind == FaultSigkillVMM || kind == FaultSigkillHitter
 }
 
 // fire delivers the fault and stamps ActualNs right after the syscall (or
@@ -521,7 +536,7 @@ func (in *Injector) fire(ctx context.Context, f Fault, v *victim, inj *Injection
 	}
 	var err error
 	switch f.Kind {
-	case FaultSigkillMain, FaultSigkillChild, FaultSigkillVMM:
+	case FaultSigkillMain, FaultSigkillChild, FaultSigkillVMM, FaultSigkillHitter:
 		err = v.fd.Signal(syscall.SIGKILL)
 		inj.ActualNs = failpoint.Now()
 	case FaultSigstop:
@@ -556,7 +571,38 @@ func (in *Injector) fire(ctx context.Context, f Fault, v *victim, inj *Injection
 
 // resolve finds and opens the victim of f; nil for supervisor faults.
 func (in *Injector) resolve(ctx context.Context, f Fault, hit *Hit) (*victim, error) {
+	return in.resolveWith(ctx, f, hit, nil)
+}
+
+// hitterHost is the host pid of the process that sent hit, vetted by allow.
+func (in *Injector) hitterHost(ctx context.Context, hit *Hit, allow func(int) error) (int, error) {
+	if hit == nil {
+		return 0, fmt.Errorf("%s: no trigger hit", FaultSigkillHitter)
+	}
+	host, err := in.sup.HostPID(ctx, hit.Event.Pid)
+	if err != nil {
+		return 0, fmt.Errorf("pid %d that hit %s: %w", hit.Event.Pid, hit.Event.Point, err)
+	}
+	if allow != nil {
+		if err := allow(host); err != nil {
+			return host, fmt.Errorf("pid %d (host %d) that hit %s: %w", hit.Event.Pid, host, hit.Event.Point, err)
+		}
+	}
+	return host, nil
+}
+
+func (in *Injector) resolveWith(ctx context.Context, f Fault, hit *Hit, allow func(int) error) (*victim, error) {
 	switch f.Kind {
+	case FaultSigkillHitter:
+		host, err := in.hitterHost(ctx, hit, allow)
+		if err != nil {
+			return nil, err
+		}
+		p, err := Identify(host)
+		if err != nil {
+			return nil, err
+		}
+		return in.open(p)
 	case FaultSigkillMain, FaultSigstop, FaultSigcont:
 		return in.mainVictim(ctx, f.Unit)
 	case FaultSigkillChild:

@@ -22,6 +22,23 @@ import (
 // N = 1 qualify: the action fires at the first hit of each process.
 func InVictim() ArmOption { return func(c *armCfg) { c.inVictim = true } }
 
+// Once is InVictim for a spec made by VictimSpecOnce with this token: only
+// the victim's failpoint.signal that carries it counts.
+func Once(token string) ArmOption { return func(c *armCfg) { c.inVictim, c.once = true, token } }
+
+// VictimSpecOnce is VictimSpec, one-shot across processes: the action
+// carries `once=token` (failpoint.OnceClaimFile), so of every process
+// started with the spec — a victim restarted with the same environment,
+// every child an agent starts — only the first to hit the point fires.
+func VictimSpecOnce(f Fault, t Trigger, token string) (string, error) {
+	spec, err := VictimSpec(f, t)
+	if err != nil || token == "" {
+		return spec, err
+	}
+	point, rest, _ := strings.Cut(spec, ")")
+	return point + ",once=" + token + ")" + rest, nil
+}
+
 // VictimSpec is the VMCHAOS_FAILPOINTS entry that arms f inside the process
 // that hits t's point (see InVictim); "" with the reason when f and t do not
 // qualify.
@@ -63,7 +80,24 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 		}
 	}
 	fired := func(e *failpoint.Event) bool {
-		return e.Point == failpoint.SignalPoint && e.Attrs["point"] == t.Point && (t.VM == "" || e.VM == t.VM)
+		return e.Point == failpoint.SignalPoint && e.Attrs["point"] == t.Point && (t.VM == "" || e.VM == t.VM) &&
+			(cfg.once == "" || e.Attrs["once"] == cfg.once)
+	}
+	// A hitter is identified at its hit, while it surely lives: by the time
+	// its signal is read it may be gone (and its pid with it).
+	var hitter chan hitterID
+	if f.Kind == FaultSigkillHitter {
+		hitter = make(chan hitterID, 1)
+		cancel, err := in.tr.onHitWaiter(cfg.from, 1, PointMatch(t.Point, t.VM), func(h Hit) *timed {
+			host, err := in.hitterHost(ctx, &h, cfg.allow)
+			hitter <- hitterID{h.Event.Pid, host, err}
+			return nil
+		})
+		if err != nil {
+			inj.Err = "trigger: " + err.Error()
+			return inj
+		}
+		defer cancel()
 	}
 	h, err := in.tr.Wait(ctx, cfg.from, 1, fired)
 	if err != nil {
@@ -92,7 +126,9 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 	case inj.TriggerNs != 0 && inj.TriggerNs+int64(t.Offset) != inj.RequestedNs:
 		inj.Err = "in-victim: the signal's due time is not its hit + offset"
 	}
-	if inj.Err == "" {
+	if inj.Err == "" && hitter != nil {
+		inj.VictimPID, inj.Err = hitterOfSelf(ctx, fe, hitter)
+	} else if inj.Err == "" {
 		inj.VictimPID, inj.Err = in.victimOfSelf(ctx, f, fe, pre, selfPID)
 	}
 	// Let datagrams sent before the signal arrive, then read where the
@@ -114,6 +150,28 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 		inj.Landed = inj.Landed && slices.Contains(cfg.intend, inj.LastPhase)
 	}
 	return inj
+}
+
+type hitterID struct {
+	pid, host int
+	err       error
+}
+
+// hitterOfSelf checks that the process that signalled itself is the one
+// whose hit was identified (and allowed) as it arrived.
+func hitterOfSelf(ctx context.Context, fe failpoint.Event, hitter <-chan hitterID) (int, string) {
+	select {
+	case id := <-hitter:
+		switch {
+		case id.err != nil:
+			return id.host, "in-victim: " + id.err.Error()
+		case id.pid != fe.Pid:
+			return id.host, fmt.Sprintf("in-victim: pid %d fired, but pid %d hit %s first", fe.Pid, id.pid, fe.Attrs["point"])
+		}
+		return id.host, ""
+	case <-ctx.Done():
+		return 0, "in-victim: the hit that armed it was never identified"
+	}
 }
 
 // victimOfSelf checks that the process that signalled itself is f's victim

@@ -172,8 +172,8 @@ func (a *Armed) Cancel() { a.cancel() }
 type armCfg struct {
 	from     int
 	intend   []string
-	inVictim bool                // see InVictim
-	once     string              // see Once
+	inVictim bool                 // see InVictim
+	once     string               // see Once
 	allow    func(host int) error // see Allow
 }
 

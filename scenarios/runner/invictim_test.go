@@ -83,6 +83,36 @@ func TestFastCasesArmTheirFaultInTheVictim(t *testing.T) {
 	if seen != 3 {
 		t.Fatalf("%d injections in results.json, want 3", seen)
 	}
+	// One-shot: the agent's recreated clone hit vm.clone.reserved again
+	// after the fault, with the same spec in its environment, and fired
+	// nothing; one failpoint.signal per case.
+	for _, c := range res.Cases {
+		b, err := os.ReadFile(filepath.Join(dir, "cases", c.ID, "trace.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var signals, rehits int
+		var firedNs float64
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var e map[string]any
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatal(err)
+			}
+			switch ts, _ := e["ts_ns"].(float64); {
+			case e["point"] == "failpoint.signal":
+				signals++
+				firedNs = ts
+			case e["point"] == "vm.clone.reserved" && firedNs > 0 && ts > firedNs:
+				rehits++
+			}
+		}
+		if signals != 1 {
+			t.Errorf("%s: %d failpoint.signal datagrams, want 1", c.ID, signals)
+		}
+		if strings.Contains(c.ID, "-agent") && rehits == 0 {
+			t.Errorf("%s: no vm.clone.reserved after the fault: the recreate that must not fire again never came", c.ID)
+		}
+	}
 	if left := leftovers(r); len(left) > 0 {
 		t.Fatalf("processes left: %v", left)
 	}

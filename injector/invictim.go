@@ -44,7 +44,7 @@ func VictimSpecOnce(f Fault, t Trigger, token string) (string, error) {
 // qualify.
 func VictimSpec(f Fault, t Trigger) (string, error) {
 	sig, ok := faultSignal[f.Kind]
-	if !ok || f.Kind == FaultSigkillVMM {
+	if !ok {
 		return "", fmt.Errorf("fault %s: not a signal to the process that hits the point", f.Kind)
 	}
 	if t.Kind != TriggerAt || t.N > 1 {
@@ -83,13 +83,19 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 		return e.Point == failpoint.SignalPoint && e.Attrs["point"] == t.Point && (t.VM == "" || e.VM == t.VM) &&
 			(cfg.once == "" || e.Attrs["once"] == cfg.once)
 	}
-	// A hitter is identified at its hit, while it surely lives: by the time
-	// its signal is read it may be gone (and its pid with it).
+	// A hitter or a VMM is identified at its hit, while it surely lives:
+	// by the time its signal is read it may be gone (and its pid with it).
 	var hitter chan hitterID
-	if f.Kind == FaultSigkillHitter {
+	if f.Kind == FaultSigkillHitter || f.Kind == FaultSigkillVMM {
 		hitter = make(chan hitterID, 1)
 		cancel, err := in.tr.onHitWaiter(cfg.from, 1, PointMatch(t.Point, t.VM), func(h Hit) *timed {
-			host, err := in.hitterHost(ctx, &h, cfg.allow)
+			var host int
+			var err error
+			if f.Kind == FaultSigkillVMM {
+				host, err = in.vmmHost(ctx, f, &h)
+			} else {
+				host, err = in.hitterHost(ctx, &h, cfg.allow)
+			}
 			hitter <- hitterID{h.Event.Pid, host, err}
 			return nil
 		})
@@ -150,6 +156,28 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 		inj.Landed = inj.Landed && slices.Contains(cfg.intend, inj.LastPhase)
 	}
 	return inj
+}
+
+// vmmHost is the host pid of the process that sent hit when it is the VM's
+// VMM (the identity rule of vmmVictim), else an error.
+func (in *Injector) vmmHost(ctx context.Context, f Fault, hit *Hit) (int, error) {
+	host, err := in.sup.HostPID(ctx, hit.Event.Pid)
+	if err != nil {
+		return 0, fmt.Errorf("pid %d that hit %s: %w", hit.Event.Pid, hit.Event.Point, err)
+	}
+	vm := f.VM
+	if vm == "" {
+		vm = hit.Event.VM
+	}
+	v, err := in.vmmVictim(vm)
+	if err != nil {
+		return host, err
+	}
+	defer v.close()
+	if v.fd.PID != host {
+		return host, fmt.Errorf("pid %d (host %d) that hit %s is not vm %s's VMM (host %d)", hit.Event.Pid, host, hit.Event.Point, vm, v.fd.PID)
+	}
+	return host, nil
 }
 
 type hitterID struct {

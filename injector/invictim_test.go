@@ -3,6 +3,8 @@ package injector
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +70,7 @@ func TestInVictimRefusesWhatItCannotArm(t *testing.T) {
 		why  string
 	}{
 		{Fault{Kind: FaultStop, Unit: "u"}, "at p + 1ms", "not a signal"},
-		{Fault{Kind: FaultSigkillVMM, VM: "v"}, "at p + 1ms", "not a signal"},
+		{Fault{Kind: FaultKillAll, Unit: "u"}, "at p + 1ms", "not a signal"},
 		{Fault{Kind: FaultSigkillMain, Unit: "u"}, "at p#2 + 1ms", "first hit"},
 		{Fault{Kind: FaultSigkillMain, Unit: "u"}, "park p", "first hit"},
 	} {
@@ -189,5 +191,54 @@ func TestSigkillHitterKillsTheProcessThatHit(t *testing.T) {
 			}
 			waitFor(t, "restart", 30*time.Second, func() bool { p, _ := s.sup.MainPID(ctx, "hitter"); return p != 0 && p != main })
 		})
+	}
+}
+
+// TestInVictimVMMKillsItself: a VMM (argv[0] cloud-hypervisor, --api-socket
+// naming its VM) that hits a point of its own is armed with kill -9 in
+// itself; the injector identifies it at its hit as the VM's VMM and records
+// the kill from its failpoint.signal.
+func TestInVictimVMMKillsItself(t *testing.T) {
+	s := newStack(t, KindBuiltin)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := filepath.Join(s.dir, "cloud-hypervisor")
+	if err := os.Symlink(self, ch); err != nil {
+		t.Fatal(err)
+	}
+	f := Fault{Kind: FaultSigkillVMM, VM: "vm-a"}
+	tg := MustParseTrigger("at ch.tick@vm=vm-a + 3ms")
+	spec, err := VictimSpecOnce(f, tg, "vmm-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{envHelper + "=loop", "HELPER_VM=vm-a", "HELPER_POINTS=ch.tick", "HELPER_EVERY=5ms", "HELPER_FIRST_HIT_AFTER=300ms",
+		failpoint.EnvTrace + "=" + s.tr.Path(), failpoint.EnvCtl + "=" + s.ctl, failpoint.EnvFailpoints + "=" + spec}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mark := s.tr.Mark()
+	if err := s.sup.Start(ctx, UnitSpec{Name: "vmm", Argv: []string{ch, "--api-socket", "path=" + filepath.Join(s.dir, "vm-a", "api.sock")},
+		Env: env, RestartSec: 20 * time.Millisecond, TimeoutStopSec: 5 * time.Second, LogPath: filepath.Join(s.dir, "vmm.log")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sup.WaitActive(ctx, "vmm"); err != nil {
+		t.Fatal(err)
+	}
+	vmm, _ := s.sup.MainPID(ctx, "vmm")
+	a, err := s.inj.Arm(ctx, f, tg, From(mark), Once("vmm-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := a.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inj.Landed || inj.Err != "" || !inj.InVictim || inj.VictimPID != vmm || inj.LastPhase != "ch.tick" {
+		t.Fatalf("%+v: want landed in the VMM %d", inj, vmm)
+	}
+	if inj.RequestedNs != inj.TriggerNs+int64(3*time.Millisecond) || inj.ActualNs < inj.RequestedNs {
+		t.Fatalf("hit %d, requested %d, actual %d", inj.TriggerNs, inj.RequestedNs, inj.ActualNs)
 	}
 }

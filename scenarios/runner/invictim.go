@@ -22,7 +22,8 @@ import (
 // (they inherit it) go on unharmed.
 type victimArm struct {
 	token, spec string
-	harness     bool // the spec goes to the harness's own vmctl processes, not the agent
+	trigger     injector.Trigger // as armed (sigkill-vmm: narrowed to its VM's id)
+	harness     bool             // the spec goes to the harness's own vmctl processes, not the agent
 }
 
 // inVictimOff opts the runner out of in-victim arming (A/B against the
@@ -34,7 +35,10 @@ var inVictimOff = os.Getenv("VMCHAOS_INJECTOR_INVICTIM") == "0"
 // hits an `at POINT + OFFSET` point at its first hit qualifies: sigkill-main
 // where the agent hits the point, sigkill-child where the agent's vmctl
 // child of the fault's kind does, sigkill-direct (a vmctl the harness
-// started). Everything else — supervisor faults (stop, restart, kill-all go
+// started), sigkill-vmm at a fakech point of a VM that exists at arming
+// (its VMM hits it; the spec is narrowed to that VM's id, which fakech's
+// hits carry, and reaches the VMM through the agent and vmctl, whose
+// environment it inherits). Everything else — supervisor faults (stop, restart, kill-all go
 // through systemctl or its stand-in), after-exit and park triggers, a victim
 // that is not the hitter — keeps the harness path.
 func (cr *caseRun) victimArms() map[int]victimArm {
@@ -54,6 +58,10 @@ func (cr *caseRun) victimArms() map[int]victimArm {
 		case f.Kind == "sigkill-child" && proc == "vmctl" && (f.Child == "" || strings.HasSuffix(f.Child, "-"+op)):
 		case f.Kind == "sigkill-direct" && proc == "vmctl":
 			harness = true
+		case f.Kind == "sigkill-vmm" && proc == "fakech":
+			if t.VM = cr.injFault(f).VM; t.VM == "" {
+				continue // not created yet: a spec without @vm= would arm any VMM
+			}
 		default:
 			continue
 		}
@@ -62,7 +70,7 @@ func (cr *caseRun) victimArms() map[int]victimArm {
 		if err != nil {
 			continue // the harness path then
 		}
-		cr.vArms[i] = victimArm{token: token, spec: spec, harness: harness}
+		cr.vArms[i] = victimArm{token: token, spec: spec, trigger: t, harness: harness}
 	}
 	return cr.vArms
 }
@@ -123,6 +131,7 @@ func (cr *caseRun) armTimed(ctx context.Context, i int, t injector.Trigger) (pen
 	opts := []injector.ArmOption{injector.From(cr.mark)}
 	if a, ok := cr.victimArms()[i]; ok {
 		opts = append(opts, injector.Once(a.token))
+		t = a.trigger
 	}
 	if f.Kind == "sigkill-direct" {
 		opts = append(opts, injector.Allow(func(host int) error {

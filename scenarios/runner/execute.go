@@ -399,10 +399,14 @@ func (cr *caseRun) waitFailpoint(ctx context.Context, mark, i int, trig string) 
 	}
 	point, _, _ := strings.Cut(cr.s.Env.Failpoints, "=")
 	point = strings.TrimSpace(point)
-	rec := reports.Injection{Fault: "failpoint " + cr.s.Env.Failpoints, Trigger: trig, RequestedNs: cr.armNs}
+	// The action runs inside the process, in the hit of its point: that hit
+	// is both when it was asked for and when it happened (in the victim,
+	// like signal(SIG,DELAY) at DELAY 0). Requested was the arming time,
+	// which made the time to reach the point look like an injection error.
+	rec := reports.Injection{Fault: "failpoint " + cr.s.Env.Failpoints, Trigger: trig, InVictim: true}
 	for _, e := range cr.st.Trace.Sorted() {
 		if e.TsNs > cr.armNs && e.Point == point {
-			rec.ActualNs = e.TsNs
+			rec.RequestedNs, rec.ActualNs = e.TsNs, e.TsNs
 			break
 		}
 	}

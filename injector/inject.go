@@ -225,6 +225,15 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 		if needsMain(f.Kind) && pre == nil {
 			return nil, fmt.Errorf("arm %s in the victim: unit %s has no main process now", t, f.Unit)
 		}
+		// A VM's VMM that runs now is identified now, like a main process:
+		// once it killed itself its argv and pid mapping are gone.
+		if f.Kind == FaultSigkillVMM && f.VM != "" {
+			v, err := in.vmmVictim(f.VM)
+			if err != nil {
+				return nil, fmt.Errorf("arm %s in the victim: %w", t, err)
+			}
+			pre = v
+		}
 	}
 	switch t.Kind {
 	case TriggerAt, TriggerAfterExit:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
@@ -83,19 +84,20 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 		return e.Point == failpoint.SignalPoint && e.Attrs["point"] == t.Point && (t.VM == "" || e.VM == t.VM) &&
 			(cfg.once == "" || e.Attrs["once"] == cfg.once)
 	}
-	// A hitter or a VMM is identified at its hit, while it surely lives:
-	// by the time its signal is read it may be gone (and its pid with it).
+	// A hitter is identified at its first datagram after Arm (a vmctl
+	// sends some before the point, 20 ms for a clone), while it surely
+	// lives: by the time its signal — or even its hit, if delivery takes
+	// longer than the offset — is read it may be gone, and its pid with it.
+	var ids *procIDs
+	if f.Kind == FaultSigkillHitter {
+		ids = in.identify(ctx, cfg.from, cfg.allow)
+	}
+	// A VMM not running at Arm is identified at its hit.
 	var hitter chan hitterID
-	if f.Kind == FaultSigkillHitter || f.Kind == FaultSigkillVMM {
+	if f.Kind == FaultSigkillVMM && pre == nil {
 		hitter = make(chan hitterID, 1)
 		cancel, err := in.tr.onHitWaiter(cfg.from, 1, PointMatch(t.Point, t.VM), func(h Hit) *timed {
-			var host int
-			var err error
-			if f.Kind == FaultSigkillVMM {
-				host, err = in.vmmHost(ctx, f, &h)
-			} else {
-				host, err = in.hitterHost(ctx, &h, cfg.allow)
-			}
+			host, err := in.vmmHost(ctx, f, &h)
 			hitter <- hitterID{h.Event.Pid, host, err}
 			return nil
 		})
@@ -132,9 +134,13 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 	case inj.TriggerNs != 0 && inj.TriggerNs+int64(t.Offset) != inj.RequestedNs:
 		inj.Err = "in-victim: the signal's due time is not its hit + offset"
 	}
-	if inj.Err == "" && hitter != nil {
+	switch {
+	case inj.Err != "":
+	case ids != nil:
+		inj.VictimPID, inj.Err = ids.of(ctx, fe)
+	case hitter != nil:
 		inj.VictimPID, inj.Err = hitterOfSelf(ctx, fe, hitter)
-	} else if inj.Err == "" {
+	default:
 		inj.VictimPID, inj.Err = in.victimOfSelf(ctx, f, fe, pre, selfPID)
 	}
 	// Let datagrams sent before the signal arrive, then read where the
@@ -205,6 +211,12 @@ func hitterOfSelf(ctx context.Context, fe failpoint.Event, hitter <-chan hitterI
 // victimOfSelf checks that the process that signalled itself is f's victim
 // and returns its host pid.
 func (in *Injector) victimOfSelf(ctx context.Context, f Fault, fe failpoint.Event, pre *victim, selfPID int) (int, string) {
+	if f.Kind == FaultSigkillVMM && pre != nil {
+		if selfPID == 0 || selfPID != fe.Pid {
+			return 0, fmt.Sprintf("in-victim: pid %d (as it sees itself) that hit %s is not vm %s's VMM at Arm (host pid %d)", fe.Pid, fe.Attrs["point"], f.VM, pre.fd.PID)
+		}
+		return pre.fd.PID, ""
+	}
 	if needsMain(f.Kind) {
 		if pre == nil {
 			return 0, fmt.Sprintf("in-victim: unit %s had no main process at Arm", f.Unit)
@@ -240,4 +252,62 @@ func (t *Trace) eventsOf(proc string, pid int) []Hit {
 		}
 	}
 	return out
+}
+
+// procIDs are the host pids (or why not) of the processes that sent
+// datagrams since a mark, each identified at its first one.
+type procIDs struct {
+	mu   sync.Mutex
+	last map[int]uint64 // pid → seq of the datagram it was identified at
+	ids  map[int]hitterID
+}
+
+// identify identifies, in the background until ctx ends, every process at
+// its first datagram from index from on (a pid whose seq starts again is a
+// new process under a reused pid: identified again).
+func (in *Injector) identify(ctx context.Context, from int, allow func(int) error) *procIDs {
+	p := &procIDs{last: map[int]uint64{}, ids: map[int]hitterID{}}
+	fresh := func(e *failpoint.Event) bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		last, seen := p.last[e.Pid]
+		return !seen || e.Seq <= last
+	}
+	go func() {
+		for idx := from; ; {
+			h, err := in.tr.Wait(ctx, idx, 1, fresh)
+			if err != nil {
+				return
+			}
+			idx = h.Index + 1
+			host, err := in.hitterHost(ctx, &h, allow)
+			p.mu.Lock()
+			p.last[h.Event.Pid] = h.Event.Seq
+			p.ids[h.Event.Pid] = hitterID{h.Event.Pid, host, err}
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+// of is the identity of the process that sent fe, once the background
+// identification has come to it (it reads the trace in order, and fe
+// arrived after that process's first datagram).
+func (p *procIDs) of(ctx context.Context, fe failpoint.Event) (int, string) {
+	for {
+		p.mu.Lock()
+		id, ok := p.ids[fe.Pid]
+		p.mu.Unlock()
+		if ok {
+			if id.err != nil {
+				return id.host, "in-victim: " + id.err.Error()
+			}
+			return id.host, ""
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Sprintf("in-victim: pid %d that fired was never identified", fe.Pid)
+		case <-time.After(time.Millisecond):
+		}
+	}
 }

@@ -172,9 +172,12 @@ func (a *Armed) Cancel() { a.cancel() }
 type armCfg struct {
 	from     int
 	intend   []string
-	inVictim bool                 // see InVictim
-	once     string               // see Once
-	allow    func(host int) error // see Allow
+	inVictim bool                       // see InVictim
+	once     string                     // see Once
+	allow    func(host int) error       // see Allow
+	resolve  func(pid int) (int, error) // see Resolve
+	// hitterProc: which processes an in-victim sigkill-hitter may be (see HitterProc)
+	hitterProc string
 }
 
 // ArmOption tunes one Arm.
@@ -187,6 +190,20 @@ func From(mark int) ArmOption { return func(c *armCfg) { c.from = mark } }
 // (harness path) or once it armed itself (in the victim): an error refuses it
 // and becomes the record's Err.
 func Allow(f func(hostPID int) error) ArmOption { return func(c *armCfg) { c.allow = f } }
+
+// Resolve maps a sigkill-hitter's pid as it sees itself to the host pid of
+// a process the caller vouches for (an error refuses it), in place of the
+// supervisor's HostPID and Allow: a caller that knows its processes finds
+// them without a scan of every process (in a sandbox HostPID may have to
+// scan the host, milliseconds a short-lived victim may not have).
+func Resolve(f func(pid int) (hostPID int, err error)) ArmOption {
+	return func(c *armCfg) { c.resolve = f }
+}
+
+// HitterProc narrows an in-victim sigkill-hitter to processes emitting as
+// proc ("vmctl"): each is identified at its first datagram (while it surely
+// lives), so fewer candidates keep that identification from falling behind.
+func HitterProc(proc string) ArmOption { return func(c *armCfg) { c.hitterProc = proc } }
 
 // Intend names the phases the fault must land in (LastPhase ∈ phases);
 // otherwise Landed is false and the case is inconclusive.
@@ -366,7 +383,7 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 
 		v = pre
 		if v == nil || v.fd.Exited() {
-			if v, err = in.resolveWith(ctx, f, &hit, cfg.allow); err != nil {
+			if v, err = in.resolveWith(ctx, f, &hit, &cfg); err != nil {
 				inj.Err = "victim: " + err.Error()
 				in.release(t)
 				return inj
@@ -486,7 +503,7 @@ func (in *Injector) fireOnReader(ctx context.Context, f Fault, t Trigger, cfg ar
 		fr := firing{hit: h, requested: h.Event.TsNs + int64(t.Offset)}
 		v := pre
 		if v == nil || v.fd.Exited() {
-			nv, err := in.resolveWith(ctx, f, &h, cfg.allow)
+			nv, err := in.resolveWith(ctx, f, &h, &cfg)
 			if err != nil {
 				fr.err = fmt.Errorf("victim: %w", err)
 				res <- fr
@@ -583,10 +600,18 @@ func (in *Injector) resolve(ctx context.Context, f Fault, hit *Hit) (*victim, er
 	return in.resolveWith(ctx, f, hit, nil)
 }
 
-// hitterHost is the host pid of the process that sent hit, vetted by allow.
-func (in *Injector) hitterHost(ctx context.Context, hit *Hit, allow func(int) error) (int, error) {
+// hitterHost is the host pid of the process that sent hit, through resolve
+// when set, else HostPID vetted by allow.
+func (in *Injector) hitterHost(ctx context.Context, hit *Hit, allow func(int) error, resolve func(int) (int, error)) (int, error) {
 	if hit == nil {
 		return 0, fmt.Errorf("%s: no trigger hit", FaultSigkillHitter)
+	}
+	if resolve != nil {
+		host, err := resolve(hit.Event.Pid)
+		if err != nil {
+			return host, fmt.Errorf("pid %d that hit %s: %w", hit.Event.Pid, hit.Event.Point, err)
+		}
+		return host, nil
 	}
 	host, err := in.sup.HostPID(ctx, hit.Event.Pid)
 	if err != nil {
@@ -600,10 +625,16 @@ func (in *Injector) hitterHost(ctx context.Context, hit *Hit, allow func(int) er
 	return host, nil
 }
 
-func (in *Injector) resolveWith(ctx context.Context, f Fault, hit *Hit, allow func(int) error) (*victim, error) {
+func (in *Injector) resolveWith(ctx context.Context, f Fault, hit *Hit, cfg *armCfg) (*victim, error) {
 	switch f.Kind {
 	case FaultSigkillHitter:
-		host, err := in.hitterHost(ctx, hit, allow)
+		var host int
+		var err error
+		if cfg != nil {
+			host, err = in.hitterHost(ctx, hit, cfg.allow, cfg.resolve)
+		} else {
+			host, err = in.hitterHost(ctx, hit, nil, nil)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -90,7 +90,7 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 	// longer than the offset — is read it may be gone, and its pid with it.
 	var ids *procIDs
 	if f.Kind == FaultSigkillHitter {
-		ids = in.identify(ctx, cfg.from, cfg.allow)
+		ids = in.identify(ctx, cfg.from, cfg.hitterProc, cfg.allow, cfg.resolve)
 	}
 	// A VMM not running at Arm is identified at its hit.
 	var hitter chan hitterID
@@ -137,7 +137,7 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 	switch {
 	case inj.Err != "":
 	case ids != nil:
-		inj.VictimPID, inj.Err = ids.of(ctx, fe)
+		inj.VictimPID, inj.Err = ids.of(ctx, in.tr, fe, h.Index)
 	case hitter != nil:
 		inj.VictimPID, inj.Err = hitterOfSelf(ctx, fe, hitter)
 	default:
@@ -255,19 +255,26 @@ func (t *Trace) eventsOf(proc string, pid int) []Hit {
 }
 
 // procIDs are the host pids (or why not) of the processes that sent
-// datagrams since a mark, each identified at its first one.
+// datagrams since a mark, each identified at its first one: keyed by that
+// datagram's trace index, so a pid reused by a later process is never
+// mistaken for the earlier one.
 type procIDs struct {
+	from int
 	mu   sync.Mutex
-	last map[int]uint64 // pid → seq of the datagram it was identified at
-	ids  map[int]hitterID
+	last map[int]uint64   // pid → seq of the datagram it was last identified at
+	ids  map[int]hitterID // trace index of the identifying datagram → identity
 }
 
-// identify identifies, in the background until ctx ends, every process at
-// its first datagram from index from on (a pid whose seq starts again is a
-// new process under a reused pid: identified again).
-func (in *Injector) identify(ctx context.Context, from int, allow func(int) error) *procIDs {
-	p := &procIDs{last: map[int]uint64{}, ids: map[int]hitterID{}}
+// identify identifies, in the background until ctx ends, every process
+// emitting as proc ("" any) at its first datagram from index from on (a pid
+// whose seq starts again is a new process under a reused pid: identified
+// again).
+func (in *Injector) identify(ctx context.Context, from int, proc string, allow func(int) error, resolve func(int) (int, error)) *procIDs {
+	p := &procIDs{from: from, last: map[int]uint64{}, ids: map[int]hitterID{}}
 	fresh := func(e *failpoint.Event) bool {
+		if proc != "" && e.Proc != proc {
+			return false
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		last, seen := p.last[e.Pid]
@@ -280,23 +287,38 @@ func (in *Injector) identify(ctx context.Context, from int, allow func(int) erro
 				return
 			}
 			idx = h.Index + 1
-			host, err := in.hitterHost(ctx, &h, allow)
 			p.mu.Lock()
 			p.last[h.Event.Pid] = h.Event.Seq
-			p.ids[h.Event.Pid] = hitterID{h.Event.Pid, host, err}
+			p.mu.Unlock()
+			host, err := in.hitterHost(ctx, &h, allow, resolve)
+			p.mu.Lock()
+			p.ids[h.Index] = hitterID{h.Event.Pid, host, err}
 			p.mu.Unlock()
 		}
 	}()
 	return p
 }
 
-// of is the identity of the process that sent fe, once the background
-// identification has come to it (it reads the trace in order, and fe
-// arrived after that process's first datagram).
-func (p *procIDs) of(ctx context.Context, fe failpoint.Event) (int, string) {
+// of is the identity of the process that sent fe (at trace index feIdx):
+// the one made at the first datagram of fe's process since the mark, once
+// the background identification has come to it.
+func (p *procIDs) of(ctx context.Context, tr *Trace, fe failpoint.Event, feIdx int) (int, string) {
+	// Walk back over this pid's datagrams while seq goes down: where it
+	// stops is this process's first datagram since the mark.
+	start := -1
+	evs := tr.eventsOf(fe.Proc, fe.Pid)
+	for k := len(evs) - 1; k >= 0; k-- {
+		if evs[k].Index > feIdx {
+			continue
+		}
+		if evs[k].Index < p.from || start >= 0 && !(evs[k].Event.Seq > 0 && evs[k].Event.Seq < evs[k+1].Event.Seq) {
+			break
+		}
+		start = evs[k].Index
+	}
 	for {
 		p.mu.Lock()
-		id, ok := p.ids[fe.Pid]
+		id, ok := p.ids[start]
 		p.mu.Unlock()
 		if ok {
 			if id.err != nil {

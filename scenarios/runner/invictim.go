@@ -11,6 +11,7 @@ import (
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/stack"
 )
 
 // victimArm is a fault armed inside its victim (issue #20): the process that
@@ -134,12 +135,7 @@ func (cr *caseRun) armTimed(ctx context.Context, i int, t injector.Trigger) (pen
 		t = a.trigger
 	}
 	if f.Kind == "sigkill-direct" {
-		opts = append(opts, injector.Allow(func(host int) error {
-			if !cr.isDirect(host) {
-				return errors.New("not a process the harness started")
-			}
-			return nil
-		}))
+		opts = append(opts, injector.HitterProc("vmctl"), injector.Resolve(cr.directHost))
 	}
 	a, err := cr.inj.Arm(ctx, cr.victimFault(f), t, opts...)
 	if err != nil {
@@ -153,4 +149,25 @@ func (cr *caseRun) armTimed(ctx context.Context, i int, t injector.Trigger) (pen
 		}
 		return []reports.Injection{cr.record(i, in)}, nil
 	}}, nil
+}
+
+// directHost is the host pid of the vmctl the harness started whose pid, as
+// it sees itself, is pid: the direct process itself or (sandbox) the child
+// of the nsenter that started it. A few /proc reads, where a sandbox's
+// HostPID may scan every process on the host.
+func (cr *caseRun) directHost(pid int) (int, error) {
+	cr.mu.Lock()
+	var roots []int
+	for _, d := range cr.direct {
+		roots = append(roots, d.pid)
+	}
+	cr.mu.Unlock()
+	for _, r := range roots {
+		for _, c := range append([]int{r}, stack.ChildrenOf(r)...) {
+			if stack.NSLocal(c) == pid {
+				return c, nil
+			}
+		}
+	}
+	return 0, errors.New("not a process the harness started (or gone)")
 }

@@ -314,6 +314,32 @@ func (in *Injector) Inject(ctx context.Context, f Fault) Injection {
 	return inj
 }
 
+// InjectHit fires f now at the process a trigger hit names (sigkill-hitter:
+// the process that sent hit, through Resolve/Allow; other kinds as Inject,
+// with hit for the victim's VM or child), e.g. a process the caller holds
+// parked. The record names the hit like an armed one.
+func (in *Injector) InjectHit(ctx context.Context, f Fault, hit Hit, opts ...ArmOption) Injection {
+	var cfg armCfg
+	for _, o := range opts {
+		o(&cfg)
+	}
+	inj := Injection{Fault: f, IntendedPhase: hit.Event.Point, TriggerPID: hit.Event.Pid, TriggerNs: hit.Event.TsNs, HitRecvNs: hit.RecvNs}
+	if err := f.Validate(); err != nil {
+		inj.Err = err.Error()
+		return inj
+	}
+	inj.RequestedNs = failpoint.Now()
+	v, err := in.resolveWith(ctx, f, &hit, &cfg)
+	if err != nil {
+		inj.Err = "victim: " + err.Error()
+		return inj
+	}
+	defer v.close()
+	in.fire(ctx, f, v, &inj)
+	inj.Landed = inj.Err == ""
+	return inj
+}
+
 // victim is a process resolved ahead of the signal.
 type victim struct{ fd *PidFD }
 

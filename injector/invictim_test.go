@@ -242,3 +242,30 @@ func TestInVictimVMMKillsItself(t *testing.T) {
 		t.Fatalf("hit %d, requested %d, actual %d", inj.TriggerNs, inj.RequestedNs, inj.ActualNs)
 	}
 }
+
+// TestInjectHitKillsTheProcessThatHit: InjectHit fires a sigkill-hitter at
+// once at the process a hit names (the runner's sigkill-direct of a parked
+// vmctl), through Resolve; a Resolve that refuses leaves it alive.
+func TestInjectHitKillsTheProcessThatHit(t *testing.T) {
+	s := newStack(t, KindBuiltin)
+	s.loopUnit(t, "hitter", "vm-a", "t.tick", 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	main, _ := s.sup.MainPID(ctx, "hitter")
+	hit, err := s.tr.WaitPoint(ctx, s.tr.Mark(), "t.tick", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := s.inj.InjectHit(ctx, Fault{Kind: FaultSigkillHitter}, hit, Resolve(func(int) (int, error) { return 0, fmt.Errorf("not ours") }))
+	if refused.Landed || !strings.Contains(refused.Err, "not ours") {
+		t.Fatalf("refused: %+v", refused)
+	}
+	if now, _ := s.sup.MainPID(ctx, "hitter"); now != main {
+		t.Fatalf("a refused hitter %d was killed (main now %d)", main, now)
+	}
+	inj := s.inj.InjectHit(ctx, Fault{Kind: FaultSigkillHitter}, hit, Resolve(func(pid int) (int, error) { return pid, nil }))
+	if !inj.Landed || inj.VictimPID != main || inj.TriggerPID != hit.Event.Pid || inj.ActualNs < inj.RequestedNs {
+		t.Fatalf("%+v: want %d killed", inj, main)
+	}
+	waitFor(t, "restart", 30*time.Second, func() bool { p, _ := s.sup.MainPID(ctx, "hitter"); return p != 0 && p != main })
+}

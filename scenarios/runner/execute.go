@@ -242,15 +242,11 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 			continue
 		}
 		if f.Kind == "sigkill-direct" {
-			// a vmctl the harness started itself, parked: kill it there
-			host := cr.st.HostPID(pid)
-			rec := reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: failpoint.Now(), VictimPID: host, IntendedPhase: t.Point}
-			if !cr.isDirect(host) {
-				rec.Err = fmt.Sprintf("parked pid %d (host %d) is not a process the harness started", pid, host)
-			} else if err := stack.KillProc(host); err != nil {
-				rec.Err = err.Error()
-			}
-			rec.ActualNs = failpoint.Now()
+			// a vmctl the harness started itself, parked: kill it there,
+			// through the injector (its pidfd and its accounting)
+			in := cr.inj.InjectHit(ctx, injector.Fault{Kind: injector.FaultSigkillHitter}, hit, injector.Resolve(cr.directHost))
+			rec := reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
+				VictimPID: in.VictimPID, Err: in.Err, IntendedPhase: t.Point}
 			cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
 			if firstNs == 0 {
 				firstNs = rec.ActualNs

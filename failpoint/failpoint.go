@@ -125,6 +125,9 @@ func Configure(proc, tracePath, spec, ctlDir string) error {
 		if r.action == actPause && ctlDir == "" {
 			return fmt.Errorf("%s: %s=pause needs %s", EnvFailpoints, r.point, EnvCtl)
 		}
+		if r.once != "" && ctlDir == "" {
+			return fmt.Errorf("%s: %s: once= needs %s (where the token is claimed)", EnvFailpoints, r.point, EnvCtl)
+		}
 		st.actions[r.point] = append(st.actions[r.point], r)
 	}
 	for _, r := range rules {
@@ -198,13 +201,19 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 		if r.limit > 0 && r.hits.Add(1) > int64(r.limit) {
 			continue
 		}
+		// A one-shot action is claimed before the stamp (the claim's
+		// syscalls are then not part of its delay); a claim taken by
+		// another process means this one goes on as if unconfigured.
+		if r.once != "" && !claimOnce(st.ctlDir, r.once) {
+			continue
+		}
 		act = r
 		break
 	}
 	var armed func(ts int64, seq uint64)
 	if act != nil && act.action == actSignal && act.delay > 0 && st.timer != nil {
 		armed = func(ts int64, seq uint64) {
-			st.timer.arm(pendingSignal{point: name, vm: vm, op: op, sig: act.sig, hitSeq: seq, hitNs: ts, delay: act.delay,
+			st.timer.arm(pendingSignal{point: name, vm: vm, op: op, once: act.once, sig: act.sig, hitSeq: seq, hitNs: ts, delay: act.delay,
 				due: ts + int64(act.delay)})
 		}
 	}
@@ -297,6 +306,7 @@ type rule struct {
 	vm     string
 	sig    syscall.Signal // signal(SIG,DELAY)
 	delay  time.Duration  // signal(SIG,DELAY)
+	once   string         // signal(SIG,DELAY,once=TOKEN): see OnceClaimFile
 	hits   atomic.Int64
 }
 
@@ -308,7 +318,7 @@ func (r *rule) run(ctx context.Context, st *state, name, vm, op string, hitSeq u
 	switch r.action {
 	case actSignal:
 		// The operation goes on; the fault comes DELAY after the hit.
-		signalAction(st, pendingSignal{point: name, vm: vm, op: op, sig: r.sig, hitSeq: hitSeq, hitNs: hitNs, delay: r.delay})
+		signalAction(st, pendingSignal{point: name, vm: vm, op: op, once: r.once, sig: r.sig, hitSeq: hitSeq, hitNs: hitNs, delay: r.delay})
 	case actSleep:
 		time.Sleep(time.Duration(r.arg) * time.Millisecond)
 	case actExit:
@@ -360,7 +370,7 @@ func park(ctx context.Context, dir, name string) error {
 }
 
 // ParseSpec parses "name=action;name=action". Actions: pause, sleep(ms),
-// exit(code), kill, error(msg), signal(SIG,DELAY); each optionally prefixed
+// exit(code), kill, error(msg), signal(SIG,DELAY[,once=TOKEN]); each optionally prefixed
 // "N*" and suffixed "@vm=<id>".
 func ParseSpec(spec string) ([]*rule, error) {
 	var out []*rule
@@ -429,7 +439,7 @@ func ParseSpec(spec string) ([]*rule, error) {
 		case verb == "signal" && hasArg:
 			r.action = actSignal
 			var err error
-			if r.sig, r.delay, err = parseSignalArg(arg); err != nil {
+			if r.sig, r.delay, r.once, err = parseSignalArg(arg); err != nil {
 				return nil, fmt.Errorf("%s: %q: %w", EnvFailpoints, part, err)
 			}
 		case verb == "error" && hasArg:

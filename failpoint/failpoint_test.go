@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -246,6 +247,7 @@ func TestParseSpec(t *testing.T) {
 		{"a=1*signal(KILL,59)@vm=V", []*rule{{point: "a", action: actSignal, limit: 1, vm: "V", sig: syscall.SIGKILL, delay: 59 * time.Millisecond}}},
 		{"a=signal(SIGSTOP, 2950us)", []*rule{{point: "a", action: actSignal, sig: syscall.SIGSTOP, delay: 2950 * time.Microsecond}}},
 		{"a=signal(TERM,0)", []*rule{{point: "a", action: actSignal, sig: syscall.SIGTERM}}},
+		{"a=1*signal(KILL,59ms,once=ab_C-9)", []*rule{{point: "a", action: actSignal, limit: 1, sig: syscall.SIGKILL, delay: 59 * time.Millisecond, once: "ab_C-9"}}},
 	} {
 		got, err := ParseSpec(tc.spec)
 		if err != nil {
@@ -257,14 +259,15 @@ func TestParseSpec(t *testing.T) {
 		for i, r := range got {
 			w := tc.want[i]
 			if r.point != w.point || r.action != w.action || r.arg != w.arg || r.msg != w.msg || r.limit != w.limit || r.vm != w.vm ||
-				r.sig != w.sig || r.delay != w.delay {
+				r.sig != w.sig || r.delay != w.delay || r.once != w.once {
 				t.Errorf("%q rule %d: %+v, want %+v", tc.spec, i, r, w)
 			}
 		}
 	}
 	for _, bad := range []string{"a", "=pause", "a=", "a=jump", "a=sleep", "a=sleep(x)", "a=sleep(-1)", "a=exit(256)",
 		"a=pause(1)", "a=kill()", "a=0*kill", "a=x*kill", "a=sleep(1", "a=kill@vm=", "a=+1*kill",
-		"a=signal", "a=signal()", "a=signal(KILL)", "a=signal(NOPE,1)", "a=signal(KILL,-1ms)", "a=signal(KILL,25h)", "a=signal(KILL,x)", "a=signal(9,1)"} {
+		"a=signal", "a=signal()", "a=signal(KILL)", "a=signal(NOPE,1)", "a=signal(KILL,-1ms)", "a=signal(KILL,25h)", "a=signal(KILL,x)", "a=signal(9,1)",
+		"a=signal(KILL,1,once=)", "a=signal(KILL,1,once=a/b)", "a=signal(KILL,1,twice=a)", "a=signal(KILL,1,once=a.b)"} {
 		if _, err := ParseSpec(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -326,7 +329,11 @@ func TestExitAndKillActions(t *testing.T) {
 		if os.Getenv("FAILPOINT_CHILD_LINGER") == "1" {
 			// signal(SIG,DELAY): the operation goes on until the signal.
 			_ = Hit(context.Background(), "after.hit", nil)
-			time.Sleep(time.Minute)
+			linger := time.Minute
+			if ms, err := strconv.Atoi(os.Getenv("FAILPOINT_CHILD_LINGER_MS")); err == nil {
+				linger = time.Duration(ms) * time.Millisecond
+			}
+			time.Sleep(linger)
 		}
 		os.Exit(0) // not reached when the action fires
 	}
@@ -391,7 +398,7 @@ func BenchmarkHitEnabledTrace(b *testing.B) {
 
 func FuzzParseSpec(f *testing.F) {
 	for _, s := range []string{"a=pause", "a=3*sleep(250)@vm=X;b=kill", "x=exit(0); y=error(m@vm=z)", "a=error(()", "=", ";;a=1*", "p=sleep(99999999999999999999)",
-		"a=1*signal(KILL,59)@vm=V", "a=signal(SIGSTOP,2950us)", "a=signal(KILL,4294967296)", "a=signal(,)"} {
+		"a=1*signal(KILL,59)@vm=V", "a=signal(SIGSTOP,2950us)", "a=signal(KILL,4294967296)", "a=signal(,)", "a=signal(KILL,1ms,once=t)"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -402,6 +409,9 @@ func FuzzParseSpec(f *testing.F) {
 		for _, r := range rules {
 			if r.point == "" || r.action == 0 || r.limit < 0 || r.arg < 0 || r.delay < 0 || r.delay > MaxSignalDelay {
 				t.Fatalf("%q: invalid rule %+v", s, r)
+			}
+			if r.once != "" && !validToken(r.once) {
+				t.Fatalf("%q: once token %q", s, r.once)
 			}
 			if r.action == actSignal && SignalName(r.sig) == "" {
 				t.Fatalf("%q: signal action with signal %d", s, r.sig)
@@ -504,4 +514,72 @@ func TestSignalActionKillsItselfAfterTheDelay(t *testing.T) {
 		a["late_ns"] != float64(fired.TsNs-hit.TsNs-delay) || fired.VM != "C" || fired.Pid != hit.Pid {
 		t.Fatalf("fired %+v, hit %+v", fired, hit)
 	}
+}
+
+// TestOnceTokenFiresInOneProcessOnly: a victim restarted with the same
+// environment (`signal(KILL,30ms,once=T)`) must not kill itself again: the
+// first incarnation claims the token and dies, later ones (run one after the
+// other, as a supervisor restarts them, then four at once) go on past the
+// delay and exit 0. Real processes; exactly one failpoint.signal datagram,
+// carrying the token, from the claimant.
+func TestOnceTokenFiresInOneProcessOnly(t *testing.T) {
+	r := newReceiver(t)
+	ctl := t.TempDir()
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestExitAndKillActions$")
+		cmd.Env = append(os.Environ(), "FAILPOINT_CHILD=1", "FAILPOINT_CHILD_LINGER=1", "FAILPOINT_CHILD_LINGER_MS=300",
+			EnvTrace+"="+r.path, EnvCtl+"="+ctl, EnvFailpoints+"=die.here=1*signal(KILL,30ms,once=tok-1)@vm=C")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	killed := func(cmd *exec.Cmd) bool {
+		_ = cmd.Wait()
+		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+	}
+	first := start()
+	if !killed(first) {
+		t.Fatalf("first incarnation: %v, want killed by its own SIGKILL", first.ProcessState)
+	}
+	b, err := os.ReadFile(OnceClaimFile(ctl, "tok-1"))
+	if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(first.Process.Pid) {
+		t.Fatalf("claim file %q, %v: want the first incarnation's pid %d", b, err, first.Process.Pid)
+	}
+	for i := 0; i < 2; i++ {
+		if c := start(); killed(c) || c.ProcessState.ExitCode() != 0 {
+			t.Fatalf("restart %d: %v, want exit 0 (the token was claimed)", i+1, c.ProcessState)
+		}
+	}
+	var all []*exec.Cmd
+	for i := 0; i < 4; i++ {
+		all = append(all, start())
+	}
+	for i, c := range all {
+		if killed(c) || c.ProcessState.ExitCode() != 0 {
+			t.Fatalf("concurrent %d: %v, want exit 0", i, c.ProcessState)
+		}
+	}
+	// 7 processes × 2 hits + 1 signal: every datagram is in by now (each
+	// process wrote its own before exiting).
+	var signals []Event
+	for i := 0; i < 15; i++ {
+		if ev := r.next(t, i); ev.Point == SignalPoint {
+			signals = append(signals, ev)
+		}
+	}
+	if len(signals) != 1 || signals[0].Pid != first.Process.Pid || signals[0].Attrs["once"] != "tok-1" {
+		t.Fatalf("signal datagrams %+v: want one, from pid %d, once=tok-1", signals, first.Process.Pid)
+	}
+}
+
+// TestOnceTokenNeedsTheControlDir: the claim lives in the control dir; a
+// configuration without one is refused rather than fired without the guard.
+func TestOnceTokenNeedsTheControlDir(t *testing.T) {
+	if err := Configure("p", "", "a=signal(KILL,1ms,once=x)", ""); err == nil || !strings.Contains(err.Error(), "once=") {
+		t.Fatalf("Configure without a ctl dir: %v", err)
+	}
+	Reset()
 }

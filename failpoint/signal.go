@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -46,29 +47,73 @@ func SignalName(sig syscall.Signal) string {
 	return ""
 }
 
-// parseSignalArg parses "SIG,DELAY": SIG a name with or without "SIG"
-// ("KILL", "SIGKILL"); DELAY a Go duration ("59ms", "2950us") or a bare
-// number of milliseconds, 0..24h.
-func parseSignalArg(arg string) (syscall.Signal, time.Duration, error) {
+// parseSignalArg parses "SIG,DELAY[,once=TOKEN]": SIG a name with or
+// without "SIG" ("KILL", "SIGKILL"); DELAY a Go duration ("59ms", "2950us")
+// or a bare number of milliseconds, 0..24h; TOKEN see OnceClaimFile.
+func parseSignalArg(arg string) (syscall.Signal, time.Duration, string, error) {
 	name, d, ok := strings.Cut(arg, ",")
 	if !ok {
-		return 0, 0, errors.New("want signal(SIG,DELAY)")
+		return 0, 0, "", errors.New("want signal(SIG,DELAY)")
 	}
 	sig, ok := signalNames[strings.TrimPrefix(strings.TrimSpace(name), "SIG")]
 	if !ok {
-		return 0, 0, fmt.Errorf("unknown signal %q", name)
+		return 0, 0, "", fmt.Errorf("unknown signal %q", name)
+	}
+	d, once, hasOnce := strings.Cut(d, ",")
+	if hasOnce {
+		k, tok, _ := strings.Cut(strings.TrimSpace(once), "=")
+		if k != "once" || !validToken(tok) {
+			return 0, 0, "", fmt.Errorf("%q: want once=TOKEN (1-64 of A-Za-z0-9_-)", once)
+		}
+		once = tok
 	}
 	d = strings.TrimSpace(d)
 	var delay time.Duration
 	if n, err := strconv.ParseUint(d, 10, 32); err == nil {
 		delay = time.Duration(n) * time.Millisecond
 	} else if delay, err = time.ParseDuration(d); err != nil {
-		return 0, 0, fmt.Errorf("delay %q: want a duration or a number of ms", d)
+		return 0, 0, "", fmt.Errorf("delay %q: want a duration or a number of ms", d)
 	}
 	if delay < 0 || delay > MaxSignalDelay {
-		return 0, 0, fmt.Errorf("delay %s: want 0..%s", delay, MaxSignalDelay)
+		return 0, 0, "", fmt.Errorf("delay %s: want 0..%s", delay, MaxSignalDelay)
 	}
-	return sig, delay, nil
+	return sig, delay, once, nil
+}
+
+// validToken: a once= token is a file name part, so no separators or dots.
+func validToken(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// OnceClaimFile is the file in the control dir whose exclusive creation
+// claims a `signal(SIG,DELAY,once=TOKEN)` action. Every process started with
+// the action arms it at its first hit (a restarted victim gets the same
+// environment), so the token makes it one-shot across processes: only the
+// process that creates the file fires, any later one goes on unharmed. The
+// file holds the claimant's pid.
+func OnceClaimFile(ctlDir, token string) string {
+	return filepath.Join(ctlDir, "once-"+token+".claimed")
+}
+
+// claimOnce creates OnceClaimFile with O_EXCL; false when another process
+// (or an earlier incarnation of this one) claimed it, or it cannot be
+// written (no fault is better than a fault nobody can account for).
+func claimOnce(ctlDir, token string) bool {
+	f, err := os.OpenFile(OnceClaimFile(ctlDir, token), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return false
+	}
+	_, _ = fmt.Fprintf(f, "%d\n", os.Getpid())
+	_ = f.Close()
+	return true
 }
 
 // spinFor is how long before its due time a signal action stops sleeping and
@@ -79,6 +124,7 @@ const spinFor = 200 * time.Microsecond
 // pendingSignal is one armed signal(SIG,DELAY).
 type pendingSignal struct {
 	point, vm, op string
+	once          string // the once= token ("" without)
 	sig           syscall.Signal
 	hitSeq        uint64
 	hitNs, due    int64
@@ -190,8 +236,11 @@ func (t *sigTimer) run(st *state) {
 func fire(st *state, p pendingSignal) {
 	fired := Now()
 	if st.trace != nil {
-		st.send(&Event{TsNs: fired, Pid: st.pid, Proc: st.proc, Point: SignalPoint, VM: p.vm, Op: p.op,
-			Attrs: map[string]any{"point": p.point, "hit_seq": p.hitSeq, "delay_ns": int64(p.delay), "late_ns": fired - p.due, "signal": SignalName(p.sig)}})
+		attrs := map[string]any{"point": p.point, "hit_seq": p.hitSeq, "delay_ns": int64(p.delay), "late_ns": fired - p.due, "signal": SignalName(p.sig)}
+		if p.once != "" {
+			attrs["once"] = p.once
+		}
+		st.send(&Event{TsNs: fired, Pid: st.pid, Proc: st.proc, Point: SignalPoint, VM: p.vm, Op: p.op, Attrs: attrs})
 	}
 	_ = syscall.Kill(os.Getpid(), p.sig)
 }

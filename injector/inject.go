@@ -30,10 +30,14 @@ const (
 	FaultSigkillVMM   = "sigkill-vmm"   // the VM's cloud-hypervisor process
 	FaultSigstop      = "sigstop"       // SIGSTOP to MainPID; SIGCONT after StopFor (0: stays stopped)
 	FaultSigcont      = "sigcont"       // SIGCONT to MainPID
+	// FaultSigkillHitter SIGKILLs the process whose hit fired the trigger
+	// (the runner's sigkill-direct: a vmctl the harness started itself);
+	// Allow decides whether that process may be killed.
+	FaultSigkillHitter = "sigkill-hitter"
 )
 
 // FaultKinds lists every fault kind.
-var FaultKinds = []string{FaultSigkillMain, FaultStop, FaultRestart, FaultKillAll, FaultSigkillChild, FaultSigkillVMM, FaultSigstop, FaultSigcont}
+var FaultKinds = []string{FaultSigkillMain, FaultStop, FaultRestart, FaultKillAll, FaultSigkillChild, FaultSigkillVMM, FaultSigstop, FaultSigcont, FaultSigkillHitter}
 
 // Fault is what to do when a trigger fires.
 type Fault struct {
@@ -64,7 +68,7 @@ func (f Fault) Validate() error {
 	if !slices.Contains(FaultKinds, f.Kind) {
 		return fmt.Errorf("fault %q: unknown kind (want one of %s)", f.Kind, strings.Join(FaultKinds, ", "))
 	}
-	if f.Unit == "" && f.Kind != FaultSigkillVMM {
+	if f.Unit == "" && f.Kind != FaultSigkillVMM && f.Kind != FaultSigkillHitter {
 		return fmt.Errorf("fault %s: needs a unit", f.Kind)
 	}
 	if f.StopFor < 0 {
@@ -168,7 +172,12 @@ func (a *Armed) Cancel() { a.cancel() }
 type armCfg struct {
 	from     int
 	intend   []string
-	inVictim bool // see InVictim
+	inVictim bool                       // see InVictim
+	once     string                     // see Once
+	allow    func(host int) error       // see Allow
+	resolve  func(pid int) (int, error) // see Resolve
+	// hitterProc: which processes an in-victim sigkill-hitter may be (see HitterProc)
+	hitterProc string
 }
 
 // ArmOption tunes one Arm.
@@ -176,6 +185,25 @@ type ArmOption func(*armCfg)
 
 // From counts trigger hits from trace index mark (default: the trace length at Arm).
 func From(mark int) ArmOption { return func(c *armCfg) { c.from = mark } }
+
+// Allow vets the host pid of a sigkill-hitter victim before it is killed
+// (harness path) or once it armed itself (in the victim): an error refuses it
+// and becomes the record's Err.
+func Allow(f func(hostPID int) error) ArmOption { return func(c *armCfg) { c.allow = f } }
+
+// Resolve maps a sigkill-hitter's pid as it sees itself to the host pid of
+// a process the caller vouches for (an error refuses it), in place of the
+// supervisor's HostPID and Allow: a caller that knows its processes finds
+// them without a scan of every process (in a sandbox HostPID may have to
+// scan the host, milliseconds a short-lived victim may not have).
+func Resolve(f func(pid int) (hostPID int, err error)) ArmOption {
+	return func(c *armCfg) { c.resolve = f }
+}
+
+// HitterProc narrows an in-victim sigkill-hitter to processes emitting as
+// proc ("vmctl"): each is identified at its first datagram (while it surely
+// lives), so fewer candidates keep that identification from falling behind.
+func HitterProc(proc string) ArmOption { return func(c *armCfg) { c.hitterProc = proc } }
 
 // Intend names the phases the fault must land in (LastPhase ∈ phases);
 // otherwise Landed is false and the case is inconclusive.
@@ -200,6 +228,10 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if f.Kind == FaultSigkillHitter && t.Kind == TriggerAfterExit {
+		pre.close()
+		return nil, fmt.Errorf("arm %s: %s needs a trigger hit by its victim", t, f.Kind)
+	}
 	if cfg.inVictim {
 		if _, err := VictimSpec(f, t); err != nil {
 			pre.close()
@@ -209,6 +241,15 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 		// fires, when it may already be gone.
 		if needsMain(f.Kind) && pre == nil {
 			return nil, fmt.Errorf("arm %s in the victim: unit %s has no main process now", t, f.Unit)
+		}
+		// A VM's VMM that runs now is identified now, like a main process:
+		// once it killed itself its argv and pid mapping are gone.
+		if f.Kind == FaultSigkillVMM && f.VM != "" {
+			v, err := in.vmmVictim(f.VM)
+			if err != nil {
+				return nil, fmt.Errorf("arm %s in the victim: %w", t, err)
+			}
+			pre = v
 		}
 	}
 	switch t.Kind {
@@ -271,6 +312,32 @@ func (in *Injector) Inject(ctx context.Context, f Fault) Injection {
 		inj.Err = err.Error()
 		return inj
 	}
+	in.fire(ctx, f, v, &inj)
+	inj.Landed = inj.Err == ""
+	return inj
+}
+
+// InjectHit fires f now at the process a trigger hit names (sigkill-hitter:
+// the process that sent hit, through Resolve/Allow; other kinds as Inject,
+// with hit for the victim's VM or child), e.g. a process the caller holds
+// parked. The record names the hit like an armed one.
+func (in *Injector) InjectHit(ctx context.Context, f Fault, hit Hit, opts ...ArmOption) Injection {
+	var cfg armCfg
+	for _, o := range opts {
+		o(&cfg)
+	}
+	inj := Injection{Fault: f, IntendedPhase: hit.Event.Point, TriggerPID: hit.Event.Pid, TriggerNs: hit.Event.TsNs, HitRecvNs: hit.RecvNs}
+	if err := f.Validate(); err != nil {
+		inj.Err = err.Error()
+		return inj
+	}
+	inj.RequestedNs = failpoint.Now()
+	v, err := in.resolveWith(ctx, f, &hit, &cfg)
+	if err != nil {
+		inj.Err = "victim: " + err.Error()
+		return inj
+	}
+	defer v.close()
 	in.fire(ctx, f, v, &inj)
 	inj.Landed = inj.Err == ""
 	return inj
@@ -345,7 +412,7 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 
 		v = pre
 		if v == nil || v.fd.Exited() {
-			if v, err = in.resolve(ctx, f, &hit); err != nil {
+			if v, err = in.resolveWith(ctx, f, &hit, &cfg); err != nil {
 				inj.Err = "victim: " + err.Error()
 				in.release(t)
 				return inj
@@ -430,7 +497,7 @@ func (in *Injector) parkedHit(ctx context.Context, t Trigger, pid int) (Hit, err
 // faultSignal maps the faults that are one signal to a victim to that signal.
 var faultSignal = map[string]syscall.Signal{
 	FaultSigkillMain: syscall.SIGKILL, FaultSigkillChild: syscall.SIGKILL, FaultSigkillVMM: syscall.SIGKILL,
-	FaultSigstop: syscall.SIGSTOP, FaultSigcont: syscall.SIGCONT,
+	FaultSigstop: syscall.SIGSTOP, FaultSigcont: syscall.SIGCONT, FaultSigkillHitter: syscall.SIGKILL,
 }
 
 // contLater sends SIGCONT to p at CLOCK_MONOTONIC at (sigstop with StopFor).
@@ -465,7 +532,7 @@ func (in *Injector) fireOnReader(ctx context.Context, f Fault, t Trigger, cfg ar
 		fr := firing{hit: h, requested: h.Event.TsNs + int64(t.Offset)}
 		v := pre
 		if v == nil || v.fd.Exited() {
-			nv, err := in.resolve(ctx, f, &h)
+			nv, err := in.resolveWith(ctx, f, &h, &cfg)
 			if err != nil {
 				fr.err = fmt.Errorf("victim: %w", err)
 				res <- fr
@@ -513,7 +580,7 @@ func isSupervisorFault(kind string) bool {
 }
 
 func isKill(kind string) bool {
-	return kind == FaultSigkillMain || kind == FaultSigkillChild || kind == FaultSigkillVMM
+	return kind == FaultSigkillMain || kind == FaultSigkillChild || kind == FaultSigkillVMM || kind == FaultSigkillHitter
 }
 
 // fire delivers the fault and stamps ActualNs right after the syscall (or
@@ -524,7 +591,7 @@ func (in *Injector) fire(ctx context.Context, f Fault, v *victim, inj *Injection
 	}
 	var err error
 	switch f.Kind {
-	case FaultSigkillMain, FaultSigkillChild, FaultSigkillVMM:
+	case FaultSigkillMain, FaultSigkillChild, FaultSigkillVMM, FaultSigkillHitter:
 		err = v.fd.Signal(syscall.SIGKILL)
 		inj.ActualNs = failpoint.Now()
 	case FaultSigstop:
@@ -559,7 +626,52 @@ func (in *Injector) fire(ctx context.Context, f Fault, v *victim, inj *Injection
 
 // resolve finds and opens the victim of f; nil for supervisor faults.
 func (in *Injector) resolve(ctx context.Context, f Fault, hit *Hit) (*victim, error) {
+	return in.resolveWith(ctx, f, hit, nil)
+}
+
+// hitterHost is the host pid of the process that sent hit, through resolve
+// when set, else HostPID vetted by allow.
+func (in *Injector) hitterHost(ctx context.Context, hit *Hit, allow func(int) error, resolve func(int) (int, error)) (int, error) {
+	if hit == nil {
+		return 0, fmt.Errorf("%s: no trigger hit", FaultSigkillHitter)
+	}
+	if resolve != nil {
+		host, err := resolve(hit.Event.Pid)
+		if err != nil {
+			return host, fmt.Errorf("pid %d that hit %s: %w", hit.Event.Pid, hit.Event.Point, err)
+		}
+		return host, nil
+	}
+	host, err := in.sup.HostPID(ctx, hit.Event.Pid)
+	if err != nil {
+		return 0, fmt.Errorf("pid %d that hit %s: %w", hit.Event.Pid, hit.Event.Point, err)
+	}
+	if allow != nil {
+		if err := allow(host); err != nil {
+			return host, fmt.Errorf("pid %d (host %d) that hit %s: %w", hit.Event.Pid, host, hit.Event.Point, err)
+		}
+	}
+	return host, nil
+}
+
+func (in *Injector) resolveWith(ctx context.Context, f Fault, hit *Hit, cfg *armCfg) (*victim, error) {
 	switch f.Kind {
+	case FaultSigkillHitter:
+		var host int
+		var err error
+		if cfg != nil {
+			host, err = in.hitterHost(ctx, hit, cfg.allow, cfg.resolve)
+		} else {
+			host, err = in.hitterHost(ctx, hit, nil, nil)
+		}
+		if err != nil {
+			return nil, err
+		}
+		p, err := Identify(host)
+		if err != nil {
+			return nil, err
+		}
+		return in.open(p)
 	case FaultSigkillMain, FaultSigstop, FaultSigcont:
 		return in.mainVictim(ctx, f.Unit)
 	case FaultSigkillChild:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
@@ -22,12 +23,29 @@ import (
 // N = 1 qualify: the action fires at the first hit of each process.
 func InVictim() ArmOption { return func(c *armCfg) { c.inVictim = true } }
 
+// Once is InVictim for a spec made by VictimSpecOnce with this token: only
+// the victim's failpoint.signal that carries it counts.
+func Once(token string) ArmOption { return func(c *armCfg) { c.inVictim, c.once = true, token } }
+
+// VictimSpecOnce is VictimSpec, one-shot across processes: the action
+// carries `once=token` (failpoint.OnceClaimFile), so of every process
+// started with the spec — a victim restarted with the same environment,
+// every child an agent starts — only the first to hit the point fires.
+func VictimSpecOnce(f Fault, t Trigger, token string) (string, error) {
+	spec, err := VictimSpec(f, t)
+	if err != nil || token == "" {
+		return spec, err
+	}
+	point, rest, _ := strings.Cut(spec, ")")
+	return point + ",once=" + token + ")" + rest, nil
+}
+
 // VictimSpec is the VMCHAOS_FAILPOINTS entry that arms f inside the process
 // that hits t's point (see InVictim); "" with the reason when f and t do not
 // qualify.
 func VictimSpec(f Fault, t Trigger) (string, error) {
 	sig, ok := faultSignal[f.Kind]
-	if !ok || f.Kind == FaultSigkillVMM {
+	if !ok {
 		return "", fmt.Errorf("fault %s: not a signal to the process that hits the point", f.Kind)
 	}
 	if t.Kind != TriggerAt || t.N > 1 {
@@ -63,7 +81,31 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 		}
 	}
 	fired := func(e *failpoint.Event) bool {
-		return e.Point == failpoint.SignalPoint && e.Attrs["point"] == t.Point && (t.VM == "" || e.VM == t.VM)
+		return e.Point == failpoint.SignalPoint && e.Attrs["point"] == t.Point && (t.VM == "" || e.VM == t.VM) &&
+			(cfg.once == "" || e.Attrs["once"] == cfg.once)
+	}
+	// A hitter is identified at its first datagram after Arm (a vmctl
+	// sends some before the point, 20 ms for a clone), while it surely
+	// lives: by the time its signal — or even its hit, if delivery takes
+	// longer than the offset — is read it may be gone, and its pid with it.
+	var ids *procIDs
+	if f.Kind == FaultSigkillHitter {
+		ids = in.identify(ctx, cfg.from, cfg.hitterProc, cfg.allow, cfg.resolve)
+	}
+	// A VMM not running at Arm is identified at its hit.
+	var hitter chan hitterID
+	if f.Kind == FaultSigkillVMM && pre == nil {
+		hitter = make(chan hitterID, 1)
+		cancel, err := in.tr.onHitWaiter(cfg.from, 1, PointMatch(t.Point, t.VM), func(h Hit) *timed {
+			host, err := in.vmmHost(ctx, f, &h)
+			hitter <- hitterID{h.Event.Pid, host, err}
+			return nil
+		})
+		if err != nil {
+			inj.Err = "trigger: " + err.Error()
+			return inj
+		}
+		defer cancel()
 	}
 	h, err := in.tr.Wait(ctx, cfg.from, 1, fired)
 	if err != nil {
@@ -92,7 +134,13 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 	case inj.TriggerNs != 0 && inj.TriggerNs+int64(t.Offset) != inj.RequestedNs:
 		inj.Err = "in-victim: the signal's due time is not its hit + offset"
 	}
-	if inj.Err == "" {
+	switch {
+	case inj.Err != "":
+	case ids != nil:
+		inj.VictimPID, inj.Err = ids.of(ctx, in.tr, fe, h.Index)
+	case hitter != nil:
+		inj.VictimPID, inj.Err = hitterOfSelf(ctx, fe, hitter)
+	default:
 		inj.VictimPID, inj.Err = in.victimOfSelf(ctx, f, fe, pre, selfPID)
 	}
 	// Let datagrams sent before the signal arrive, then read where the
@@ -116,9 +164,59 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 	return inj
 }
 
+// vmmHost is the host pid of the process that sent hit when it is the VM's
+// VMM (the identity rule of vmmVictim), else an error.
+func (in *Injector) vmmHost(ctx context.Context, f Fault, hit *Hit) (int, error) {
+	host, err := in.sup.HostPID(ctx, hit.Event.Pid)
+	if err != nil {
+		return 0, fmt.Errorf("pid %d that hit %s: %w", hit.Event.Pid, hit.Event.Point, err)
+	}
+	vm := f.VM
+	if vm == "" {
+		vm = hit.Event.VM
+	}
+	v, err := in.vmmVictim(vm)
+	if err != nil {
+		return host, err
+	}
+	defer v.close()
+	if v.fd.PID != host {
+		return host, fmt.Errorf("pid %d (host %d) that hit %s is not vm %s's VMM (host %d)", hit.Event.Pid, host, hit.Event.Point, vm, v.fd.PID)
+	}
+	return host, nil
+}
+
+type hitterID struct {
+	pid, host int
+	err       error
+}
+
+// hitterOfSelf checks that the process that signalled itself is the one
+// whose hit was identified (and allowed) as it arrived.
+func hitterOfSelf(ctx context.Context, fe failpoint.Event, hitter <-chan hitterID) (int, string) {
+	select {
+	case id := <-hitter:
+		switch {
+		case id.err != nil:
+			return id.host, "in-victim: " + id.err.Error()
+		case id.pid != fe.Pid:
+			return id.host, fmt.Sprintf("in-victim: pid %d fired, but pid %d hit %s first", fe.Pid, id.pid, fe.Attrs["point"])
+		}
+		return id.host, ""
+	case <-ctx.Done():
+		return 0, "in-victim: the hit that armed it was never identified"
+	}
+}
+
 // victimOfSelf checks that the process that signalled itself is f's victim
 // and returns its host pid.
 func (in *Injector) victimOfSelf(ctx context.Context, f Fault, fe failpoint.Event, pre *victim, selfPID int) (int, string) {
+	if f.Kind == FaultSigkillVMM && pre != nil {
+		if selfPID == 0 || selfPID != fe.Pid {
+			return 0, fmt.Sprintf("in-victim: pid %d (as it sees itself) that hit %s is not vm %s's VMM at Arm (host pid %d)", fe.Pid, fe.Attrs["point"], f.VM, pre.fd.PID)
+		}
+		return pre.fd.PID, ""
+	}
 	if needsMain(f.Kind) {
 		if pre == nil {
 			return 0, fmt.Sprintf("in-victim: unit %s had no main process at Arm", f.Unit)
@@ -154,4 +252,84 @@ func (t *Trace) eventsOf(proc string, pid int) []Hit {
 		}
 	}
 	return out
+}
+
+// procIDs are the host pids (or why not) of the processes that sent
+// datagrams since a mark, each identified at its first one: keyed by that
+// datagram's trace index, so a pid reused by a later process is never
+// mistaken for the earlier one.
+type procIDs struct {
+	from int
+	mu   sync.Mutex
+	last map[int]uint64   // pid → seq of the datagram it was last identified at
+	ids  map[int]hitterID // trace index of the identifying datagram → identity
+}
+
+// identify identifies, in the background until ctx ends, every process
+// emitting as proc ("" any) at its first datagram from index from on (a pid
+// whose seq starts again is a new process under a reused pid: identified
+// again).
+func (in *Injector) identify(ctx context.Context, from int, proc string, allow func(int) error, resolve func(int) (int, error)) *procIDs {
+	p := &procIDs{from: from, last: map[int]uint64{}, ids: map[int]hitterID{}}
+	fresh := func(e *failpoint.Event) bool {
+		if proc != "" && e.Proc != proc {
+			return false
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		last, seen := p.last[e.Pid]
+		return !seen || e.Seq <= last
+	}
+	go func() {
+		for idx := from; ; {
+			h, err := in.tr.Wait(ctx, idx, 1, fresh)
+			if err != nil {
+				return
+			}
+			idx = h.Index + 1
+			p.mu.Lock()
+			p.last[h.Event.Pid] = h.Event.Seq
+			p.mu.Unlock()
+			host, err := in.hitterHost(ctx, &h, allow, resolve)
+			p.mu.Lock()
+			p.ids[h.Index] = hitterID{h.Event.Pid, host, err}
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+// of is the identity of the process that sent fe (at trace index feIdx):
+// the one made at the first datagram of fe's process since the mark, once
+// the background identification has come to it.
+func (p *procIDs) of(ctx context.Context, tr *Trace, fe failpoint.Event, feIdx int) (int, string) {
+	// Walk back over this pid's datagrams while seq goes down: where it
+	// stops is this process's first datagram since the mark.
+	start := -1
+	evs := tr.eventsOf(fe.Proc, fe.Pid)
+	for k := len(evs) - 1; k >= 0; k-- {
+		if evs[k].Index > feIdx {
+			continue
+		}
+		if evs[k].Index < p.from || start >= 0 && !(evs[k].Event.Seq > 0 && evs[k].Event.Seq < evs[k+1].Event.Seq) {
+			break
+		}
+		start = evs[k].Index
+	}
+	for {
+		p.mu.Lock()
+		id, ok := p.ids[start]
+		p.mu.Unlock()
+		if ok {
+			if id.err != nil {
+				return id.host, "in-victim: " + id.err.Error()
+			}
+			return id.host, ""
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Sprintf("in-victim: pid %d that fired was never identified", fe.Pid)
+		case <-time.After(time.Millisecond):
+		}
+	}
 }

@@ -151,6 +151,7 @@ func TestTraceKeepsOrderCountsMalformedAndWaitsForPastHits(t *testing.T) {
 // BenchmarkTraceIngest: datagrams the trace reader takes in (parse, append,
 // match against a pending waiter) per second, from one sender.
 func BenchmarkTraceIngest(b *testing.B) {
+	b.ReportAllocs()
 	tr, err := ListenTrace(filepath.Join(b.TempDir(), "t.sock"))
 	if err != nil {
 		b.Fatal(err)

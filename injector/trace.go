@@ -47,7 +47,8 @@ type Trace struct {
 	posted []func() // to run on the reader thread
 
 	// reader-thread only
-	due []*timed
+	due    []*timed
+	intern interner // strings of decoded datagrams
 }
 
 // Hit is one event as a waiter sees it.
@@ -224,7 +225,7 @@ func (t *Trace) read(started chan<- struct{}) {
 			}
 		}
 		for {
-			n, _, err := unix.Recvfrom(t.fd, buf, unix.MSG_DONTWAIT)
+			n, err := recvDatagram(t.fd, buf)
 			if err != nil {
 				break // EAGAIN: drained
 			}
@@ -297,7 +298,10 @@ func (t *Trace) fireDue() *unix.Timespec {
 // ingest records one datagram and runs the waiters it completes.
 func (t *Trace) ingest(b []byte) {
 	now := failpoint.Now()
-	ev, err := failpoint.ParseEvent(b)
+	if t.intern == nil {
+		t.intern = interner{}
+	}
+	ev, err := decodeEvent(b, t.intern)
 	t.mu.Lock()
 	if err != nil {
 		t.bad++

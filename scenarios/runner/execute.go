@@ -107,11 +107,17 @@ func (cr *caseRun) record(i int, in injector.Injection) reports.Injection {
 		d := in.HitRecvNs - in.TriggerNs // the error itself: reports.FillInjectionErrors
 		out.DeliveryNs = &d
 	}
-	if in.VictimPID > 0 {
-		cr.mu.Lock()
-		cr.victims[in.VictimPID] = true
-		cr.mu.Unlock()
+	if f.Kind == "sigkill-direct" {
+		out.Fault = f.Kind // the injector's sigkill-hitter
 	}
+	cr.mu.Lock()
+	if in.VictimPID > 0 {
+		cr.victims[in.VictimPID] = true
+	}
+	if in.TriggerPID > 0 && (in.InVictim || f.Kind == "sigkill-direct") {
+		cr.victims[in.TriggerPID] = true // the victim as its events name it
+	}
+	cr.mu.Unlock()
 	if f.Kind == "sigkill-vmm" {
 		cr.noteVMMKill(f.VM, in.ActualNs)
 	}
@@ -236,15 +242,11 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 			continue
 		}
 		if f.Kind == "sigkill-direct" {
-			// a vmctl the harness started itself, parked: kill it there
-			host := cr.st.HostPID(pid)
-			rec := reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: failpoint.Now(), VictimPID: host, IntendedPhase: t.Point}
-			if !cr.isDirect(host) {
-				rec.Err = fmt.Sprintf("parked pid %d (host %d) is not a process the harness started", pid, host)
-			} else if err := stack.KillProc(host); err != nil {
-				rec.Err = err.Error()
-			}
-			rec.ActualNs = failpoint.Now()
+			// a vmctl the harness started itself, parked: kill it there,
+			// through the injector (its pidfd and its accounting)
+			in := cr.inj.InjectHit(ctx, injector.Fault{Kind: injector.FaultSigkillHitter}, hit, injector.Resolve(cr.directHost))
+			rec := reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
+				VictimPID: in.VictimPID, Err: in.Err, IntendedPhase: t.Point}
 			cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
 			if firstNs == 0 {
 				firstNs = rec.ActualNs
@@ -393,10 +395,14 @@ func (cr *caseRun) waitFailpoint(ctx context.Context, mark, i int, trig string) 
 	}
 	point, _, _ := strings.Cut(cr.s.Env.Failpoints, "=")
 	point = strings.TrimSpace(point)
-	rec := reports.Injection{Fault: "failpoint " + cr.s.Env.Failpoints, Trigger: trig, RequestedNs: cr.armNs}
+	// The action runs inside the process, in the hit of its point: that hit
+	// is both when it was asked for and when it happened (in the victim,
+	// like signal(SIG,DELAY) at DELAY 0). Requested was the arming time,
+	// which made the time to reach the point look like an injection error.
+	rec := reports.Injection{Fault: "failpoint " + cr.s.Env.Failpoints, Trigger: trig, InVictim: true}
 	for _, e := range cr.st.Trace.Sorted() {
 		if e.TsNs > cr.armNs && e.Point == point {
-			rec.ActualNs = e.TsNs
+			rec.RequestedNs, rec.ActualNs = e.TsNs, e.TsNs
 			break
 		}
 	}
@@ -407,42 +413,6 @@ func (cr *caseRun) waitFailpoint(ctx context.Context, mark, i int, trig string) 
 		rec.Err = fmt.Sprintf("%s came %s before the action's point %s: not its effect", t.Point, ms(rec.ActualNs-hit.Event.TsNs), point)
 	}
 	cr.land(&rec, cr.faultWindow(i), cr.armNs, 0)
-	return []reports.Injection{rec}, nil
-}
-
-// killDirect SIGKILLs a vmctl the harness started itself, OFFSET after the
-// trigger point (seed 002: a clone killed 59 ms after its placeholder).
-func (cr *caseRun) killDirect(ctx context.Context, mark, i int, trig string) ([]reports.Injection, error) {
-	t, err := injector.ParseTrigger(trig)
-	if err != nil {
-		return nil, err
-	}
-	hit, err := cr.st.Trace.WaitPoint(ctx, mark, t.Point, t.N, t.VM)
-	if err != nil {
-		return nil, err
-	}
-	req := hit.Event.TsNs + int64(t.Offset)
-	if d := time.Duration(req - failpoint.Now()); d > 0 {
-		time.Sleep(d)
-	}
-	host := cr.st.HostPID(hit.Event.Pid)
-	rec := reports.Injection{Fault: "sigkill-direct", Trigger: trig, RequestedNs: req, VictimPID: host, IntendedPhase: t.Point}
-	if !cr.isDirect(host) {
-		rec.Err = fmt.Sprintf("pid %d (host %d) that hit %s is not a process the harness started", hit.Event.Pid, host, t.Point)
-		rec.ActualNs = failpoint.Now()
-		return []reports.Injection{rec}, nil
-	}
-	err = stack.KillProc(host)
-	rec.ActualNs = failpoint.Now()
-	if err != nil {
-		rec.Err = err.Error()
-		return []reports.Injection{rec}, nil
-	}
-	time.Sleep(20 * time.Millisecond) // let datagrams sent before the kill arrive
-	cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, 0)
-	cr.mu.Lock()
-	cr.victims[hit.Event.Pid] = true
-	cr.mu.Unlock()
 	return []reports.Injection{rec}, nil
 }
 

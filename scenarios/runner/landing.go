@@ -115,7 +115,9 @@ func judgeLanding(evs []failpoint.Event, w phaseWindow, fromNs, faultNs int64, p
 // watcher, child accounting) and by the store whatever the operation does:
 // they are no phase of the operation.
 func bookkeeping(point string) bool {
-	return strings.HasPrefix(point, "agent.child.") || strings.HasPrefix(point, "store.commit.")
+	// failpoint.signal is the in-victim fault's own announcement, not a
+	// phase: stamped at the fault, it would always be "where it landed".
+	return strings.HasPrefix(point, "agent.child.") || strings.HasPrefix(point, "store.commit.") || point == failpoint.SignalPoint
 }
 
 // stackPhaseAt is the last phase any process of the stack reached at or

@@ -92,8 +92,11 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 	cr.scraper.ScrapeNow(ctx, failpoint.Now)
 	// The setup ran with an agent without failpoints (it must not park at
 	// the case's point); the armed agent replaces it.
-	fps := cr.failpoints()
-	st.SetHarnessFailpoints(fps)
+	// The in-victim specs go to the processes that hit their points: the
+	// agent (and its children, which inherit its environment) or the
+	// harness's own vmctl processes.
+	fps := withSpecs(cr.failpoints(), cr.victimSpecs(false))
+	st.SetHarnessFailpoints(withSpecs(cr.failpoints(), cr.victimSpecs(true)))
 	if fps != "" {
 		if err := st.Arm(ctx, fps); err != nil {
 			return startErr(err)
@@ -148,30 +151,21 @@ func (cr *caseRun) armFaults(ctx context.Context) ([]pendingFault, error) {
 			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
 				return cr.waitFailpoint(ctx, mark, i, trig)
 			}})
-		case f.Kind == "sigkill-direct":
-			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
-				return cr.killDirect(ctx, mark, i, trig)
-			}})
 		default:
-			// at and after-exit: armed in the injector, fired from its
-			// trace reader thread (no hand-off between the hit and the
-			// signal; a harness goroutine woke up to 200 ms late under load)
+			// at and after-exit (sigkill-direct included): armed in the
+			// injector, in the victim where it hits the point (victimArms),
+			// else fired from the trace reader thread (no hand-off between
+			// the hit and the signal; a harness goroutine woke up to 200 ms
+			// late under load)
 			t, err := injector.ParseTrigger(trig)
 			if err != nil {
 				return nil, harnessErr(fmt.Errorf("fault %d: %w", i, err))
 			}
-			a, err := cr.inj.Arm(ctx, cr.injFault(f), t, injector.From(mark))
+			w, err := cr.armTimed(ctx, i, t)
 			if err != nil {
-				return nil, harnessErr(fmt.Errorf("arm fault %d: %w", i, err))
+				return nil, err
 			}
-			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
-				in, err := a.Wait(ctx)
-				if err != nil {
-					a.Cancel()
-					return nil, err
-				}
-				return []reports.Injection{cr.record(i, in)}, nil
-			}})
+			waits = append(waits, w)
 		}
 	}
 	for _, trig := range parkOrder {

@@ -314,6 +314,8 @@ type caseRun struct {
 	mark        int   // trace index after arming: the faults count hits from here
 	armNs       int64 // when the armed agent was up
 	adopted     map[string]string
+	vArms       map[int]victimArm // faults armed in their victim (invictim.go)
+	salt        int64
 	mu          sync.Mutex
 }
 

@@ -70,6 +70,7 @@ func TestJudgeLandingTable(t *testing.T) {
 		ev(115, 1, "agent.child.exec"), // bookkeeping: never a phase
 		ev(120, 2, "snapshot.save.locked"),
 		ev(150, 2, "snapshot.save.paused"),
+		ev(160, 2, failpoint.SignalPoint), // an in-victim fault's announcement: never a phase
 		ev(190, 2, "snapshot.save.finalized"),
 		ev(200, 1, "agent.hibernate.saved"),
 		ev(260, 1, "agent.hibernate.done"),

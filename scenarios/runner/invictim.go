@@ -1,0 +1,173 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/stack"
+)
+
+// victimArm is a fault armed inside its victim (issue #20): the process that
+// hits the trigger point is the one the fault kills, so it gets
+// `POINT=1*signal(KILL,OFFSET,once=TOKEN)` in its environment and kills
+// itself OFFSET after its hit on its own clock; trace delivery and the
+// harness's wake-up drop out of the error. The token makes it one-shot: the
+// restarted agent (same unit environment) and the agent's later children
+// (they inherit it) go on unharmed.
+type victimArm struct {
+	token, spec string
+	trigger     injector.Trigger // as armed (sigkill-vmm: narrowed to its VM's id)
+	harness     bool             // the spec goes to the harness's own vmctl processes, not the agent
+}
+
+// inVictimOff opts the runner out of in-victim arming (A/B against the
+// harness path): VMCHAOS_INJECTOR_INVICTIM=0.
+var inVictimOff = os.Getenv("VMCHAOS_INJECTOR_INVICTIM") == "0"
+
+// victimArms decides, once per case (after the fault's offset is placed),
+// which faults are armed in their victim. Only a SIGKILL of the process that
+// hits an `at POINT + OFFSET` point at its first hit qualifies: sigkill-main
+// where the agent hits the point, sigkill-child where the agent's vmctl
+// child of the fault's kind does, sigkill-direct (a vmctl the harness
+// started), sigkill-vmm at a fakech point of a VM that exists at arming
+// (its VMM hits it; the spec is narrowed to that VM's id, which fakech's
+// hits carry, and reaches the VMM through the agent and vmctl, whose
+// environment it inherits). Everything else — supervisor faults (stop, restart, kill-all go
+// through systemctl or its stand-in), after-exit and park triggers, a victim
+// that is not the hitter — keeps the harness path.
+func (cr *caseRun) victimArms() map[int]victimArm {
+	if cr.vArms != nil || inVictimOff {
+		return cr.vArms
+	}
+	cr.vArms = map[int]victimArm{}
+	for i, f := range cr.s.Faults {
+		t, err := injector.ParseTrigger(cr.r.triggerString(cr.c, i))
+		if err != nil || t.Kind != injector.TriggerAt || t.N > 1 {
+			continue
+		}
+		proc, op := pointOf(t.Point)
+		var harness bool
+		switch {
+		case f.Kind == "sigkill-main" && f.Unit != "daemon" && proc == "nodeagent":
+		case f.Kind == "sigkill-child" && proc == "vmctl" && (f.Child == "" || strings.HasSuffix(f.Child, "-"+op)):
+		case f.Kind == "sigkill-direct" && proc == "vmctl":
+			harness = true
+		case f.Kind == "sigkill-vmm" && proc == "fakech":
+			if t.VM = cr.injFault(f).VM; t.VM == "" {
+				continue // not created yet: a spec without @vm= would arm any VMM
+			}
+		default:
+			continue
+		}
+		token := fmt.Sprintf("c%x-f%d", cr.armSalt(), i)
+		spec, err := injector.VictimSpecOnce(cr.victimFault(f), t, token)
+		if err != nil {
+			continue // the harness path then
+		}
+		cr.vArms[i] = victimArm{token: token, spec: spec, trigger: t, harness: harness}
+	}
+	return cr.vArms
+}
+
+// armSalt keeps tokens of different cases (and repeats) apart in one
+// control dir.
+func (cr *caseRun) armSalt() int64 {
+	if cr.salt == 0 {
+		cr.salt = failpoint.Now()
+	}
+	return cr.salt
+}
+
+// victimSpecs joins the in-victim specs for the agent (harness=false) or
+// for the harness's own processes.
+func (cr *caseRun) victimSpecs(harness bool) []string {
+	var out []string
+	for i := range cr.s.Faults {
+		if a, ok := cr.victimArms()[i]; ok && a.harness == harness {
+			out = append(out, a.spec)
+		}
+	}
+	return out
+}
+
+// victimFault is the injector fault of a catalogue fault, sigkill-direct
+// included (the hitter: a vmctl the harness started).
+func (cr *caseRun) victimFault(f scenarios.Fault) injector.Fault {
+	if f.Kind == "sigkill-direct" {
+		return injector.Fault{Kind: injector.FaultSigkillHitter}
+	}
+	return cr.injFault(f)
+}
+
+// withSpecs is a VMCHAOS_FAILPOINTS value with specs added.
+func withSpecs(fps string, specs []string) string {
+	if fps != "" {
+		specs = append([]string{fps}, specs...)
+	}
+	return strings.Join(specs, ";")
+}
+
+// pointOf is the process that hits a point and its operation (catalogue).
+func pointOf(name string) (proc, op string) {
+	for _, p := range failpoint.Catalogue {
+		if p.Name == name {
+			return p.Proc, p.Op
+		}
+	}
+	return "", ""
+}
+
+// armTimed arms an `at`/`after-exit` fault in the injector — in its victim
+// when victimArms says so — and returns its wait. sigkill-direct is the
+// injector's sigkill-hitter, allowed only on a vmctl the harness started.
+func (cr *caseRun) armTimed(ctx context.Context, i int, t injector.Trigger) (pendingFault, error) {
+	f := cr.s.Faults[i]
+	opts := []injector.ArmOption{injector.From(cr.mark)}
+	if a, ok := cr.victimArms()[i]; ok {
+		opts = append(opts, injector.Once(a.token))
+		t = a.trigger
+	}
+	if f.Kind == "sigkill-direct" {
+		opts = append(opts, injector.HitterProc("vmctl"), injector.Resolve(cr.directHost))
+	}
+	a, err := cr.inj.Arm(ctx, cr.victimFault(f), t, opts...)
+	if err != nil {
+		return pendingFault{}, harnessErr(fmt.Errorf("arm fault %d: %w", i, err))
+	}
+	return pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
+		in, err := a.Wait(ctx)
+		if err != nil {
+			a.Cancel()
+			return nil, err
+		}
+		return []reports.Injection{cr.record(i, in)}, nil
+	}}, nil
+}
+
+// directHost is the host pid of the vmctl the harness started whose pid, as
+// it sees itself, is pid: the direct process itself or (sandbox) the child
+// of the nsenter that started it. A few /proc reads, where a sandbox's
+// HostPID may scan every process on the host.
+func (cr *caseRun) directHost(pid int) (int, error) {
+	cr.mu.Lock()
+	var roots []int
+	for _, d := range cr.direct {
+		roots = append(roots, d.pid)
+	}
+	cr.mu.Unlock()
+	for _, r := range roots {
+		for _, c := range append([]int{r}, stack.ChildrenOf(r)...) {
+			if stack.NSLocal(c) == pid {
+				return c, nil
+			}
+		}
+	}
+	return 0, errors.New("not a process the harness started (or gone)")
+}

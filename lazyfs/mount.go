@@ -343,6 +343,7 @@ type Mounted struct {
 	Tree   *Tree
 	server *fuse.Server
 	ms     *mountState
+	nss    []string // mount namespaces holding a clone of it (MountIn)
 }
 
 // Mount serves t at dir (an existing empty directory) until Unmount. It
@@ -373,9 +374,16 @@ func Mount(dir string, t *Tree) (*Mounted, error) {
 // mounted keeps a copy alive, so the wait is bounded and its end is not an
 // error (the fence already holds).
 func (m *Mounted) Unmount() error {
+	var nsErrs []error
+	for _, ns := range m.nss {
+		nsErrs = append(nsErrs, detachIn(m.Dir, ns))
+	}
 	err := unix.Unmount(m.Dir, unix.MNT_DETACH)
 	m.ms.fence()
 	if err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("lazyfs: unmount %s: %w", m.Dir, err)
+	}
+	if err := errors.Join(nsErrs...); err != nil {
 		return fmt.Errorf("lazyfs: unmount %s: %w", m.Dir, err)
 	}
 	done := make(chan struct{})
@@ -398,7 +406,7 @@ func (m *Mounted) PowerCut() (*Mounted, error) {
 		return nil, err
 	}
 	m.Tree.PowerCut()
-	return Mount(m.Dir, m.Tree)
+	return MountIn(m.Dir, m.Tree, m.nss)
 }
 
 // Available says why a lazy filesystem cannot be mounted here ("" when it

@@ -148,6 +148,10 @@ func (cr *caseRun) armFaults(ctx context.Context) ([]pendingFault, error) {
 			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
 				return cr.waitFailpoint(ctx, mark, i, trig)
 			}})
+		case f.Kind == scenarios.FaultPowerCut:
+			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
+				return cr.cutAt(ctx, mark, i, trig)
+			}})
 		case f.Kind == "sigkill-direct":
 			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
 				return cr.killDirect(ctx, mark, i, trig)
@@ -334,6 +338,7 @@ func (cr *caseRun) converge(ctx context.Context, budget time.Duration) ([]report
 	}
 	invs = append(invs, cr.history(ctx, convergedNs > 0, budget)...)
 	invs = append(invs, cr.restarts())
+	invs = append(invs, cr.powerCutInvariants()...)
 	cr.rc.Metrics = cr.metricDeltas()
 	cr.rc.Invariants = append(cr.rc.Invariants, invs...)
 	return cr.rc.Invariants, convergedNs > 0

@@ -7,6 +7,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -312,6 +313,8 @@ type caseRun struct {
 	mark        int   // trace index after arming: the faults count hits from here
 	armNs       int64 // when the armed agent was up
 	adopted     map[string]string
+	cut         *cutState     // what a power cut left (power-cut cases)
+	acks        []checker.Ack // intent changes the agent acknowledged
 	mu          sync.Mutex
 }
 
@@ -366,8 +369,13 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	defer cancel()
 
 	rs := r.scale(orDefault(s.Env.RestartDelay, 5*time.Second))
+	lazy, noLazy := lazyStack(s)
+	if noLazy != "" {
+		rc.Verdict, rc.Reason = verdict(outcome{Err: preconditionErr(errors.New(noLazy))})
+		return rc
+	}
 	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
-		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs})
+		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs, Lazy: lazy})
 	if err != nil {
 		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}

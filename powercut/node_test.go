@@ -254,7 +254,7 @@ func TestPowerCutCatchesADurableWriteWithoutFileFsync(t *testing.T) {
 	if why := lazyfs.Available(); why != "" {
 		t.Skip(why)
 	}
-	vmctl := buildVariant(t)
+	vmctl := BuildNoFileFsyncVmctl(t)
 	n := newNode(t, vmctl)
 	n.scenario()
 	if len(n.violations) == 0 {
@@ -263,7 +263,11 @@ func TestPowerCutCatchesADurableWriteWithoutFileFsync(t *testing.T) {
 	t.Logf("the variant without file fsync fails the power cut:\n  %s", strings.Join(n.violations, "\n  "))
 }
 
-func buildVariant(t *testing.T) string {
+// BuildNoFileFsyncVmctl builds, for tests only, a vmctl whose
+// durable.WriteFile skips the temp file's fsync (go build -overlay of
+// durable.go) and returns its path. Exported for this directory's external
+// tests (the runner's power-cut proof).
+func BuildNoFileFsyncVmctl(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	mod := strings.TrimSpace(string(out))

@@ -49,6 +49,8 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	}
 	if o.Err != nil && culpritOf(o.Err) == byProduct {
 		cr.attachEvidence(ctx, o.Err)
+		// converge never ran: what a power cut must keep is judged anyway
+		cr.rc.Invariants = append(cr.rc.Invariants, cr.powerCutInvariants()...)
 	}
 	return o
 }

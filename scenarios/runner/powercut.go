@@ -9,6 +9,7 @@ import (
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/lazyfs"
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/powercut"
 	"github.com/vmchaos/vmchaos/reports"
@@ -149,8 +150,8 @@ func (cr *caseRun) cutPower(ctx context.Context, trig, parked string) reports.In
 }
 
 // recordsHaveData reads the manager's own check of the store as the cut left
-// it: no VM record past creating without its disk, no ready snapshot
-// without its files.
+// it: the store loads, no VM record past creating is without its disk, no
+// ready snapshot without its files.
 func (cr *caseRun) recordsHaveData(ctx context.Context) reports.Invariant {
 	inv := reports.Invariant{Name: checker.RecordsHaveData + "-after-cut"}
 	rep, err := cr.st.ManagerObserver().Check(ctx)
@@ -158,7 +159,11 @@ func (cr *caseRun) recordsHaveData(ctx context.Context) reports.Invariant {
 		inv.Evidence = "manager check after the cut: " + err.Error()
 		return inv
 	}
-	ev := append(rep.Of(checker.CheckVMData), rep.Of("snapshot-data")...)
+	// a store that does not load proves nothing about its records: it is
+	// itself the loss (an index renamed into place before it was durable)
+	ev := rep.Of(manager.CheckStoreLoadable)
+	ev = append(ev, rep.Of(checker.CheckVMData)...)
+	ev = append(ev, rep.Of(manager.CheckSnapshotData)...)
 	inv.OK = len(ev) == 0
 	if inv.OK {
 		inv.Evidence = "every record the cut kept has its data"

@@ -38,6 +38,7 @@ type Options struct {
 	Progress    io.Writer // one line per finished case; nil = silent
 	StablePolls int       // consecutive clean polls that count as converged (default 3)
 	Repeat      int       // runs of every case (default 1); differing verdicts make it flaky
+	BinDir      string    // the stack binaries ("" = stackbin.Dir(); a test points it at a variant)
 
 	// Done is called with each finished case (progress.Meter.Case); nil = none.
 	Done func(reports.Case)
@@ -132,6 +133,9 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		return nil, fmt.Errorf("report dir: %w", err)
 	}
 	bin, err := binDir()
+	if o.BinDir != "" {
+		bin, err = o.BinDir, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -46,13 +46,17 @@ func lazyStack(s *scenarios.Scenario) (stack.LazyMount, string) {
 	if !hasPowerCut(s) {
 		return nil, ""
 	}
-	if why := lazyfs.Available(); why != "" {
+	if why := fuseAvailable(); why != "" {
 		return nil, why
 	}
 	return func(durable, volatile, nss []string) (stack.Unmounter, error) {
 		return powercut.MountIn(durable, volatile, nss)
 	}, ""
 }
+
+// fuseAvailable is lazyfs.Available; a test replaces it to see a host
+// without FUSE.
+var fuseAvailable = lazyfs.Available
 
 // preconditionErr is a case the host cannot run.
 func preconditionErr(err error) error { return &caseError{who: byPrecondition, err: err} }

@@ -17,6 +17,42 @@ const FaultPowerCut = "power-cut"
 func init() {
 	FaultKinds[FaultPowerCut] = true
 	Catalogue = append(Catalogue, powerCutScenarios()...)
+	Catalogue = append(Catalogue, powerCutTriggerScenarios...)
+}
+
+// powerCutTriggerScenarios cut the power at the other trigger kinds: at a
+// point plus an offset, after an agent child exited, and in steady state.
+var powerCutTriggerScenarios = []Scenario{
+	{
+		ID: "powercut-hibernate-at-begin", SeedRef: "powercut", Op: OpHibernate, Speed: "slow",
+		Title:   "power cut at an offset into a hibernate (anywhere between its first and last step)",
+		Setup:   readyA,
+		Act:     []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults:  []Fault{{Kind: FaultPowerCut, Trigger: "at agent.hibernate.begin", VM: vmA, Window: [2]string{"agent.hibernate.begin", "agent.hibernate.done"}}},
+		Offsets: []time.Duration{0, 2 * time.Second},
+		Env:     Env{RestartDelay: 5 * time.Second},
+		Expect:  Expect{Ledger: true},
+		Labels:  []string{"trigger:at"},
+	},
+	{
+		ID: "powercut-hibernate-after-save-exit", SeedRef: "powercut", Op: OpHibernate, Speed: "slow",
+		Title:  "power cut right after the agent's snapshot save child exited (the snapshot finalized, not yet pushed or acted on)",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{{Kind: FaultPowerCut, Trigger: "after-exit snapshot-save", VM: vmA, Window: [2]string{"agent.child.exit", "agent.hibernate.done"}}},
+		Env:    Env{RestartDelay: 5 * time.Second},
+		Expect: Expect{Ledger: true},
+		Labels: []string{"trigger:after-exit"},
+	},
+	{
+		ID: "powercut-steady", SeedRef: "powercut", Op: OpCreate, Speed: "slow",
+		Title:  "power cut of a node at rest: one VM ready with ledger markers, another hibernated",
+		Setup:  []Step{createA, ledgerA, {Kind: StepCreate, VM: vmB, Wait: true}, {Kind: StepLedgerWrite, VM: vmB}, {Kind: StepHibernate, VM: vmB, Wait: true}},
+		Faults: []Fault{{Kind: FaultPowerCut, Trigger: "now"}},
+		Env:    Env{RestartDelay: 5 * time.Second},
+		Expect: Expect{Ledger: true},
+		Labels: []string{"trigger:now"},
+	},
 }
 
 // powerCutOps are the agent operations a power cut interrupts, each with

@@ -39,11 +39,11 @@ func hasPowerCut(s *scenarios.Scenario) bool {
 	return false
 }
 
-// lazyStack is the stack option of a power-cut case: its durable dirs on
-// lazy filesystems. It says why when this host cannot mount one (then the
+// lazyStack is the stack option of a power-cut case (of every case with
+// always: --lazyfs): its durable dirs on lazy filesystems. It says why when this host cannot mount one (then the
 // case is inconclusive: a precondition, not a verdict on the product).
-func lazyStack(s *scenarios.Scenario) (stack.LazyMount, string) {
-	if !hasPowerCut(s) {
+func lazyStack(s *scenarios.Scenario, always bool) (stack.LazyMount, string) {
+	if !always && !hasPowerCut(s) {
 		return nil, ""
 	}
 	if why := fuseAvailable(); why != "" {

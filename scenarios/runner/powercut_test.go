@@ -35,7 +35,7 @@ func TestPowerCutCaseIsInconclusiveWithoutFUSE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lazy, reason := lazyStack(plain.Scenario); lazy != nil || reason != "" {
+	if lazy, reason := lazyStack(plain.Scenario, false); lazy != nil || reason != "" {
 		t.Errorf("a case without a power cut asks for lazy filesystems: %v %q", lazy != nil, reason)
 	}
 }

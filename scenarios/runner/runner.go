@@ -39,6 +39,7 @@ type Options struct {
 	StablePolls int       // consecutive clean polls that count as converged (default 3)
 	Repeat      int       // runs of every case (default 1); differing verdicts make it flaky
 	BinDir      string    // the stack binaries ("" = stackbin.Dir(); a test points it at a variant)
+	Lazyfs      bool      // every case's durable dirs on lazyfs (power-cut cases always are)
 
 	// Done is called with each finished case (progress.Meter.Case); nil = none.
 	Done func(reports.Case)
@@ -373,7 +374,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	defer cancel()
 
 	rs := r.scale(orDefault(s.Env.RestartDelay, 5*time.Second))
-	lazy, noLazy := lazyStack(s)
+	lazy, noLazy := lazyStack(s, r.opts.Lazyfs)
 	if noLazy != "" {
 		rc.Verdict, rc.Reason = verdict(outcome{Err: preconditionErr(errors.New(noLazy))})
 		return rc

@@ -32,8 +32,17 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	stackbin.Cleanup()
+	if variantDir != "" {
+		_ = os.RemoveAll(variantDir)
+	}
 	os.Exit(code)
 }
+
+// variantDir holds the no-fsync vmctl, built once per test binary.
+var (
+	variantDir string
+	variantBin string
+)
 
 // node is one vmctl store whose root is a lazy filesystem.
 type node struct {
@@ -266,9 +275,12 @@ func TestPowerCutCatchesADurableWriteWithoutFileFsync(t *testing.T) {
 // BuildNoFileFsyncVmctl builds, for tests only, a vmctl whose
 // durable.WriteFile skips the temp file's fsync (go build -overlay of
 // durable.go) and returns its path. Exported for this directory's external
-// tests (the runner's power-cut proof).
+// tests (the runner's power-cut proof). It is built once per test binary.
 func BuildNoFileFsyncVmctl(t *testing.T) string {
 	t.Helper()
+	if variantBin != "" {
+		return variantBin
+	}
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	mod := strings.TrimSpace(string(out))
 	if err != nil || mod == "" || mod == os.DevNull {
@@ -289,7 +301,11 @@ func BuildNoFileFsyncVmctl(t *testing.T) string {
 	}
 	i += fn
 	mod2 := append(append(append([]byte(nil), b[:i]...), "if err := error(nil); err != nil { // fsync skipped (test variant)"...), b[i+len(fsync):]...)
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "vmctl-nofsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	variantDir = dir
 	variant := filepath.Join(dir, "durable.go")
 	if err := os.WriteFile(variant, mod2, 0o644); err != nil {
 		t.Fatal(err)
@@ -308,6 +324,7 @@ func BuildNoFileFsyncVmctl(t *testing.T) string {
 		}
 		t.Fatal(err)
 	}
+	variantBin = bin
 	return bin
 }
 

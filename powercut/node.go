@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"github.com/vmchaos/vmchaos/injector"
@@ -54,10 +55,22 @@ func MountIn(durable, volatile, nss []string) (*Node, error) {
 func (n *Node) Unmount() error {
 	var errs []error
 	for _, m := range n.mounts {
-		errs = append(errs, m.Unmount())
+		errs = append(errs, m.Detach())
 	}
+	waitReleased(n.mounts)
 	n.mounts = nil
 	return errors.Join(errs...)
+}
+
+// waitReleased waits for detached mounts all at once: a copy of a mount
+// held by a namespace another run created meanwhile (a shared host) makes
+// each wait run to its bound, and they must not add up.
+func waitReleased(ms []*lazyfs.Mounted) {
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Go(m.WaitReleased)
+	}
+	wg.Wait()
 }
 
 // Cut is the power cut: SIGSTOP every process at once (nothing written after
@@ -107,9 +120,7 @@ func (n *Node) Cut(ctx context.Context, procs []injector.Proc) error {
 			return fmt.Errorf("power cut: pid %d did not die: %w", f.Proc.PID, err)
 		}
 	}
-	for _, m := range old {
-		m.WaitReleased()
-	}
+	waitReleased(old)
 	return cutErr
 }
 

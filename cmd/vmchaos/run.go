@@ -108,6 +108,9 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 			if len(cases) == 0 {
 				return fmt.Errorf("no case matches --label-filter %q (shard %q)", filter, shard)
 			}
+			if code, done := inPrivateMountNS(&f, cases); done {
+				os.Exit(code)
+			}
 			bugs, err := regressFromEnv()
 			if err != nil {
 				return err

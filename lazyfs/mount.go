@@ -343,6 +343,7 @@ type Mounted struct {
 	Tree   *Tree
 	server *fuse.Server
 	ms     *mountState
+	nss    []string // mount namespaces holding a clone of it (MountIn)
 }
 
 // Mount serves t at dir (an existing empty directory) until Unmount. It
@@ -373,18 +374,38 @@ func Mount(dir string, t *Tree) (*Mounted, error) {
 // mounted keeps a copy alive, so the wait is bounded and its end is not an
 // error (the fence already holds).
 func (m *Mounted) Unmount() error {
+	err := m.Detach()
+	m.WaitReleased()
+	return err
+}
+
+// Detach is Unmount without the wait: the mount is detached (here and in
+// every namespace of MountIn) and fenced at once.
+func (m *Mounted) Detach() error {
+	var nsErrs []error
+	for _, ns := range m.nss {
+		nsErrs = append(nsErrs, detachIn(m.Dir, ns))
+	}
 	err := unix.Unmount(m.Dir, unix.MNT_DETACH)
 	m.ms.fence()
 	if err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("lazyfs: unmount %s: %w", m.Dir, err)
 	}
+	if err := errors.Join(nsErrs...); err != nil {
+		return fmt.Errorf("lazyfs: unmount %s: %w", m.Dir, err)
+	}
+	return nil
+}
+
+// WaitReleased waits, at most unmountWait, until the kernel released a
+// detached mount (its last user gone).
+func (m *Mounted) WaitReleased() {
 	done := make(chan struct{})
 	go func() { m.server.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(unmountWait):
 	}
-	return nil
 }
 
 // unmountWait bounds the wait for the kernel to release a detached mount.
@@ -398,7 +419,19 @@ func (m *Mounted) PowerCut() (*Mounted, error) {
 		return nil, err
 	}
 	m.Tree.PowerCut()
-	return Mount(m.Dir, m.Tree)
+	return MountIn(m.Dir, m.Tree, m.nss)
+}
+
+// CutFrozen is PowerCut while the mount's users still exist, frozen
+// (SIGSTOP): the old mount is detached and fenced without waiting for them,
+// the tree drops what is not durable, and the new mount is in place before
+// they die. Call WaitReleased on the old one once they are gone.
+func (m *Mounted) CutFrozen() (*Mounted, error) {
+	if err := m.Detach(); err != nil {
+		return nil, err
+	}
+	m.Tree.PowerCut()
+	return MountIn(m.Dir, m.Tree, m.nss)
 }
 
 // Available says why a lazy filesystem cannot be mounted here ("" when it

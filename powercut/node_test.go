@@ -32,8 +32,17 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	stackbin.Cleanup()
+	if variantDir != "" {
+		_ = os.RemoveAll(variantDir)
+	}
 	os.Exit(code)
 }
+
+// variantDir holds the test-only variants, each built once per test binary.
+var (
+	variantDir  string
+	variantBins = map[string]string{}
+)
 
 // node is one vmctl store whose root is a lazy filesystem.
 type node struct {
@@ -254,7 +263,7 @@ func TestPowerCutCatchesADurableWriteWithoutFileFsync(t *testing.T) {
 	if why := lazyfs.Available(); why != "" {
 		t.Skip(why)
 	}
-	vmctl := buildVariant(t)
+	vmctl := BuildNoFileFsyncVmctl(t)
 	n := newNode(t, vmctl)
 	n.scenario()
 	if len(n.violations) == 0 {
@@ -263,30 +272,61 @@ func TestPowerCutCatchesADurableWriteWithoutFileFsync(t *testing.T) {
 	t.Logf("the variant without file fsync fails the power cut:\n  %s", strings.Join(n.violations, "\n  "))
 }
 
-func buildVariant(t *testing.T) string {
+// BuildNoFileFsyncVmctl builds, for tests only, a vmctl whose
+// durable.WriteFile skips the temp file's fsync (go build -overlay of
+// durable.go) and returns its path. Exported for this directory's external
+// tests (the runner's power-cut proof). It is built once per test binary.
+func BuildNoFileFsyncVmctl(t *testing.T) string {
 	t.Helper()
+	// the temp file's fsync in WriteFile: the first one after its signature
+	return buildVariant(t, "vmctl", "durable/durable.go", "func WriteFile(",
+		"if err := f.Sync(); err != nil {", "if err := error(nil); err != nil { // fsync skipped (test variant)")
+}
+
+// BuildNoDiskFsyncFakech builds, for tests only, a fakech whose guest
+// `sync` writes the disk image without fsyncing it (CH's flush does).
+func BuildNoDiskFsyncFakech(t *testing.T) string {
+	t.Helper()
+	return buildVariant(t, "fakech", "fakech/guest.go", "func (g *guest) writeDisk(",
+		"return g.diskFile.Sync()", "return nil // fsync skipped (test variant)")
+}
+
+// buildVariant builds ./cmd/<binary> once per test binary with one edit to
+// one source file (go build -overlay; the tree is untouched): the first
+// `old` after `after` in file becomes `repl`.
+func buildVariant(t *testing.T, binary, file, after, old, repl string) string {
+	t.Helper()
+	if bin := variantBins[binary]; bin != "" {
+		return bin
+	}
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	mod := strings.TrimSpace(string(out))
 	if err != nil || mod == "" || mod == os.DevNull {
 		t.Fatalf("go env GOMOD: %v %q", err, mod)
 	}
 	modDir := filepath.Dir(mod)
-	src := filepath.Join(modDir, "durable", "durable.go")
+	src := filepath.Join(modDir, file)
 	b, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// the temp file's fsync in WriteFile: the first one after its signature
-	const fsync = "if err := f.Sync(); err != nil {"
-	fn := bytes.Index(b, []byte("func WriteFile("))
-	i := bytes.Index(b[max(fn, 0):], []byte(fsync))
+	fn := bytes.Index(b, []byte(after))
+	i := bytes.Index(b[max(fn, 0):], []byte(old))
 	if fn < 0 || i < 0 {
-		t.Fatalf("%s: no %q in WriteFile to remove", src, fsync)
+		t.Fatalf("%s: no %q after %q to replace", src, old, after)
 	}
 	i += fn
-	mod2 := append(append(append([]byte(nil), b[:i]...), "if err := error(nil); err != nil { // fsync skipped (test variant)"...), b[i+len(fsync):]...)
-	dir := t.TempDir()
-	variant := filepath.Join(dir, "durable.go")
+	mod2 := append(append(append([]byte(nil), b[:i]...), repl...), b[i+len(old):]...)
+	if variantDir == "" {
+		if variantDir, err = os.MkdirTemp("", "vmchaos-variants"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(variantDir, binary)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	variant := filepath.Join(dir, filepath.Base(file))
 	if err := os.WriteFile(variant, mod2, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -294,8 +334,8 @@ func buildVariant(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(dir, "overlay.json"), ov, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "vmctl")
-	cmd := exec.Command("go", "build", "-overlay", filepath.Join(dir, "overlay.json"), "-o", bin, "./cmd/vmctl")
+	bin := filepath.Join(dir, binary)
+	cmd := exec.Command("go", "build", "-overlay", filepath.Join(dir, "overlay.json"), "-o", bin, "./cmd/"+binary)
 	cmd.Dir = modDir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		var ee *exec.ExitError
@@ -304,6 +344,7 @@ func buildVariant(t *testing.T) string {
 		}
 		t.Fatal(err)
 	}
+	variantBins[binary] = bin
 	return bin
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -57,6 +58,13 @@ func (m *Manager) Check(ctx context.Context) CheckReport {
 				if l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false); err == nil {
 					l.Unlock()
 					add("no-orphan-creating", "vm %s (%s) is creating with a free ops lock", id, v.Name)
+				}
+			}
+			// A record past creating is a promise that its disk exists: a
+			// power cut must never keep the record and lose the disk.
+			if v.State != StateCreating {
+				if _, err := os.Stat(m.vmDisk(id)); err != nil {
+					add("vm-data", "vm %s (%s) is %s but its disk: %v", id, v.Name, v.State, err)
 				}
 			}
 			if v.State == StateRunning {
@@ -120,6 +128,12 @@ func (m *Manager) Check(ctx context.Context) CheckReport {
 			}
 			if _, err := os.Stat(s.Dir); s.State == SnapReady && err != nil {
 				add("snapshot-data", "snapshot %s ready but %v", id, err)
+			} else if s.State == SnapReady {
+				for _, f := range []string{"config.json", "state.json", snapDiskFile} {
+					if _, err := os.Stat(filepath.Join(s.Dir, f)); err != nil {
+						add("snapshot-data", "snapshot %s ready but %v", id, err)
+					}
+				}
 			}
 		}
 		for name, id := range sx.Names {

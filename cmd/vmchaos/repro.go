@@ -31,6 +31,9 @@ back on, as selftest does. --repeat N runs it N times (verdict stability).`,
 			if err != nil {
 				return err
 			}
+			if code, done := inPrivateMountNS(&f, []scenarios.Case{cs}); done {
+				os.Exit(code)
+			}
 			bugs, err := regressFromEnv()
 			if err != nil {
 				return err

@@ -32,6 +32,7 @@ type runFlags struct {
 	seed       int64
 	reportDir  string
 	repeat     int             // run only: --repeat
+	lazyfs     bool            // every case's durable dirs on lazyfs (overhead figure)
 	meter      *progress.Meter // made by runner(); Start/Stop around the cases
 }
 
@@ -40,6 +41,7 @@ func (f *runFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.supervisor, "supervisor", "auto", "supervisor of the agent unit: auto|sandbox|builtin|systemd (auto: first that works here)")
 	c.Flags().Float64Var(&f.scale, "time-scale", 1, "multiply every simulated duration and stack timer by this (0.05 = 20x faster)")
 	c.Flags().Int64Var(&f.seed, "seed", 1, "seed of the run (fakech timing jitter, case order); recorded in every repro command")
+	c.Flags().BoolVar(&f.lazyfs, "lazyfs", false, "run every case's stack with its durable dirs on lazy filesystems, as power-cut cases always do (what lazyfs costs: compare the wall time without it)")
 	c.Flags().StringVar(&f.reportDir, "report-dir", "", "run dir for results.json, junit.xml, ginkgo.json, report.md/html and logs (default ./vmchaos-results/<run-id>)")
 }
 
@@ -61,7 +63,8 @@ func (f *runFlags) runner(ctx context.Context, dir string, out io.Writer, bugs [
 	}
 	f.meter = progress.New(out)
 	return runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Supervisor: f.supervisor,
-		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: f.meter, Done: f.meter.Case, Repeat: f.repeat})
+		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: f.meter, Done: f.meter.Case, Repeat: f.repeat,
+		Lazyfs: f.lazyfs})
 }
 
 // signalContext cancels on SIGINT/SIGTERM so a run tears its stacks down.
@@ -104,6 +107,9 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 			}
 			if len(cases) == 0 {
 				return fmt.Errorf("no case matches --label-filter %q (shard %q)", filter, shard)
+			}
+			if code, done := inPrivateMountNS(&f, cases); done {
+				os.Exit(code)
 			}
 			bugs, err := regressFromEnv()
 			if err != nil {

@@ -121,6 +121,12 @@ func TestStateInvariantTables(t *testing.T) {
 			p.Check = violations(manager.CheckSnapshotData, "snapshot S0 ready but stat: no such file")
 		}, "S0 ready but"},
 		{VMsAdopted, func(in *Input, p *Poll) { p.VMs[0].ID = "A9"; p.VMMs["A9"] = p.VMMs["A1"] }, "a was A1 before the fault, now A9"},
+		{RecordsHaveData, func(in *Input, p *Poll) {
+			p.Check = violations(CheckVMData, "vm A1 (a) is running but its disk: no such file")
+		}, "its disk"},
+		{RecordsHaveData, func(in *Input, p *Poll) {
+			p.Check = violations(manager.CheckSnapshotData, "snapshot S1 ready but stat state.json: no such file")
+		}, "S1 ready but"},
 	}
 	in, p := clean()
 	for _, inv := range Evaluate(in, p) {

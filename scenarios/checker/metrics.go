@@ -164,6 +164,10 @@ type Scraper struct {
 	since    int64
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// one scrape at a time (the background one and ScrapeNow): samples
+	// are then in the order the agent answered them, and a counter read
+	// earlier but appended later can never look like one going backwards
+	scrapeMu sync.Mutex
 }
 
 // NewScraper starts sampling every interval; addr returns "" while unknown.
@@ -193,6 +197,8 @@ func (s *Scraper) ScrapeNow(ctx context.Context, now func() int64) bool {
 }
 
 func (s *Scraper) scrapeOnce(ctx context.Context, cl *http.Client, now func() int64) bool {
+	s.scrapeMu.Lock()
+	defer s.scrapeMu.Unlock()
 	a := s.addr()
 	if a == "" {
 		return false // the agent has not published its address (yet): no scrape was made

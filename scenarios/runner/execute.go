@@ -171,6 +171,9 @@ func (cr *caseRun) noteVMMKill(name string, ts int64) {
 // now fires fault i immediately (trigger "now"): it must hit steady state.
 func (cr *caseRun) now(ctx context.Context, i int) reports.Injection {
 	f := cr.s.Faults[i]
+	if f.Kind == scenarios.FaultPowerCut {
+		return cr.cutNow(ctx, i)
+	}
 	req := failpoint.Now()
 	if f.Kind == "sigkill-vmm" {
 		// resolve the id before the kill: the event stream must report it
@@ -239,6 +242,16 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 			if firstNs == 0 {
 				firstNs = now
 			}
+			continue
+		}
+		if f.Kind == scenarios.FaultPowerCut {
+			rec := cr.cutPower(ctx, trig, t.Point)
+			rec.IntendedPhase = t.Point
+			cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
+			if firstNs == 0 {
+				firstNs = rec.ActualNs
+			}
+			out = append(out, rec)
 			continue
 		}
 		if f.Kind == "sigkill-direct" {
@@ -451,6 +464,7 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		if err := st.Agent.Delete(ctx, step.VM); err != nil {
 			return err
 		}
+		cr.noteAck(step.VM, 0, true, failpoint.Now())
 		cr.goals[step.VM] = checker.GoalDeleted
 		if step.Wait {
 			return cr.waitGoal(ctx, step.VM, budget)
@@ -545,9 +559,11 @@ func (cr *caseRun) put(ctx context.Context, name string, in nodeagent.Intent) er
 	// A resumed operation's claim refuses counter-intents until it is
 	// done; a caller retries (the way the kubelet retries an update).
 	deadline := time.Now().Add(floor(cr.r.scale(60*time.Second), 20*time.Second))
+	var ackNs int64
 	for {
 		err := cr.st.Agent.Put(ctx, name, in)
 		if err == nil {
+			ackNs = failpoint.Now()
 			break
 		}
 		var ae *stack.APIError
@@ -568,6 +584,7 @@ func (cr *caseRun) put(ctx context.Context, name string, in nodeagent.Intent) er
 	if v, err := cr.st.Agent.Get(ctx, name); err == nil {
 		cr.gens[name] = v.Generation
 	}
+	cr.noteAck(name, cr.gens[name], false, ackNs)
 	return nil
 }
 

@@ -128,7 +128,7 @@ func (cr *caseRun) verifyLedger(ctx context.Context, budget time.Duration) repor
 			continue
 		}
 		vctx, cancel := context.WithTimeout(ctx, budget)
-		v, err := cr.st.Ledger.Verify(vctx, g, ledger.VerifyOpts{ExpectRAM: cr.cycles[name]})
+		v, err := cr.st.Ledger.Verify(vctx, g, ledger.VerifyOpts{ExpectRAM: cr.cycles[name], ColdBootAllowed: cr.coldBootReason()})
 		cancel()
 		if err != nil {
 			fail("verify: %v", err)

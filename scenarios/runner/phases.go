@@ -49,6 +49,8 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	}
 	if o.Err != nil && culpritOf(o.Err) == byProduct {
 		cr.attachEvidence(ctx, o.Err)
+		// converge never ran: what a power cut must keep is judged anyway
+		cr.rc.Invariants = append(cr.rc.Invariants, cr.powerCutInvariants()...)
 	}
 	return o
 }
@@ -150,6 +152,10 @@ func (cr *caseRun) armFaults(ctx context.Context) ([]pendingFault, error) {
 		case f.Kind == "failpoint":
 			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
 				return cr.waitFailpoint(ctx, mark, i, trig)
+			}})
+		case f.Kind == scenarios.FaultPowerCut:
+			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
+				return cr.cutAt(ctx, mark, i, trig)
 			}})
 		default:
 			// at and after-exit (sigkill-direct included): armed in the
@@ -328,6 +334,7 @@ func (cr *caseRun) converge(ctx context.Context, budget time.Duration) ([]report
 	}
 	invs = append(invs, cr.history(ctx, convergedNs > 0, budget)...)
 	invs = append(invs, cr.restarts())
+	invs = append(invs, cr.powerCutInvariants()...)
 	cr.rc.Metrics = cr.metricDeltas()
 	cr.rc.Invariants = append(cr.rc.Invariants, invs...)
 	return cr.rc.Invariants, convergedNs > 0

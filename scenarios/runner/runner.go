@@ -7,6 +7,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -37,6 +38,8 @@ type Options struct {
 	Progress    io.Writer // one line per finished case; nil = silent
 	StablePolls int       // consecutive clean polls that count as converged (default 3)
 	Repeat      int       // runs of every case (default 1); differing verdicts make it flaky
+	BinDir      string    // the stack binaries ("" = stackbin.Dir(); a test points it at a variant)
+	Lazyfs      bool      // every case's durable dirs on lazyfs (power-cut cases always are)
 
 	// Done is called with each finished case (progress.Meter.Case); nil = none.
 	Done func(reports.Case)
@@ -131,6 +134,9 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		return nil, fmt.Errorf("report dir: %w", err)
 	}
 	bin, err := binDir()
+	if o.BinDir != "" {
+		bin, err = o.BinDir, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -316,6 +322,8 @@ type caseRun struct {
 	adopted     map[string]string
 	vArms       map[int]victimArm // faults armed in their victim (invictim.go)
 	salt        int64
+	cut         *cutState     // what a power cut left (power-cut cases)
+	acks        []checker.Ack // intent changes the agent acknowledged
 	mu          sync.Mutex
 }
 
@@ -370,8 +378,13 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	defer cancel()
 
 	rs := r.scale(orDefault(s.Env.RestartDelay, 5*time.Second))
+	lazy, noLazy := lazyStack(s, r.opts.Lazyfs)
+	if noLazy != "" {
+		rc.Verdict, rc.Reason = verdict(outcome{Err: preconditionErr(errors.New(noLazy))})
+		return rc
+	}
 	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
-		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs})
+		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs, Lazy: lazy})
 	if err != nil {
 		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}

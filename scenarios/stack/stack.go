@@ -227,6 +227,9 @@ type Options struct {
 	Daemon       bool
 	DaemonEvery  time.Duration // scaled
 	Regress      []string      // VMCHAOS_REGRESS of the stack (selftest switches bugs per case)
+	// Lazy, when set, puts the durable dirs on lazy filesystems before
+	// anything is written to them (power-cut cases; see lazy.go).
+	Lazy LazyMount
 }
 
 // Stack is one case's node stack.
@@ -255,6 +258,8 @@ type Stack struct {
 	unitsUp    map[string]bool
 	harnessFPs string
 	Observer   *Observer
+	Lazy       Unmounter // the lazy filesystems of Options.Lazy (nil without)
+	built      bool      // New finished (else it unmounts Lazy again)
 }
 
 // New builds a case stack: dirs, trace, imported base snapshot, ledger.
@@ -277,6 +282,16 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("stack: %w", err)
 		}
+	}
+	if o.Lazy != nil {
+		if err := s.mountLazy(o.Lazy); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if !s.built {
+				_ = s.Lazy.Unmount()
+			}
+		}()
 	}
 	if r.Real == nil {
 		// fakech checks only that the firmware exists; the real backend's
@@ -302,6 +317,7 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 		s.Ledger.Dial = r.Real.Dial // guests sit on TAPs inside the run's namespace
 	}
 	s.Agent = NewAgentClient(filepath.Join(s.State, "agent.sock"))
+	s.built = true
 	return s, nil
 }
 
@@ -578,6 +594,11 @@ func (s *Stack) Close(ctx context.Context) error {
 			errs = append(errs, err.Error())
 		}
 		s.Trace.Close()
+	}
+	if s.Lazy != nil {
+		if err := s.Lazy.Unmount(); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	_ = os.RemoveAll(s.Dir)
 	if len(errs) > 0 {

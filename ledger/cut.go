@@ -93,6 +93,8 @@ type CutVerdict struct {
 	BootIDBefore     string  `json:"boot_id_before,omitempty"`
 	BootIDAfter      string  `json:"boot_id_after,omitempty"`
 	BootIDChanged    bool    `json:"boot_id_changed,omitempty"`
+	// ColdBoot: why the boot id change was accepted (WakeInput.ColdBootAllowed).
+	ColdBoot string `json:"cold_boot,omitempty"`
 	// NoData says why nothing could be judged (no marker acked before the
 	// pause): the verdict then fails, it never passes on missing data.
 	NoData  string `json:"no_data,omitempty"`
@@ -279,21 +281,31 @@ type WakeInput struct {
 	Disk, RAM  []string
 	BootBefore string // the writer's boot id before the hibernate
 	BootAfter  string // the woken guest's
+	// ColdBootAllowed, when not empty, says why the guest may have booted
+	// fresh (a power cut killed its VMM before the hibernate was durable): a
+	// changed boot id then takes the RAM markers with it legitimately; every
+	// disk marker acked before the NIC drop is still required.
+	ColdBootAllowed string
 }
 
 // ClassifyWake: every marker acked before the NIC drop is present after the
 // wake, on disk and in RAM, with no holes, and the boot id is unchanged. No
 // PHANTOM by time: the VM never resumed between the drop and the capture.
 func ClassifyWake(in WakeInput) CutVerdict {
+	cold := in.ColdBootAllowed != "" && in.BootBefore != "" && in.BootAfter != in.BootBefore
 	v := ClassifyCut(CutInput{Source: in.Guest, Target: in.Guest, Acks: in.Acks, First: in.First,
 		Window: CutWindow{Snapshot: "hibernate", PauseNs: in.DropNs, FaultNs: in.FaultNs, GuestClock: in.GuestClock},
-		Disk:   in.Disk, RAM: in.RAM, CheckRAM: true})
+		Disk:   in.Disk, RAM: in.RAM, CheckRAM: !cold})
 	v.BootIDBefore, v.BootIDAfter = in.BootBefore, in.BootAfter
 	v.BootIDChanged = in.BootBefore == "" || in.BootAfter != in.BootBefore
 	if v.NoData != "" && in.DropNs > 0 {
 		v.NoData = "no marker was acked before the NIC drop: the workload did not run into the hibernate"
 	}
-	v.OK = v.OK && !v.BootIDChanged
+	if cold {
+		v.ColdBoot = in.ColdBootAllowed
+	} else {
+		v.OK = v.OK && !v.BootIDChanged
+	}
 	if in.DropNs <= 0 {
 		v.NoData, v.OK = "no NIC drop time: the wake cannot be judged", false
 	}
@@ -338,6 +350,9 @@ func (v CutVerdict) message() string {
 	list("RAM HOLE", v.RAMHole)
 	if v.BootIDChanged {
 		fmt.Fprintf(&b, "; boot id changed %q → %q", v.BootIDBefore, v.BootIDAfter)
+		if v.ColdBoot != "" {
+			fmt.Fprintf(&b, ", accepted: %s (RAM markers not required)", v.ColdBoot)
+		}
 	}
 	return b.String()
 }

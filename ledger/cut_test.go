@@ -130,6 +130,24 @@ func TestClassifyWake(t *testing.T) {
 	if v := ClassifyWake(nodrop); v.OK || v.NoData == "" {
 		t.Fatalf("no drop time passed: %s", v.Message)
 	}
+	// A power cut killed the VMM: a fresh boot may take the RAM markers, never
+	// a disk marker acked before the drop.
+	cut := fresh
+	cut.ColdBootAllowed = "power cut: 1 VMM(s) died with the node"
+	if v := ClassifyWake(cut); !v.OK || v.ColdBoot == "" || !strings.Contains(v.Message, "accepted: power cut") {
+		t.Fatalf("a cold boot the power cut explains failed: %s", v.Message)
+	}
+	cutLost := cut
+	cutLost.Disk = names([2]int{1, 15})
+	if v := ClassifyWake(cutLost); v.OK || !reflect.DeepEqual(seqsOf(v.Lost), []int{16, 17, 18, 19, 20}) {
+		t.Fatalf("disk markers lost in a power cut passed: %s", v.Message)
+	}
+	// The allowance is not a pass for an unchanged boot that lost RAM.
+	ramGone := in
+	ramGone.ColdBootAllowed, ramGone.RAM = "power cut", nil
+	if v := ClassifyWake(ramGone); v.OK {
+		t.Fatalf("RAM markers gone without a reboot passed: %s", v.Message)
+	}
 }
 
 func TestCutRewrittenSeqKeepsItsFirstHistory(t *testing.T) {

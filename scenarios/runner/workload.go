@@ -342,7 +342,8 @@ func (cr *caseRun) judgeWake(ctx context.Context, name string, events []failpoin
 		return ledger.CutVerdict{}, "", errors.New("no writer session started before the NIC drop")
 	}
 	return ledger.ClassifyWake(ledger.WakeInput{Guest: name, Acks: h.Acks, First: h.First, DropNs: dropNs, FaultNs: cr.faultNs,
-		GuestClock: true, Disk: ls.Disk, RAM: ls.RAM, BootBefore: boot, BootAfter: ls.BootID}), "", nil
+		GuestClock: true, Disk: ls.Disk, RAM: ls.RAM, BootBefore: boot, BootAfter: ls.BootID,
+		ColdBootAllowed: cr.coldBootReason()}), "", nil
 }
 
 // workloadReport is the case's workload section: sessions, cuts, the acks

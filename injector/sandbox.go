@@ -304,6 +304,7 @@ mount --bind /proc/sys /proc/sys; mount -o remount,bind,ro,nosuid,nodev,noexec /
 mount -t tmpfs -o mode=755,nosuid,nodev,size=64m tmpfs /run
 S=/run/.dev; mkdir $S; mount -t tmpfs -o mode=755,nosuid,size=4m tmpfs $S
 for n in null zero full random urandom tty; do touch $S/$n; mount --bind /dev/$n $S/$n; done
+for n in fuse kvm; do if [ -c /dev/$n ]; then touch $S/$n; mount --bind /dev/$n $S/$n; fi; done   # lazyfs (power cut), real CH
 mkdir $S/pts $S/shm $S/mqueue
 mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts $S/pts; ln -s pts/ptmx $S/ptmx
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs $S/shm

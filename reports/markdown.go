@@ -87,6 +87,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(coverageMarkdown(r))
 	b.WriteString("## Cases\n\n")
 	b.WriteString("| case | fault | landed phase | window margin | verdict | time to converge | failed invariants |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Cases {

@@ -49,6 +49,8 @@ func TestMatrixExclusionRules(t *testing.T) {
 		{"double at a vmctl point", cell(OpSave, "snapshot.save.paused", "vmm-kill-while-dead", true, true, "snapshot-save"), "double-at-agent-phases"},
 		{"double at an agent point", cell(OpHibernate, "agent.hibernate.saved", "vmm-kill-while-frozen", true, true, ""), ""},
 		{"restart in recovery at the goal", cell(OpCreate, "agent.create.ready", "restart-in-recovery", true, true, ""), "nothing-to-recover"},
+		{"restart in recovery of a lifecycle write", cell(OpHibernate, "agent.hibernate.removed", "restart-in-recovery", false, false, ""), "nothing-to-recover"},
+		{"restart in recovery of a save", cell(OpHibernate, "agent.hibernate.nic-dropped", "restart-in-recovery", true, true, ""), ""},
 		{"vmm kill at the goal", cell(OpCreate, "agent.create.ready", "vmm-kill-while-dead", true, true, ""), ""},
 		{"park hit earlier", matrixCell{Op: OpSave, Point: point(t, "ch.resume"), Kind: kindNamed(t, "stop"), VMMAlive: true, Indexed: true, HitInAct: true}, "park-hit-earlier"},
 	} {

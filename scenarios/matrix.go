@@ -106,7 +106,14 @@ type matrixCell struct {
 	Child    string // the vmctl verb in flight at this point (injector.ChildKind form), "" at agent points
 	Armed    bool   // the case creates its VM after arming (a VMM point parks only in a VMM started armed)
 	HitInAct bool   // the point is also hit by the armed act before this operation
+	// AsyncNext: a later VMM phase of the same verb comes from another of
+	// the VMM's goroutines, so parking this point does not hold the VMM.
+	AsyncNext bool
 }
+
+// asyncVMMPoints are VMM phases a goroutine of their own reaches, whatever
+// the API handler does: the guest acks an eject on its own clock.
+var asyncVMMPoints = map[string]bool{"ch.eject.acked": true}
 
 // matrixRule excludes a class of combinations, with its reason.
 type matrixRule struct {
@@ -131,6 +138,8 @@ var matrixRules = []matrixRule{
 		func(c matrixCell) bool { return c.Kind.First.Unit == "daemon" && c.Point.Proc != "vmctl" }},
 	{"park-hit-earlier", "the armed act's create hits the point before this operation does: a park cannot single out this operation's hit",
 		func(c matrixCell) bool { return c.HitInAct }},
+	{"vmm-moves-on-async", "a later VMM phase of the same verb (the guest's eject ack) comes from another of the VMM's goroutines: a park of this point does not hold the VMM",
+		func(c matrixCell) bool { return c.AsyncNext }},
 	{"double-at-agent-phases", "double faults are defined at the agent's phases (the agent is the process taken down first)",
 		func(c matrixCell) bool { return c.double() && c.Point.Proc != "nodeagent" }},
 	{"nothing-to-recover", "at the goal point nothing is owed, and where only the lifecycle write is (the catalogue's not-yet), the recovery is over before a restart at startup can hit it",
@@ -179,7 +188,7 @@ func matrixCells() []matrixCell {
 			case "vm.rm.tombstoned":
 				indexed = false
 			}
-			child := ""
+			child, asyncNext := "", false
 			switch p.Proc {
 			case "vmctl":
 				child = verbOf[p.Op]
@@ -190,13 +199,25 @@ func matrixCells() []matrixCell {
 						break
 					}
 				}
+				// an async phase later in the same verb (the eject a
+				// remove-device asked for is acked on the guest's clock)
+				verb := child
+				for _, next := range mo.Path[i+1:] {
+					np, _ := failpoint.Lookup(next)
+					if np.Proc == "vmctl" && verbOf[np.Op] != verb {
+						break
+					}
+					if asyncVMMPoints[next] {
+						asyncNext = true
+					}
+				}
 			}
 			armed := p.Proc == "fakech" && (mo.Op == OpSave || mo.Op == OpHibernate)
 			hitInAct := armed && createHits(name)
 			seen[name] = true
 			for _, k := range MatrixKinds {
 				out = append(out, matrixCell{Op: mo.Op, Point: p, Kind: k, VMMAlive: alive, Indexed: indexed,
-					Child: child, Armed: armed, HitInAct: hitInAct})
+					Child: child, Armed: armed, HitInAct: hitInAct, AsyncNext: asyncNext})
 			}
 		}
 	}

@@ -46,6 +46,7 @@ func TestMatrixExclusionRules(t *testing.T) {
 		{"vmm of a tombstoned record", cell(OpDelete, "vm.rm.tombstoned", "sigkill-vmm", true, false, "vm-rm"), "record-tombstoned"},
 		{"daemon at an agent point", cell(OpCreate, "agent.create.begin", "sigkill-daemon", false, true, ""), "daemon-at-vmctl-points"},
 		{"daemon at a vmctl point", cell(OpCreate, "vm.clone.reserved", "sigkill-daemon", false, true, "vm-clone"), ""},
+		{"park before an async VMM phase", matrixCell{Op: OpHibernate, Point: point(t, "ch.net.removed"), Kind: kindNamed(t, "stop"), VMMAlive: true, Indexed: true, AsyncNext: true}, "vmm-moves-on-async"},
 		{"double at a vmctl point", cell(OpSave, "snapshot.save.paused", "vmm-kill-while-dead", true, true, "snapshot-save"), "double-at-agent-phases"},
 		{"double at an agent point", cell(OpHibernate, "agent.hibernate.saved", "vmm-kill-while-frozen", true, true, ""), ""},
 		{"restart in recovery at the goal", cell(OpCreate, "agent.create.ready", "restart-in-recovery", true, true, ""), "nothing-to-recover"},
@@ -72,26 +73,28 @@ func TestMatrixCellFacts(t *testing.T) {
 		key            string
 		alive, indexed bool
 		child          string
-		hit            bool
+		hit, async     bool
 	}{
-		{"create vm.clone.files-copied", false, true, "vm-clone", false},
-		{"create ch.restore.begin", true, true, "vm-clone", false},
-		{"save ch.snapshot.begin", true, true, "snapshot-save", false},
-		{"save ch.resume", true, true, "snapshot-save", true},
-		{"hibernate ch.eject.acked", true, true, "vm-net", false},
-		{"hibernate vm.rm.tombstoned", true, false, "vm-rm", false},
-		{"hibernate agent.hibernate.removed", false, false, "", false},
-		{"delete agent.delete.begin", true, true, "", false},
-		{"wake agent.wake.pulled", false, true, "", false},
+		{"create vm.clone.files-copied", false, true, "vm-clone", false, false},
+		{"create ch.restore.begin", true, true, "vm-clone", false, false},
+		{"save ch.snapshot.begin", true, true, "snapshot-save", false, false},
+		{"save ch.resume", true, true, "snapshot-save", true, false},
+		{"hibernate ch.eject.requested", true, true, "vm-net", false, true},
+		{"hibernate ch.net.removed", true, true, "vm-net", false, true},
+		{"hibernate ch.eject.acked", true, true, "vm-net", false, false},
+		{"hibernate vm.rm.tombstoned", true, false, "vm-rm", false, false},
+		{"hibernate agent.hibernate.removed", false, false, "", false, false},
+		{"delete agent.delete.begin", true, true, "", false, false},
+		{"wake agent.wake.pulled", false, true, "", false, false},
 	} {
 		c, ok := facts[tc.key]
 		if !ok {
 			t.Errorf("%s: not in the matrix", tc.key)
 			continue
 		}
-		if c.VMMAlive != tc.alive || c.Indexed != tc.indexed || c.Child != tc.child || c.HitInAct != tc.hit {
-			t.Errorf("%s: alive=%v indexed=%v child=%q hit=%v, want %v %v %q %v", tc.key, c.VMMAlive, c.Indexed, c.Child, c.HitInAct,
-				tc.alive, tc.indexed, tc.child, tc.hit)
+		if c.VMMAlive != tc.alive || c.Indexed != tc.indexed || c.Child != tc.child || c.HitInAct != tc.hit || c.AsyncNext != tc.async {
+			t.Errorf("%s: alive=%v indexed=%v child=%q hit=%v async=%v, want %v %v %q %v %v", tc.key, c.VMMAlive, c.Indexed, c.Child, c.HitInAct, c.AsyncNext,
+				tc.alive, tc.indexed, tc.child, tc.hit, tc.async)
 		}
 	}
 }

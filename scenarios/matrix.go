@@ -254,9 +254,9 @@ type matrix struct {
 	excluded  map[string]int // rule → combinations it excluded
 }
 
-var generated = buildMatrix(append(withReal(seedScenarios), parkScenarios()...), chFidelityScenarios)
+var generated = buildMatrix(append(withReal(seedScenarios), parkScenarios()...), chFidelityScenarios, matrixFound)
 
-func init() { Catalogue = append(Catalogue, generated.scenarios...) }
+func init() { Catalogue = append(append(Catalogue, matrixFound...), generated.scenarios...) }
 
 // MatrixPairs is every applicable (point × fault kind) pair, in path order.
 func MatrixPairs() []MatrixPair { return append([]MatrixPair(nil), generated.pairs...) }

@@ -86,6 +86,9 @@ func TestCoverageRendersInEveryReport(t *testing.T) {
 	if !strings.Contains(string(md), "`mx-x` → `park-x`") || !strings.Contains(string(html), "park-x") {
 		t.Error("folds not reported")
 	}
+	if s := MarkdownSummary(r, Gate(r, nil, DefaultGateOptions()), 5); !strings.Contains(s, "phase coverage 25.0%") {
+		t.Errorf("gate step summary: %s", s)
+	}
 	var sum bytes.Buffer
 	Summary(&sum, r)
 	if !strings.Contains(sum.String(), "phase coverage 25.0% (1 of 4") {

@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/vmchaos/vmchaos/reports.Version=$(VERSION)
 
-.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos chaos-nightly selftest selftest-fast systemd-fast manager stability clean
+.PHONY: all setup build test unit fast-suite lint fuzz-short bench bench-accuracy kvm-preflight chaos selftest selftest-fast systemd-fast manager stability clean
 
 all: build
 
@@ -63,6 +63,7 @@ chaos: setup build
 # shards one after the other (CI runs them as parallel jobs), joined by
 # `report merge` into $(REPORTDIR)/nightly/merged and gated there.
 SHARDS ?= 4
+.PHONY: chaos-nightly
 chaos-nightly: setup build
 	@rm -rf $(REPORTDIR)/nightly; for i in $$(seq 1 $(SHARDS)); do \
 	  VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --shard $$i/$(SHARDS) --time-scale $(SCALE) --report-dir $(REPORTDIR)/nightly/shard-$$i >/dev/null; done; \

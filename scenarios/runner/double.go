@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/reports"
@@ -32,6 +33,7 @@ func (cr *caseRun) injectWhileDown(ctx context.Context, first reports.Injection)
 		case first.ActualNs == 0 || !first.Landed:
 			rec.Err = "the first fault did not land: nothing to follow"
 		case f.Kind == "sigkill-vmm":
+			waitFrozen(ctx, first)
 			v, ok, err := cr.st.VMByName(ctx, f.VM)
 			if err != nil || !ok {
 				rec.Err = fmt.Sprintf("no vm %s: %v", f.VM, err)
@@ -85,6 +87,22 @@ func (cr *caseRun) agentUp(first reports.Injection, tsNs int64) string {
 		}
 	}
 	return ""
+}
+
+// waitFrozen waits (bounded) until a SIGSTOPped agent is seen stopped: the
+// stop is delivered when the process next returns to user space, so one in
+// uninterruptible sleep (an fsync) still reads 'D' for a while.
+func waitFrozen(ctx context.Context, first reports.Injection) {
+	if !strings.HasPrefix(first.Fault, "sigstop") || first.VictimPID <= 0 {
+		return
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if st := procState(first.VictimPID); st == 'T' || st == 't' || st == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // procState is the state letter of /proc/PID/stat (0 when unreadable).

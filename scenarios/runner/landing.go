@@ -115,7 +115,7 @@ func judgeLanding(evs []failpoint.Event, w phaseWindow, fromNs, faultNs int64, p
 // watcher, child accounting) and by the store whatever the operation does:
 // they are no phase of the operation.
 func bookkeeping(point string) bool {
-	return strings.HasPrefix(point, "agent.child.") || strings.HasPrefix(point, "agent.watch.") || strings.HasPrefix(point, "store.commit.")
+	return strings.HasPrefix(point, "agent.child.") || strings.HasPrefix(point, "store.commit.")
 }
 
 // stackPhaseAt is the last phase any process of the stack reached at or

@@ -174,7 +174,6 @@ func matrixCells() []matrixCell {
 	for _, mo := range MatrixOps {
 		alive := mo.Op != OpCreate && mo.Op != OpWake
 		indexed := true
-		seen := map[string]bool{}
 		for i, name := range mo.Path {
 			p, ok := failpoint.Lookup(name)
 			if !ok {
@@ -214,7 +213,6 @@ func matrixCells() []matrixCell {
 			}
 			armed := p.Proc == "fakech" && (mo.Op == OpSave || mo.Op == OpHibernate)
 			hitInAct := armed && createHits(name)
-			seen[name] = true
 			for _, k := range MatrixKinds {
 				out = append(out, matrixCell{Op: mo.Op, Point: p, Kind: k, VMMAlive: alive, Indexed: indexed,
 					Child: child, Armed: armed, HitInAct: hitInAct, AsyncNext: asyncNext})

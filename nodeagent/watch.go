@@ -88,7 +88,7 @@ func (a *Agent) onEvent(ctx context.Context, ev vmctl.StatusEvent) {
 	if !dead {
 		return
 	}
-	_ = failpoint.Hit(ctx, "agent.watch.died", failpoint.Attrs{"vm": rec.Name, "id": ev.VM.ID, "op": rec.Op})
+	_ = failpoint.Hit(ctx, "agent.child.vm-died", failpoint.Attrs{"vm": rec.Name, "id": ev.VM.ID, "op": rec.Op})
 	ready := rec.Op == "" && rec.Status.Lifecycle == LifecycleReady && rec.Status.VMID == ev.VM.ID
 	// died-in-flight-dropped: the historical watcher ignored a death while
 	// an operation owned the VM, so a wake could end ready over a dead VMM

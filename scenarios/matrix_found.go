@@ -18,7 +18,7 @@ var matrixFound = []Scenario{
 		Setup: hibernated,
 		Act:   []Step{{Kind: StepWake, VM: vmA}},
 		Faults: []Fault{{Kind: "sigkill-vmm", Trigger: "park snapshot.rm.tombstoned", VM: vmA,
-			ReleaseAfter: "agent.watch.died"}},
+			ReleaseAfter: "agent.child.vm-died"}},
 		Env:     Env{RestartDelay: 1 * time.Second},
 		Labels:  []string{"trigger:park", "matrix-found"},
 		Targets: []string{"died-in-flight-dropped"},

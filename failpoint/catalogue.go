@@ -59,6 +59,7 @@ var Catalogue = []Point{
 	{"agent.startup.reconciled", "nodeagent", "agent", "startup convergence finished: stale creates reconciled, VMs adopted, owed work dispatched", "API served"},
 	{"agent.child.exec", "nodeagent", "agent", "vmctl child started (attrs: child pid, argv)", "child exit"},
 	{"agent.child.exit", "nodeagent", "agent", "vmctl child exited (attrs: pid, code, argv)", "result handled"},
+	{"agent.child.vm-died", "nodeagent", "agent", "the watcher child (vm status --event) reported the VM of an intent dead (attrs: vm, id, op in flight); bookkeeping like agent.child.exec/exit", "the owning worker verifies and restarts it (at once, or once its operation is over)"},
 	{"agent.create.begin", "nodeagent", "create", "lifecycle creating written", "vm clone"},
 	{"agent.create.cloned", "nodeagent", "create", "vm clone returned; VM id bound; post_clone running", "post-clone readiness"},
 	{"agent.create.ready", "nodeagent", "create", "post-clone done; lifecycle ready written", "-"},

@@ -42,7 +42,7 @@ type Agent struct {
 	claims  map[string]bool   // names whose resumed operation is in flight
 	busy    map[string]bool   // VM ids the startup verb answered busy for
 	listed  map[string]string // VM id → state in the startup listing
-	died    map[string]bool   // names whose VM the watcher saw die
+	died    map[string]string // name → id of the VM the watcher saw die (checked once its operation is over)
 
 	wg     sync.WaitGroup
 	ctx    context.Context // lifecycle context: cancelled by SIGINT/SIGTERM
@@ -111,7 +111,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	a := &Agent{cfg: cfg, log: log, store: st, metrics: m, children: &childSet{m: map[int][]string{}},
 		workers: map[string]*worker{}, claims: map[string]bool{}, busy: map[string]bool{},
-		listed: map[string]string{}, died: map[string]bool{}, ctx: ctx, watchN: watchN}
+		listed: map[string]string{}, died: map[string]string{}, ctx: ctx, watchN: watchN}
 	if err := failpoint.Hit(ctx, "agent.started", nil); err != nil {
 		return fmt.Errorf("nodeagent: %w", err)
 	}

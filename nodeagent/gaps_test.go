@@ -6,7 +6,6 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -61,7 +60,9 @@ func (ts *traceSink) childRuns() (execs [][]string, exits map[int][]string, err 
 	byPid := map[int][]string{}
 	exits = map[int][]string{}
 	for _, e := range ts.events {
-		if e.Proc != "nodeagent" || !strings.HasPrefix(e.Point, "agent.child.") {
+		// exec and exit only: agent.child.vm-died is the watcher child's
+		// report, no run of a child
+		if e.Proc != "nodeagent" || (e.Point != "agent.child.exec" && e.Point != "agent.child.exit") {
 			continue
 		}
 		pid, argv, err := childAttrs(e)

@@ -133,6 +133,10 @@ func TestSIGKILLAtEveryAgentPoint(t *testing.T) {
 				spec += "@vm=web" // in the middle of the create, not at startup
 			case "agent.failed":
 				spec = "agent.hibernate.saved=1*error(registry blip);agent.failed=kill"
+			case "agent.child.vm-died":
+				// hit only when a VMM dies: scenario mx-found-wake-vmm-death-in-flight
+				// parks there (ReleaseAfter) with a VMM killed under a wake
+				t.Skip("agent.child.vm-died fires only on a VMM death; covered by scenario mx-found-wake-vmm-death-in-flight")
 			}
 			s := newStack(t)
 			k := &killRun{s: s}

@@ -95,7 +95,7 @@ func (a *Agent) startup(ctx context.Context, sem chan struct{}) error {
 			if vm, ok := byID[rec.Status.VMID]; !ok || vm.State != vmctl.StateRunning {
 				a.log.Warn("startup: the ready VM is not running; verifying it", "vm", n, "id", rec.Status.VMID, "state", vm.State)
 				a.mu.Lock()
-				a.died[n] = true
+				a.died[n] = rec.Status.VMID
 				a.mu.Unlock()
 			}
 		}

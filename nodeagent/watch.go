@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
 	"github.com/vmchaos/vmchaos/vmctl"
 )
@@ -69,11 +70,14 @@ func (a *Agent) watchOnce(ctx context.Context) error {
 	return err
 }
 
-// onEvent kicks the worker of a ready VM that the event shows dead. VMs with
-// an operation in flight belong to that operation and are left alone.
+// onEvent kicks the worker of a ready VM that the event shows dead. A VM
+// with an operation in flight belongs to that operation: its death is only
+// noted (by VM id), and the worker verifies the VM once the operation made
+// it ready — a wake whose VMM died after its readiness check would
+// otherwise report ready over a dead VM, and the event is not sent again.
 func (a *Agent) onEvent(ctx context.Context, ev vmctl.StatusEvent) {
 	rec := a.store.get(ev.VM.Name)
-	if rec == nil || rec.Op != "" || rec.Deleted || rec.Status.Lifecycle != LifecycleReady || rec.Status.VMID != ev.VM.ID {
+	if rec == nil || rec.Deleted {
 		return
 	}
 	dead := ev.Event == "DELETED"
@@ -84,9 +88,18 @@ func (a *Agent) onEvent(ctx context.Context, ev vmctl.StatusEvent) {
 	if !dead {
 		return
 	}
-	a.log.Warn("watcher: VM died", "vm", rec.Name, "id", ev.VM.ID, "event", ev.Event, "state", ev.VM.State)
+	_ = failpoint.Hit(ctx, "agent.child.vm-died", failpoint.Attrs{"vm": rec.Name, "id": ev.VM.ID, "op": rec.Op})
+	ready := rec.Op == "" && rec.Status.Lifecycle == LifecycleReady && rec.Status.VMID == ev.VM.ID
+	// died-in-flight-dropped: the historical watcher ignored a death while
+	// an operation owned the VM, so a wake could end ready over a dead VMM
+	if !ready && regress.On("died-in-flight-dropped") {
+		return
+	}
+	a.log.Warn("watcher: VM died", "vm", rec.Name, "id", ev.VM.ID, "event", ev.Event, "state", ev.VM.State, "op_in_flight", rec.Op)
 	a.mu.Lock()
-	a.died[rec.Name] = true
+	a.died[rec.Name] = ev.VM.ID
 	a.mu.Unlock()
-	a.kick(ctx, rec.Name, false, nil)
+	if ready {
+		a.kick(ctx, rec.Name, false, nil)
+	}
 }

@@ -282,7 +282,7 @@ func (a *Agent) nextOp(rec *record) (plan, bool, error) {
 		case lc == LifecycleHibernated:
 			return plan{op: opWake}, false, nil
 		case lc == LifecycleReady && rec.Status.VMID != "":
-			if a.takeDied(rec.Name) {
+			if a.takeDied(rec.Name, rec.Status.VMID) {
 				// The watcher saw the VM die: verify and restart it.
 				return plan{op: opCreate, step: stepCloned}, false, nil
 			}
@@ -304,12 +304,15 @@ func (a *Agent) nextOp(rec *record) (plan, bool, error) {
 	return plan{}, false, fmt.Errorf("vm %s: lifecycle %q with no operation and goal %s", rec.Name, lc, goal)
 }
 
-func (a *Agent) takeDied(name string) bool {
+// takeDied reports (once) whether the watcher saw the VM bound as id die;
+// a death noted for another VM of the name (one a hibernate removed) is
+// dropped.
+func (a *Agent) takeDied(name, id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	d := a.died[name]
+	d, ok := a.died[name]
 	delete(a.died, name)
-	return d
+	return ok && d == id
 }
 
 // setStatus writes a status change durably.

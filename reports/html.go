@@ -65,6 +65,7 @@ type htmlData struct {
 	Histogram *svgHistogram
 	Selftest  *htmlSelftest
 	Sweeps    []svgSweep
+	Coverage  template.HTML // the phase-coverage section (coverage.go)
 }
 
 type htmlGroup struct {
@@ -101,6 +102,10 @@ func renderHTML(r *Results, selftest []SelftestRow) ([]byte, error) {
 		Conv:   Convergence(r.Cases),
 	}
 	d.GateName = GateCodeName(d.Gate.Code)
+	var err error
+	if d.Coverage, err = coverageHTML(r); err != nil {
+		return nil, err
+	}
 	if len(selftest) > 0 {
 		st := &htmlSelftest{Tally: TallySelftest(selftest)}
 		st.OK = st.Tally.OK()

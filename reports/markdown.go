@@ -87,6 +87,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(coverageMarkdown(r))
 	b.WriteString("## Cases\n\n")
 	b.WriteString("| case | fault | landed phase | window margin | verdict | time to converge | failed invariants |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Cases {
@@ -444,6 +445,9 @@ func MarkdownSummary(r *Results, g GateResult, limit int) string {
 	fmt.Fprintf(&b, "Run `%s`: %s; backend %s, supervisor %s, time scale %g, seed %d; %s.\n\n", mdCode(orDefault(r.RunID, "(unnamed)")),
 		mdEscape(CountVerdicts(r.Cases).String()), mdEscape(orDefault(r.Backend, "?")), mdEscape(orDefault(r.Supervisor, "?")),
 		r.TimeScale, r.Seed, mdEscape(Convergence(r.Cases).String()))
+	if r.Coverage != nil {
+		fmt.Fprintf(&b, "%s.\n\n", mdEscape(r.Coverage.String()))
+	}
 	var notes []string
 	for _, l := range g.Lines[:max(len(g.Lines)-1, 0)] { // the last line is the tally, said above
 		if strings.HasPrefix(l, "REGRESSION") || strings.HasPrefix(l, "NOTE") || strings.HasPrefix(l, "FIXED") ||

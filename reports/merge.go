@@ -172,6 +172,13 @@ func Merge(rs ...*Results) (*Results, error) {
 		return nil, err
 	}
 	out.Shards, out.MissingShards = shards, missing
+	// the shards share the matrix: its map over the merged cases
+	for _, r := range rs {
+		if r.Coverage != nil {
+			out.Coverage = r.Coverage.Recompute(out.Cases)
+			break
+		}
+	}
 	return out, nil
 }
 

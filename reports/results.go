@@ -40,6 +40,10 @@ type Results struct {
 	Shards        []string `json:"shards,omitempty"`
 	MissingShards []string `json:"missing_shards,omitempty"`
 
+	// Coverage is the phase-coverage map of the generated matrix
+	// (coverage.go); absent in runs written before it.
+	Coverage *Coverage `json:"coverage,omitempty"`
+
 	// Dir is the run dir this was loaded from or written to (not stored);
 	// report paths printed by Summary are relative to it.
 	Dir string `json:"-"`
@@ -80,6 +84,9 @@ type Case struct {
 	// window-less faults); Runs is every run's outcome under --repeat.
 	Window *WindowMargin `json:"window,omitempty"`
 	Runs   []RunOutcome  `json:"runs,omitempty"`
+	// CoverageKind is the matrix fault kind the case exercises (the
+	// coverage map's column for its landed phase); "" for none.
+	CoverageKind string `json:"coverage_kind,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.

@@ -27,6 +27,9 @@ func Summary(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\nvmchaos run %s: %s — %s\n", orDefault(r.RunID, "(unnamed)"), strings.ToUpper(GateCodeName(g.Code)), counts)
 	fmt.Fprintf(w, "  backend %s, supervisor %s, time scale %g, seed %d\n", orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), r.TimeScale, r.Seed)
 	fmt.Fprintf(w, "  %s\n", Convergence(r.Cases))
+	if r.Coverage != nil {
+		fmt.Fprintf(w, "  %s\n", r.Coverage)
+	}
 	// Problems first by severity, capped so a bad night does not scroll the
 	// summary off the CI log; the report has them all.
 	var problems []Case

@@ -312,7 +312,7 @@ func Validate(bugNames []string) error {
 		if len(s.Faults) == 0 {
 			errs = append(errs, s.ID+": no fault")
 		}
-		for _, f := range s.Faults {
+		for i, f := range s.Faults {
 			if !FaultKinds[f.Kind] {
 				errs = append(errs, fmt.Sprintf("%s: unknown fault kind %q", s.ID, f.Kind))
 			}
@@ -322,7 +322,10 @@ func Validate(bugNames []string) error {
 			if timed && f.Kind != "none" && (f.Window[0] == "" || f.Window[1] == "") {
 				errs = append(errs, fmt.Sprintf("%s: fault %s %q needs a closed window (both ends)", s.ID, f.Kind, f.Trigger))
 			}
-			if f.Trigger != "" && f.Trigger != "now" {
+			if f.Trigger == TriggerWhileDown && i == 0 {
+				errs = append(errs, s.ID+": "+TriggerWhileDown+" needs a first fault that takes the agent down")
+			}
+			if f.Trigger != "" && f.Trigger != "now" && f.Trigger != TriggerWhileDown {
 				trig := f.Trigger
 				if !strings.HasPrefix(trig, "park ") {
 					trig += " + 0ms"
@@ -354,8 +357,8 @@ func Validate(bugNames []string) error {
 				errs = append(errs, fmt.Sprintf("%s: target %q is not a regress bug", s.ID, t))
 			}
 		}
-		if s.Sweep == "" && s.FineSweep == "" && s.Speed != "fast" && s.Speed != "slow" {
-			errs = append(errs, s.ID+": speed must be fast or slow")
+		if s.Sweep == "" && s.FineSweep == "" && s.Speed != "fast" && s.Speed != "slow" && s.Speed != "nightly" {
+			errs = append(errs, s.ID+": speed must be fast, slow or nightly")
 		}
 	}
 	sort.Strings(errs)

@@ -11,7 +11,7 @@ import (
 func init() { register(newPointsCmd) }
 
 func newPointsCmd() *cobra.Command {
-	var proc string
+	var proc, coverage string
 	c := &cobra.Command{
 		Use:   "points",
 		Short: "Print the failpoint catalogue: every named phase and what has/has not happened there",
@@ -36,9 +36,13 @@ Actions at a point (VMCHAOS_FAILPOINTS="POINT=ACTION;POINT=ACTION", ARCHITECTURE
 Each optionally prefixed "N*" (the first N hits only) and suffixed "@vm=ID" (that VM only), e.g.
   VMCHAOS_FAILPOINTS='vm.clone.reserved=1*signal(KILL,59ms)@vm=web-1'`,
 		Example: `  vmchaos points
-  vmchaos points --proc vmctl`,
+  vmchaos points --proc vmctl
+  vmchaos points --coverage vmchaos-results/chaos-20261201-120000/results.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if coverage != "" {
+				return printCoverage(cmd.OutOrStdout(), coverage)
+			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "POINT\tPROC\tOP\tHAPPENED\tNOT YET")
 			for _, p := range failpoint.Catalogue {
@@ -51,5 +55,6 @@ Each optionally prefixed "N*" (the first N hits only) and suffixed "@vm=ID" (tha
 		},
 	}
 	c.Flags().StringVar(&proc, "proc", "", "only points of this process (vmctl, nodeagent, fakech)")
+	c.Flags().StringVar(&coverage, "coverage", "", "print the phase-coverage map of a run instead: for every failpoint, which fault kinds landed there and which applicable ones never did (the results.json of a run or a merge), e.g. out/results.json")
 	return c
 }

@@ -85,6 +85,9 @@ one line each, with the repro command of the case.`,
 			}
 			g := reports.Gate(cur, base, opt)
 			fmt.Fprintln(cmd.OutOrStdout(), g.String())
+			if cur.Coverage != nil {
+				fmt.Fprintln(cmd.OutOrStdout(), cur.Coverage)
+			}
 			if stepSummary != "" {
 				if err := appendFile(stepSummary, reports.MarkdownSummary(cur, g, 30)); err != nil {
 					return reports.InfraError{Err: fmt.Errorf("--step-summary: %w", err)}

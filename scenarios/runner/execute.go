@@ -88,6 +88,10 @@ func (cr *caseRun) injFault(f scenarios.Fault) injector.Fault {
 		unit = cr.st.DaemonUnit
 	}
 	out := injector.Fault{Kind: f.Kind, Unit: unit, Child: f.Child}
+	if f.Kind == "sigstop" {
+		// the injector sends the SIGCONT (0: the agent stays frozen)
+		out.StopFor = cr.r.scale(f.StopFor)
+	}
 	if f.Kind == "sigkill-vmm" {
 		if v, ok, _ := cr.st.VMByName(context.Background(), f.VM); ok {
 			out.VM = v.ID

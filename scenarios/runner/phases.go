@@ -147,8 +147,9 @@ func (cr *caseRun) armFaults(ctx context.Context) ([]pendingFault, error) {
 				parkOrder = append(parkOrder, trig)
 			}
 			parks[trig] = append(parks[trig], i)
-		case f.Kind == "none" || f.Trigger == "now":
-			// nothing to arm; "now" fires after the act steps
+		case f.Kind == "none" || f.Trigger == "now" || f.Trigger == scenarios.TriggerWhileDown:
+			// nothing to arm; "now" fires after the act steps, while-down
+			// once the first fault is in (inject)
 		case f.Kind == "failpoint":
 			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
 				return cr.waitFailpoint(ctx, mark, i, trig)
@@ -239,6 +240,7 @@ func (cr *caseRun) inject(ctx context.Context, waits []pendingFault, results []c
 		}
 		cr.rc.Injections = append(cr.rc.Injections, res.injs...)
 	}
+	cr.rc.Injections = append(cr.rc.Injections, cr.injectWhileDown(ctx, firstInjection(cr.rc.Injections))...)
 	sort.SliceStable(cr.rc.Injections, func(i, j int) bool { return cr.rc.Injections[i].ActualNs < cr.rc.Injections[j].ActualNs })
 	for _, in := range cr.rc.Injections {
 		if cr.faultNs == 0 || (in.ActualNs > 0 && in.ActualNs < cr.faultNs) {

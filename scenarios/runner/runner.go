@@ -247,6 +247,7 @@ func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []strin
 	if rc.DurationMs == 0 {
 		rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
 	}
+	rc.CoverageKind = scenarios.CoverageKind(c.Scenario)
 	r.mu.Lock()
 	r.res.Cases = append(r.res.Cases, rc)
 	r.mu.Unlock()
@@ -287,6 +288,7 @@ func progressLine(rc reports.Case) string {
 func (r *Runner) WriteAll() (*reports.Results, error) {
 	r.mu.Lock()
 	r.res.FinishedAt = time.Now().UTC()
+	r.res.Coverage = MatrixCoverage(r.res.Cases)
 	res := r.res
 	r.mu.Unlock()
 	return res, reports.WriteAll(r.opts.ReportDir, res)

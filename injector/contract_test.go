@@ -129,11 +129,14 @@ func contract(t *testing.T, sup Supervisor) {
 		if m1 <= 0 {
 			t.Fatalf("MainPID = %d", m1)
 		}
-		if !environHas(m1, envHelper+"=svc") {
-			t.Fatalf("host pid %d is not the unit's main process (cmdline %q)", m1, cmdline(m1))
-		}
+		// The log line first: it proves the new program runs. Right after
+		// exec returns to the parent, the kernel may not yet have set the
+		// new image's argv/env (/proc/pid/environ reads empty for a moment).
 		if _, ok := startedChild(sigLog(t, logp), nsView(m1)); !ok {
 			waitFor(t, "log line", 30*time.Second, func() bool { _, ok := startedChild(sigLog(t, logp), nsView(m1)); return ok })
+		}
+		if !environHas(m1, envHelper+"=svc") {
+			t.Fatalf("host pid %d is not the unit's main process (cmdline %q)", m1, cmdline(m1))
 		}
 		if sup.Kind() == KindSandbox && len(nsPIDs(m1)) < 2 {
 			t.Fatalf("sandbox main pid %d is not in a nested pid namespace: NSpid %v", m1, nsPIDs(m1))

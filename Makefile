@@ -100,7 +100,7 @@ selftest: setup build
 	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --parallel 4 --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest
 
 selftest-fast: setup build
-	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --fast --parallel 4 --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest-fast
+	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --fast --parallel 12 --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest-fast
 
 clean:
 	rm -rf $(BIN) $(REPORTDIR)

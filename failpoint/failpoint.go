@@ -275,9 +275,12 @@ func (st *state) sendArmed(ev *Event, armed func(ts int64, seq uint64)) int64 {
 	}
 	if stamp {
 		// ts_ns is the first field: `{"ts_ns":0,` becomes `{"ts_ns":<now>,`.
+		// The buffer is made before the stamp: an allocation after it can
+		// start a GC cycle or an assist in this process, between stamp and write.
 		rest := b[len(`{"ts_ns":0`):]
+		out := append(make([]byte, 0, len(b)+20), `{"ts_ns":`...)
 		ev.TsNs = Now()
-		b = append(strconv.AppendInt(append(make([]byte, 0, len(b)+20), `{"ts_ns":`...), ev.TsNs, 10), rest...)
+		b = append(strconv.AppendInt(out, ev.TsNs, 10), rest...)
 	}
 	if armed != nil {
 		armed(ev.TsNs, ev.Seq)

@@ -136,6 +136,7 @@ func accuracy(b *testing.B, kind string, total int) {
 		start(fmt.Sprintf("acc%d", l), fmt.Sprintf("lane%d", l), "acc.tick", 2*time.Millisecond)
 	}
 	b.ResetTimer()
+	gc0 := readGC()
 	byOff := map[time.Duration][]int64{}
 	var all, delivery, late, harness []int64
 	var mu sync.Mutex
@@ -185,7 +186,32 @@ func accuracy(b *testing.B, kind string, total int) {
 		wg.Wait()
 	}
 	b.StopTimer()
+	b.Log(gc0.since())
 	reportAccuracy(b, kind, tr, total, byOff, all, delivery, late, harness, failed)
+}
+
+// gcStats: the harness's own GC cycles during a row; each one stops the
+// world twice, the trace reader included.
+type gcStats struct {
+	n     uint32
+	pause uint64
+}
+
+func readGC() gcStats {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return gcStats{m.NumGC, m.PauseTotalNs}
+}
+
+func (g gcStats) since() string {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	var worst uint64
+	for i := g.n; i < m.NumGC && i < g.n+256; i++ {
+		worst = max(worst, m.PauseNs[(i+255)%256])
+	}
+	return fmt.Sprintf("harness GC during the row: %d cycle(s), stop-the-world %.0fµs in all, longest %.0fµs",
+		m.NumGC-g.n, float64(m.PauseTotalNs-g.pause)/1e3, float64(worst)/1e3)
 }
 
 func reportAccuracy(b *testing.B, kind string, tr *Trace, total int, byOff map[time.Duration][]int64, all, delivery, late, harness []int64, failed []string) {
@@ -267,6 +293,7 @@ func accuracyInVictim(b *testing.B, kind string, total int) {
 		}
 	}
 	b.ResetTimer()
+	gc0 := readGC()
 	byOff := map[time.Duration][]int64{}
 	var all, delivery, late, harness []int64
 	var mu sync.Mutex
@@ -324,5 +351,6 @@ func accuracyInVictim(b *testing.B, kind string, total int) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	b.Log(gc0.since())
 	reportAccuracy(b, kind+" (in-victim)", tr, total, byOff, all, delivery, late, harness, failed)
 }

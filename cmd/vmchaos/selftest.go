@@ -87,7 +87,7 @@ Exit status 0 only when every row holds.`,
 		},
 	}
 	f.add(c)
-	c.Flags().IntVar(&parallel, "parallel", 1, "with-bug cases run at once (the cases without a bug, which must pass, always run one at a time first); a with-bug case usually waits out the 20 s convergence budget, so CI runs 4")
+	c.Flags().IntVar(&parallel, "parallel", 1, "with-bug cases run at once (the cases without a bug, which must pass, always run one at a time first); a with-bug case usually waits out the 20 s convergence budget, so CI runs its 12 at once")
 	c.Flags().BoolVar(&fast, "fast", false, "only the quickest detecting scenario per bug (what CI runs)")
 	c.Flags().BoolVar(&list, "list", false, "list every bug with its seed, the invariant it breaks and the scenarios targeting it")
 	return c

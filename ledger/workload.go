@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/ledger/writerproto"
 	"github.com/vmchaos/vmchaos/timescale"
 	"golang.org/x/crypto/ssh"
 )
@@ -23,11 +24,11 @@ import (
 
 // Guest-side paths of the writer's markers.
 const (
-	WorkloadDiskDir = "/var/lib/vmchaos/workload"
-	WorkloadRAMDir  = "/run/vmchaos-workload"
-	WorkloadCmd     = "vmchaos-writer"
+	WorkloadDiskDir = writerproto.DiskDir
+	WorkloadRAMDir  = writerproto.RAMDir
+	WorkloadCmd     = writerproto.Cmd
 	// DefaultWorkloadRate is markers per second per guest (real time).
-	DefaultWorkloadRate = 200
+	DefaultWorkloadRate = writerproto.DefaultRate
 )
 
 // WorkloadOpts configure one writer session.
@@ -104,6 +105,14 @@ func (l *Ledger) StartWorkload(ctx context.Context, g Guest, o WorkloadOpts) (*W
 		client.Close()
 		return nil, fmt.Errorf("ledger %s: workload: %w", g.Name, err)
 	}
+	// stdin stays open for the session's life: the real guest's writer ends
+	// on stdin EOF (a session without stdin sends EOF at once); it closes
+	// with the connection.
+	if _, err := sess.StdinPipe(); err != nil {
+		cancel()
+		client.Close()
+		return nil, fmt.Errorf("ledger %s: workload: %w", g.Name, err)
+	}
 	var stderr strings.Builder
 	sess.Stderr = &stderr
 	if err := sess.Start(cmd); err != nil {
@@ -123,12 +132,11 @@ func (l *Ledger) StartWorkload(ctx context.Context, g Guest, o WorkloadOpts) (*W
 		}
 		return nil, fmt.Errorf("ledger %s: workload: no start line: %w", g.Name, err)
 	}
-	var seq int
-	var boot string
-	if _, err := fmt.Sscanf(first, "start %d %s", &seq, &boot); err != nil || seq < 1 || boot == "" {
+	seq, boot, err := writerproto.ParseStart(first)
+	if err != nil {
 		cancel()
 		client.Close()
-		return nil, fmt.Errorf("ledger %s: workload: bad start line %q", g.Name, strings.TrimSpace(first))
+		return nil, fmt.Errorf("ledger %s: workload: %w", g.Name, err)
 	}
 	if err := l.append(Entry{Kind: KindWorkloadStart, Guest: g.Name, Addr: g.Addr, Seq: seq, BootID: boot,
 		HostNs: failpoint.Now(), Note: cmd}); err != nil {
@@ -197,8 +205,9 @@ func (w *Workload) read(ctx context.Context, client *ssh.Client, sess *ssh.Sessi
 		}
 		now := failpoint.Now()
 		var a WorkloadAck
-		if _, perr := fmt.Sscanf(line, "ack %d %d %d", &a.Seq, &a.BeginNs, &a.AckNs); perr != nil {
-			end = fmt.Sprintf("bad line %q", strings.TrimSpace(line))
+		var perr error
+		if a.Seq, a.BeginNs, a.AckNs, perr = writerproto.ParseAck(line); perr != nil {
+			end = perr.Error()
 			break
 		}
 		a.HostNs = now

@@ -90,7 +90,7 @@ type ImageOptions struct {
 	// Writer is the static vmchaos-writer binary to install; default: the
 	// one next to the running executable (bin/ after `make build`).
 	Writer string
-	Log      io.Writer
+	Log    io.Writer
 }
 
 // PackageVersion is one installed Debian package.

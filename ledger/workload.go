@@ -17,10 +17,11 @@ import (
 )
 
 // The workload driver (issue #13): it starts the guest's writer
-// (`vmchaos-writer`, which the fake guest provides) over one SSH session and
-// journals what it streams — a wl-start entry with the first seq and boot id,
-// then the acks in batches (one fsynced line per batch of lines that arrived
-// together) — until the session ends: Stop, a NIC drop, a dead VMM.
+// (`vmchaos-writer`: simulated by the fake guest, cmd/vmchaos-writer in a
+// real one; protocol in ledger/writerproto) over one SSH session and journals
+// what it streams — a wl-start entry with the first seq and boot id, then the
+// acks in batches (one fsynced line per batch of lines that arrived together)
+// — until the session ends: Stop, a NIC drop, a dead VMM.
 
 // Guest-side paths of the writer's markers.
 const (

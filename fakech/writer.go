@@ -99,14 +99,8 @@ func (g *guest) writer(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	p := writerproto.NewPacer(o, time.Now())
 	for !p.Finished() {
-		if d := time.Until(p.Wake()); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return 0
-			case <-t.C:
-			}
+		if !p.Wait(ctx) {
+			return 0
 		}
 		asked := time.Now()
 		if err := g.lockRunning(ctx); err != nil {

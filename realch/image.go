@@ -91,6 +91,8 @@ type ImageOptions struct {
 	// one next to the running executable (bin/ after `make build`).
 	Writer string
 	Log    io.Writer
+
+	writer []byte // Writer's content, read once: the key and the image hold the same bytes
 }
 
 // PackageVersion is one installed Debian package.
@@ -165,7 +167,13 @@ func (o *ImageOptions) findWriter() error {
 		o.Writer = filepath.Join(filepath.Dir(exe), ImageWriter)
 	}
 	fi, err := os.Stat(o.Writer)
-	if err != nil || !fi.Mode().IsRegular() {
+	if err == nil && !fi.Mode().IsRegular() {
+		err = errors.New("not a regular file")
+	}
+	if err == nil {
+		o.writer, err = os.ReadFile(o.Writer)
+	}
+	if err != nil {
 		return fmt.Errorf("image real: the guest workload writer %s is missing (`make build` puts bin/%s next to bin/vmchaos; or give --writer PATH): %v",
 			o.Writer, ImageWriter, err)
 	}
@@ -333,11 +341,10 @@ func imageKey(o ImageOptions, index string) (string, error) {
 		return "", err
 	}
 	// a changed writer is another image
-	w, err := describeFile(o.Writer)
-	if err != nil {
-		return "", fmt.Errorf("image real: the workload writer: %w", err)
+	if o.writer == nil {
+		return "", errors.New("image real: the workload writer was not read (findWriter)")
 	}
-	fmt.Fprintf(h, "writer %s\n", w.SHA256)
+	fmt.Fprintf(h, "writer %x\n", sha256.Sum256(o.writer))
 	return o.Suite + "-" + hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
@@ -383,7 +390,7 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 		return nil, fmt.Errorf("image real: debootstrap: %w", err)
 	}
 	step("configure the guest")
-	if err := configureGuest(root, o.Writer); err != nil {
+	if err := configureGuest(root, o.writer); err != nil {
 		return nil, fmt.Errorf("image real: configure: %w", err)
 	}
 	kver, err := kernelRelease(root)
@@ -422,7 +429,7 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 	if err := os.RemoveAll(root); err != nil {
 		return nil, fmt.Errorf("image real: %w", err)
 	}
-	if err := copyFile(o.Writer, filepath.Join(work, ImageWriter), 0o755); err != nil {
+	if err := writeFileMode(filepath.Join(work, ImageWriter), o.writer, 0o755); err != nil {
 		return nil, fmt.Errorf("image real: %w", err)
 	}
 	info := &ImageInfo{
@@ -464,12 +471,8 @@ func describeOutputs(dir string) (map[string]ImageFile, error) {
 	return files, nil
 }
 
-// copyFile copies src to dst with mode perm.
-func copyFile(src, dst string, perm os.FileMode) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
+// writeFileMode writes b to dst with mode perm (whatever the umask).
+func writeFileMode(dst string, b []byte, perm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
@@ -481,8 +484,8 @@ func copyFile(src, dst string, perm os.FileMode) error {
 
 // configureGuest installs the seed agent and the workload writer and makes
 // the image a quiet, fast-booting VM guest.
-func configureGuest(root, writer string) error {
-	if err := copyFile(writer, filepath.Join(root, GuestWriterPath), 0o755); err != nil {
+func configureGuest(root string, writer []byte) error {
+	if err := writeFileMode(filepath.Join(root, GuestWriterPath), writer, 0o755); err != nil {
 		return fmt.Errorf("the workload writer: %w", err)
 	}
 	put := func(dst, src string, mode os.FileMode) error {

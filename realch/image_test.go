@@ -85,6 +85,9 @@ func TestImageKeyFollowsItsInputs(t *testing.T) {
 		}
 	}
 	base := ImageOptions{Suite: "bookworm", Mirror: DefaultMirror, SizeMiB: 2048, Writer: writer}
+	if err := base.findWriter(); err != nil {
+		t.Fatal(err)
+	}
 	k0, err := imageKey(base, "idx1")
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +99,9 @@ func TestImageKeyFollowsItsInputs(t *testing.T) {
 	other.SizeMiB = 4096
 	otherWriter := base
 	otherWriter.Writer = writer2
+	if err := otherWriter.findWriter(); err != nil {
+		t.Fatal(err)
+	}
 	for name, k := range map[string]func() (string, error){
 		"index":  func() (string, error) { return imageKey(base, "idx2") },
 		"size":   func() (string, error) { return imageKey(other, "idx1") },

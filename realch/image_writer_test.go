@@ -25,8 +25,24 @@ func TestImageInstallsTheWorkloadWriter(t *testing.T) {
 	if err := os.WriteFile(writer, content, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	o := ImageOptions{Writer: writer}
+	if err := o.findWriter(); err != nil {
+		t.Fatal(err)
+	}
+	key, err := imageKey(o, "idx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a writer rebuilt while the image builds: the image keeps the bytes
+	// its key was made from
+	if err := os.WriteFile(writer, []byte("a newer writer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := imageKey(o, "idx"); k != key {
+		t.Fatal("the key moved with a file changed after it was read")
+	}
 	root := filepath.Join(dir, "root")
-	if err := configureGuest(root, writer); err != nil {
+	if err := configureGuest(root, o.writer); err != nil {
 		t.Fatal(err)
 	}
 	installed := filepath.Join(root, GuestWriterPath)
@@ -51,7 +67,7 @@ func TestImageInstallsTheWorkloadWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := copyFile(writer, filepath.Join(entry, ImageWriter), 0o755); err != nil {
+	if err := writeFileMode(filepath.Join(entry, ImageWriter), o.writer, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	files, err := describeOutputs(entry)
@@ -78,12 +94,11 @@ func TestImageInstallsTheWorkloadWriter(t *testing.T) {
 	}
 
 	// no writer: a clear error before anything is fetched or built
-	o := ImageOptions{Writer: filepath.Join(dir, "nope", ImageWriter)}
+	o = ImageOptions{Writer: filepath.Join(dir, "nope", ImageWriter)}
 	if err := o.findWriter(); err == nil || !strings.Contains(err.Error(), "make build") || !strings.Contains(err.Error(), "--writer") {
 		t.Fatalf("missing writer: %v", err)
 	}
-	o = ImageOptions{Writer: writer}
-	if err := o.findWriter(); err != nil {
-		t.Fatal(err)
+	if _, err := imageKey(o, "idx"); err == nil {
+		t.Fatal("a key without the writer")
 	}
 }

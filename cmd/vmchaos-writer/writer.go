@@ -72,16 +72,7 @@ func (w *writer) run(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	p := writerproto.NewPacer(w.o, time.Now())
 	for !p.Finished() {
-		if d := time.Until(p.Wake()); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return 0
-			case <-t.C:
-			}
-		}
-		if ctx.Err() != nil {
+		if !p.Wait(ctx) {
 			return 0
 		}
 		now := time.Now()

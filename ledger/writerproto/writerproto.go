@@ -14,6 +14,7 @@
 package writerproto
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -171,6 +172,22 @@ func (p *Pacer) Wake() time.Time {
 		return gs
 	}
 	return p.next
+}
+
+// Wait sleeps until Wake; false when ctx ended first.
+func (p *Pacer) Wait(ctx context.Context) bool {
+	d := time.Until(p.Wake())
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // Batch is how many markers are due at now. stalled: the writer did not

@@ -1,9 +1,7 @@
 package runner
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/reports"
@@ -44,17 +42,7 @@ func TestConsistentSavePassesWithoutTheGuestClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	r, err := New(ctx, Options{ReportDir: t.TempDir(), Supervisor: "builtin", Scale: 0.05, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	rc := r.RunCase(ctx, c)
-	if left := leftovers(r); len(left) > 0 {
-		t.Fatalf("processes left: %v", left)
-	}
+	rc := runOneCase(t, c)
 	inv, ok := cutInvariant(rc)
 	if rc.Verdict != reports.Pass || !ok || !inv.OK || rc.Workload == nil || len(rc.Workload.Cuts) != 1 {
 		t.Fatalf("%s (%s), cut invariant %+v", rc.Verdict, rc.Reason, inv)

@@ -35,6 +35,21 @@ type writerHost struct {
 	missing   bool // a guest without the writer: exec answers 127
 }
 
+// realWriterLedger is a ledger and a writer host that trusts its key.
+func realWriterLedger(t *testing.T, missing bool) (*Ledger, *writerHost) {
+	t.Helper()
+	dir := t.TempDir()
+	key, err := NewKey(filepath.Join(dir, "ssh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(filepath.Join(dir, "ledger.jsonl"), key, filepath.Join(dir, "pins"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, startWriterHost(t, key, missing)
+}
+
 func startWriterHost(t *testing.T, key *Key, missing bool) *writerHost {
 	t.Helper()
 	bin, err := stackbin.Path(writerproto.Cmd)
@@ -159,16 +174,7 @@ func (h *writerHost) statuses() []int {
 // stdin open), every journaled ack has its disk and RAM marker, and a second
 // session continues after the first one's markers.
 func TestWorkloadDrivesTheRealWriterOverSSH(t *testing.T) {
-	dir := t.TempDir()
-	key, err := NewKey(filepath.Join(dir, "ssh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(filepath.Join(dir, "ledger.jsonl"), key, filepath.Join(dir, "pins"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := startWriterHost(t, key, false)
+	l, h := realWriterLedger(t, false)
 	g := Guest{Name: "real", Addr: h.addr}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -238,16 +244,7 @@ func TestWorkloadDrivesTheRealWriterOverSSH(t *testing.T) {
 // A guest without the writer (an image from before it) answers 127: the
 // driver reports it as a CommandError the runner turns into its note.
 func TestWorkloadOnAGuestWithoutTheWriter(t *testing.T) {
-	dir := t.TempDir()
-	key, err := NewKey(filepath.Join(dir, "ssh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(filepath.Join(dir, "ledger.jsonl"), key, filepath.Join(dir, "pins"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := startWriterHost(t, key, true)
+	l, h := realWriterLedger(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	w, err := l.StartWorkload(ctx, Guest{Name: "old", Addr: h.addr}, WorkloadOpts{})

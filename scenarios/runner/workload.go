@@ -439,7 +439,11 @@ func (cr *caseRun) workloadReport() *reports.Workload {
 				continue
 			}
 			for _, a := range e.Acks {
-				acks = append(acks, reports.WorkloadAckPoint{Guest: e.Guest, Seq: a.Seq, AckNs: a.AckNs})
+				t := a.AckNs
+				if !cr.guestClock() {
+					t = a.HostNs // drawn against the trace's marks: on the trace clock
+				}
+				acks = append(acks, reports.WorkloadAckPoint{Guest: e.Guest, Seq: a.Seq, AckNs: t})
 			}
 		}
 		sort.SliceStable(acks, func(i, j int) bool { return acks[i].AckNs < acks[j].AckNs })

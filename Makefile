@@ -17,6 +17,8 @@ setup:
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	@# the real guest's workload writer: static, for any guest image
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/vmchaos-writer ./cmd/vmchaos-writer
 	@# fakech is the drop-in cloud-hypervisor of the fake backend
 	@cp -f $(BIN)/fakech $(BIN)/cloud-hypervisor
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vmchaos/vmchaos/ledger/writerproto"
 )
 
 // The consistent-cut verdict (issue #13). A guest writer appends markers
@@ -104,17 +106,7 @@ type CutVerdict struct {
 
 // SeqFromName is the seq of a writer marker file name ("seq-12" → 12), 0
 // for any other name.
-func SeqFromName(name string) int {
-	n, ok := strings.CutPrefix(name, "seq-")
-	if !ok || n == "" || n[0] == '0' || len(n) > 12 {
-		return 0
-	}
-	s, err := strconv.Atoi(n)
-	if err != nil || s < 1 {
-		return 0
-	}
-	return s
-}
+func SeqFromName(name string) int { return writerproto.Seq(name) }
 
 // ackIndex keeps the earliest record of every seq (a seq rewritten by a
 // later writer session after a loss keeps its first history).

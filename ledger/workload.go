@@ -11,23 +11,25 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/ledger/writerproto"
 	"github.com/vmchaos/vmchaos/timescale"
 	"golang.org/x/crypto/ssh"
 )
 
 // The workload driver (issue #13): it starts the guest's writer
-// (`vmchaos-writer`, which the fake guest provides) over one SSH session and
-// journals what it streams — a wl-start entry with the first seq and boot id,
-// then the acks in batches (one fsynced line per batch of lines that arrived
-// together) — until the session ends: Stop, a NIC drop, a dead VMM.
+// (`vmchaos-writer`: simulated by the fake guest, cmd/vmchaos-writer in a
+// real one; protocol in ledger/writerproto) over one SSH session and journals
+// what it streams — a wl-start entry with the first seq and boot id, then the
+// acks in batches (one fsynced line per batch of lines that arrived together)
+// — until the session ends: Stop, a NIC drop, a dead VMM.
 
 // Guest-side paths of the writer's markers.
 const (
-	WorkloadDiskDir = "/var/lib/vmchaos/workload"
-	WorkloadRAMDir  = "/run/vmchaos-workload"
-	WorkloadCmd     = "vmchaos-writer"
+	WorkloadDiskDir = writerproto.DiskDir
+	WorkloadRAMDir  = writerproto.RAMDir
+	WorkloadCmd     = writerproto.Cmd
 	// DefaultWorkloadRate is markers per second per guest (real time).
-	DefaultWorkloadRate = 200
+	DefaultWorkloadRate = writerproto.DefaultRate
 )
 
 // WorkloadOpts configure one writer session.
@@ -104,6 +106,14 @@ func (l *Ledger) StartWorkload(ctx context.Context, g Guest, o WorkloadOpts) (*W
 		client.Close()
 		return nil, fmt.Errorf("ledger %s: workload: %w", g.Name, err)
 	}
+	// stdin stays open for the session's life: the real guest's writer ends
+	// on stdin EOF (a session without stdin sends EOF at once); it closes
+	// with the connection.
+	if _, err := sess.StdinPipe(); err != nil {
+		cancel()
+		client.Close()
+		return nil, fmt.Errorf("ledger %s: workload: %w", g.Name, err)
+	}
 	var stderr strings.Builder
 	sess.Stderr = &stderr
 	if err := sess.Start(cmd); err != nil {
@@ -123,12 +133,11 @@ func (l *Ledger) StartWorkload(ctx context.Context, g Guest, o WorkloadOpts) (*W
 		}
 		return nil, fmt.Errorf("ledger %s: workload: no start line: %w", g.Name, err)
 	}
-	var seq int
-	var boot string
-	if _, err := fmt.Sscanf(first, "start %d %s", &seq, &boot); err != nil || seq < 1 || boot == "" {
+	seq, boot, err := writerproto.ParseStart(first)
+	if err != nil {
 		cancel()
 		client.Close()
-		return nil, fmt.Errorf("ledger %s: workload: bad start line %q", g.Name, strings.TrimSpace(first))
+		return nil, fmt.Errorf("ledger %s: workload: %w", g.Name, err)
 	}
 	if err := l.append(Entry{Kind: KindWorkloadStart, Guest: g.Name, Addr: g.Addr, Seq: seq, BootID: boot,
 		HostNs: failpoint.Now(), Note: cmd}); err != nil {
@@ -197,8 +206,9 @@ func (w *Workload) read(ctx context.Context, client *ssh.Client, sess *ssh.Sessi
 		}
 		now := failpoint.Now()
 		var a WorkloadAck
-		if _, perr := fmt.Sscanf(line, "ack %d %d %d", &a.Seq, &a.BeginNs, &a.AckNs); perr != nil {
-			end = fmt.Sprintf("bad line %q", strings.TrimSpace(line))
+		var perr error
+		if a.Seq, a.BeginNs, a.AckNs, perr = writerproto.ParseAck(line); perr != nil {
+			end = perr.Error()
 			break
 		}
 		a.HostNs = now

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/durable"
+	"github.com/vmchaos/vmchaos/ledger/writerproto"
 )
 
 // The guest half of the seed (vmchaos-seed, its units, the udev rule and
@@ -33,7 +34,7 @@ var guestFiles embed.FS
 
 // imageRecipe names this recipe in the cache key: bump it when the build
 // steps change, so a cached image from older steps is not reused.
-const imageRecipe = "vmchaos-image-real/2"
+const imageRecipe = "vmchaos-image-real/3"
 
 // ImagePackages are what debootstrap installs on top of Debian's minbase:
 // systemd as init (udev runs the NIC hotplug rule), the cloud kernel and
@@ -67,7 +68,15 @@ const (
 	ImageBzImage   = "vmlinuz" // the Debian bzImage as packaged (CH v53 boots it too, slower)
 	ImageInitramfs = "initrd.img"
 	ImageManifest  = "image-real.json"
+	// ImageWriter is the guest workload writer (cmd/vmchaos-writer) the
+	// image installs at GuestWriterPath; a copy stays in the cache entry so
+	// the manifest lists its digest.
+	ImageWriter = writerproto.Cmd
 )
+
+// GuestWriterPath is where the image installs the workload writer (on the
+// root's PATH over SSH, as the ledger runs it).
+const GuestWriterPath = "/usr/local/bin/" + writerproto.Cmd
 
 // ImageOptions say what `vmchaos image real` builds and where.
 type ImageOptions struct {
@@ -78,7 +87,12 @@ type ImageOptions struct {
 	SizeMiB  int    // disk size (sparse), default DefaultImageMiB
 	QCOW2    bool   // also put guest.qcow2 in OutDir (it is always made in the cache)
 	Rebuild  bool   // ignore a cached image with the same key
-	Log      io.Writer
+	// Writer is the static vmchaos-writer binary to install; default: the
+	// one next to the running executable (bin/ after `make build`).
+	Writer string
+	Log    io.Writer
+
+	writer []byte // Writer's content, read once: the key and the image hold the same bytes
 }
 
 // PackageVersion is one installed Debian package.
@@ -142,6 +156,30 @@ func (o *ImageOptions) defaults() {
 	}
 }
 
+// findWriter resolves o.Writer (default: next to the running executable)
+// and checks it is there: an image without it cannot run the workload.
+func (o *ImageOptions) findWriter() error {
+	if o.Writer == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("image real: the workload writer: %w", err)
+		}
+		o.Writer = filepath.Join(filepath.Dir(exe), ImageWriter)
+	}
+	fi, err := os.Stat(o.Writer)
+	if err == nil && !fi.Mode().IsRegular() {
+		err = errors.New("not a regular file")
+	}
+	if err == nil {
+		o.writer, err = os.ReadFile(o.Writer)
+	}
+	if err != nil {
+		return fmt.Errorf("image real: the guest workload writer %s is missing (`make build` puts bin/%s next to bin/vmchaos; or give --writer PATH): %v",
+			o.Writer, ImageWriter, err)
+	}
+	return nil
+}
+
 // imageTools are the host commands the build runs and the Debian packages
 // that provide them.
 var imageTools = []struct{ bin, pkg string }{
@@ -167,6 +205,9 @@ func BuildImage(ctx context.Context, o ImageOptions) (*ImageResult, error) {
 	}
 	if o.SizeMiB < 512 {
 		return nil, fmt.Errorf("image real: size %d MiB: want at least 512", o.SizeMiB)
+	}
+	if err := o.findWriter(); err != nil {
+		return nil, err
 	}
 	if err := ensureImageTools(ctx, o.Log); err != nil {
 		return nil, err
@@ -299,6 +340,11 @@ func imageKey(o ImageOptions, index string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// a changed writer is another image
+	if o.writer == nil {
+		return "", errors.New("image real: the workload writer was not read (findWriter)")
+	}
+	fmt.Fprintf(h, "writer %x\n", sha256.Sum256(o.writer))
 	return o.Suite + "-" + hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
@@ -344,7 +390,7 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 		return nil, fmt.Errorf("image real: debootstrap: %w", err)
 	}
 	step("configure the guest")
-	if err := configureGuest(root); err != nil {
+	if err := configureGuest(root, o.writer); err != nil {
 		return nil, fmt.Errorf("image real: configure: %w", err)
 	}
 	kver, err := kernelRelease(root)
@@ -383,17 +429,16 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 	if err := os.RemoveAll(root); err != nil {
 		return nil, fmt.Errorf("image real: %w", err)
 	}
+	if err := writeFileMode(filepath.Join(work, ImageWriter), o.writer, 0o755); err != nil {
+		return nil, fmt.Errorf("image real: %w", err)
+	}
 	info := &ImageInfo{
 		Recipe: imageRecipe, Key: key, Suite: o.Suite, Mirror: o.Mirror, PackagesIndex: index,
 		Requested: ImagePackages, Kernel: kver, Cmdline: DefaultCmdline, SizeMiB: o.SizeMiB,
 		Packages: pkgs, Files: map[string]ImageFile{}, BuiltAt: time.Now().UTC().Truncate(time.Second),
 	}
-	for _, name := range []string{ImageRaw, ImageQCOW2, ImageKernel, ImageBzImage, ImageInitramfs} {
-		f, err := describeFile(filepath.Join(work, name))
-		if err != nil {
-			return nil, fmt.Errorf("image real: %w", err)
-		}
-		info.Files[name] = f
+	if info.Files, err = describeOutputs(work); err != nil {
+		return nil, err
 	}
 	info.BuildSeconds = time.Since(start).Round(time.Second).Seconds()
 	b, _ := json.MarshalIndent(info, "", "  ")
@@ -410,9 +455,39 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 	return info, durable.SyncDir(o.CacheDir)
 }
 
-// configureGuest installs the seed agent and makes the image a quiet,
-// fast-booting VM guest.
-func configureGuest(root string) error {
+// imageOutputs are the files of a cache entry the manifest describes.
+var imageOutputs = []string{ImageRaw, ImageQCOW2, ImageKernel, ImageBzImage, ImageInitramfs, ImageWriter}
+
+// describeOutputs is the manifest's file list of the cache entry in dir.
+func describeOutputs(dir string) (map[string]ImageFile, error) {
+	files := map[string]ImageFile{}
+	for _, name := range imageOutputs {
+		f, err := describeFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("image real: %w", err)
+		}
+		files[name] = f
+	}
+	return files, nil
+}
+
+// writeFileMode writes b to dst with mode perm (whatever the umask).
+func writeFileMode(dst string, b []byte, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(dst, b, perm); err != nil {
+		return err
+	}
+	return os.Chmod(dst, perm) // WriteFile keeps an existing file's mode
+}
+
+// configureGuest installs the seed agent and the workload writer and makes
+// the image a quiet, fast-booting VM guest.
+func configureGuest(root string, writer []byte) error {
+	if err := writeFileMode(filepath.Join(root, GuestWriterPath), writer, 0o755); err != nil {
+		return fmt.Errorf("the workload writer: %w", err)
+	}
 	put := func(dst, src string, mode os.FileMode) error {
 		b, err := guestFiles.ReadFile("guest/" + src)
 		if err != nil {

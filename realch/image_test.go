@@ -77,7 +77,17 @@ func TestParseInReleaseFindsThePackageIndex(t *testing.T) {
 
 // The cache key moves with everything the image is made of.
 func TestImageKeyFollowsItsInputs(t *testing.T) {
-	base := ImageOptions{Suite: "bookworm", Mirror: DefaultMirror, SizeMiB: 2048}
+	dir := t.TempDir()
+	writer, writer2 := filepath.Join(dir, "w1"), filepath.Join(dir, "w2")
+	for p, b := range map[string]string{writer: "writer v1", writer2: "writer v2"} {
+		if err := os.WriteFile(p, []byte(b), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := ImageOptions{Suite: "bookworm", Mirror: DefaultMirror, SizeMiB: 2048, Writer: writer}
+	if err := base.findWriter(); err != nil {
+		t.Fatal(err)
+	}
 	k0, err := imageKey(base, "idx1")
 	if err != nil {
 		t.Fatal(err)
@@ -87,9 +97,15 @@ func TestImageKeyFollowsItsInputs(t *testing.T) {
 	}
 	other := base
 	other.SizeMiB = 4096
+	otherWriter := base
+	otherWriter.Writer = writer2
+	if err := otherWriter.findWriter(); err != nil {
+		t.Fatal(err)
+	}
 	for name, k := range map[string]func() (string, error){
-		"index": func() (string, error) { return imageKey(base, "idx2") },
-		"size":  func() (string, error) { return imageKey(other, "idx1") },
+		"index":  func() (string, error) { return imageKey(base, "idx2") },
+		"size":   func() (string, error) { return imageKey(other, "idx1") },
+		"writer": func() (string, error) { return imageKey(otherWriter, "idx1") },
 	} {
 		if k2, _ := k(); k2 == k0 {
 			t.Errorf("%s changed, key did not", name)

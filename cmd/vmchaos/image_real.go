@@ -19,7 +19,8 @@ func newImageRealCmd() *cobra.Command {
 suite with systemd, the Debian cloud kernel, openssh-server, isc-dhcp-client and iproute2, plus
 vmchaos-seed, a small shell agent that applies the NoCloud seed realch writes (hostname, root's
 SSH key, host keys made on first boot, static address by MAC or DHCP on every NIC, hot-plugged
-ones included). Writes to -o:
+ones included), and the workload writer vmchaos-writer at /usr/local/bin (the static binary
+` + "`make build`" + ` puts next to vmchaos, or --writer; its digest is in the cache key). Writes to -o:
 
   guest.raw     sparse raw disk, MBR, ext4 root on the first partition (root=/dev/vda1)
   vmlinuz       the Debian kernel (bzImage: cloud-hypervisor loads it with --kernel)
@@ -82,6 +83,7 @@ tools (debootstrap, qemu-utils, e2fsprogs) are installed with apt-get when missi
 	f.IntVar(&o.SizeMiB, "size-mib", realch.DefaultImageMiB, "disk size in MiB (sparse)")
 	f.BoolVar(&o.QCOW2, "qcow2", false, "also write guest.qcow2 to -o (discovery prefers it over guest.raw)")
 	f.BoolVar(&o.Rebuild, "rebuild", false, "build even when the cache holds this key")
+	f.StringVar(&o.Writer, "writer", "", "the static vmchaos-writer binary to install (default: the one next to this vmchaos binary)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no build log on stderr")
 	return c
 }

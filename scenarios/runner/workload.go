@@ -27,8 +27,9 @@ import (
 //   - a guest that went through hibernate → wake is judged against the NIC
 //     drop (every marker acked before it present, boot id unchanged).
 //
-// The writer exists in the fake guest only; on the real backend the
-// workload is off and the report says so.
+// The fake guest simulates the writer; a real guest runs cmd/vmchaos-writer,
+// which `vmchaos image real` installs (a guest without it gets a note that
+// says so). Only the fake guest's clock is the trace clock (guestClock).
 
 // WorkloadConsistentCut is the invariant of the cut verdicts.
 const WorkloadConsistentCut = "workload-consistent-cut"
@@ -79,10 +80,6 @@ func (w *workloads) note(format string, a ...any) {
 // need the workload fail later for lack of a verdict.
 func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 	w := cr.wl()
-	if cr.r.opts.Backend != stack.BackendFake && cr.r.opts.Backend != "" {
-		w.note("off on the %s backend: the guest writer (vmchaos-writer) exists in the fake guest only", cr.r.opts.Backend)
-		return
-	}
 	w.mu.Lock()
 	prev := w.running[name]
 	w.mu.Unlock()
@@ -104,7 +101,13 @@ func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 	w.ids[v.ID] = name // its saves are the timeline's pauses and resumes
 	w.mu.Unlock()
 	s, err := cr.st.Ledger.StartWorkload(ctx, g, ledger.WorkloadOpts{Rate: w.rate})
-	if err != nil {
+	var ce *ledger.CommandError
+	switch {
+	case errors.As(err, &ce) && ce.Status == 127:
+		w.note("%s: the guest has no %s (exit 127, %s): an image from before the writer; rebuild it with `vmchaos image real`",
+			name, ledger.WorkloadCmd, strings.TrimSpace(ce.Stderr))
+		return
+	case err != nil:
 		w.note("%s: writer did not start: %v", name, err)
 		return
 	}
@@ -186,6 +189,7 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 	w := cr.wl()
 	events := cr.st.Trace.Sorted()
 	var cuts []ledger.CutVerdict
+	wentOn := map[int]int{} // cut index → source acks past it (without the guest clock)
 	var ev []string
 	fail := func(format string, a ...any) { ev = append(ev, fmt.Sprintf(format, a...)) }
 	w.mu.Lock()
@@ -197,7 +201,7 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 			w.note("save of %s: no paused→resumed pair in the trace (the save did not complete): no snapshot to judge", s.vm)
 			continue
 		}
-		win.Snapshot, win.FaultNs, win.GuestClock = s.vm+"-manual", cr.faultNs, true
+		win.Snapshot, win.FaultNs, win.GuestClock = s.vm+"-manual", cr.faultNs, cr.guestClock()
 		clone := fmt.Sprintf("%s-cut%d", s.vm, i)
 		cctx, cancel := context.WithTimeout(ctx, budget)
 		v, err := cr.judgeSnapshot(cctx, s.vm, win, clone)
@@ -205,6 +209,14 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 		if err != nil {
 			fail("%s: %v", win.Snapshot, err)
 			continue
+		}
+		if !win.GuestClock {
+			entries, _, err := ledger.ReadJournal(cr.st.Ledger.JournalPath())
+			if err != nil {
+				fail("%s: %v", win.Snapshot, err)
+				continue
+			}
+			wentOn[len(cuts)] = wentOnPast(ledger.WorkloadFromJournal(entries, s.vm).Acks, win.ResumeNs, v.Cut)
 		}
 		cuts = append(cuts, v)
 	}
@@ -235,14 +247,19 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 	}
 	inv := reports.Invariant{Name: WorkloadConsistentCut, OK: len(ev) == 0 && len(cuts) > 0}
 	judged := 0
-	for _, v := range cuts {
+	for i, v := range cuts {
 		judged += v.Judged
 		if !v.OK {
 			inv.OK = false
 			ev = append(ev, v.Message)
 		}
 		// a clone of a save must leave its source going on independently
-		if v.Snapshot != "hibernate" && cr.s.Expect.Workload && v.BeganAfterResume == 0 {
+		if n, ok := wentOn[i]; ok {
+			if cr.s.Expect.Workload && n == 0 {
+				inv.OK = false
+				ev = append(ev, fmt.Sprintf("%s: the source's writer acked nothing past the clone's cut %d after the save's resume: the source did not go on", v.Snapshot, v.Cut))
+			}
+		} else if v.Snapshot != "hibernate" && cr.s.Expect.Workload && v.BeganAfterResume == 0 {
 			inv.OK = false
 			ev = append(ev, fmt.Sprintf("%s: the source's writer acked nothing begun after the save's resume: the source did not go on", v.Snapshot))
 		}
@@ -259,6 +276,30 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 		inv.Evidence = strings.Join(ev, "\n")
 	}
 	return []reports.Invariant{inv}
+}
+
+// guestClock: the guest's ack times are on the trace clock. The fake
+// guest's clock is the host's CLOCK_MONOTONIC; a real guest's CLOCK_MONOTONIC
+// counts from its own boot, so the ledger orders its acks by the host's
+// receipt time and judges no PHANTOM by time.
+func (cr *caseRun) guestClock() bool { return guestClockOn(cr.r.opts.Backend) }
+
+// guestClockOn is a variable so a test can run the fake backend the way the
+// real one is judged.
+var guestClockOn = func(backend string) bool { return backend == stack.BackendFake || backend == "" }
+
+// wentOnPast counts the acks the host received after resumeNs for markers
+// past cut: without the guest clock, the proof that the source went on
+// after the snapshot (an ack received late for a marker written before the
+// pause is at most cut, or LOST in the clone).
+func wentOnPast(acks []ledger.WorkloadAck, resumeNs int64, cut int) int {
+	n := 0
+	for _, a := range acks {
+		if a.HostNs > resumeNs && a.Seq > cut {
+			n++
+		}
+	}
+	return n
 }
 
 func prefixedNote(s string) string {
@@ -342,7 +383,7 @@ func (cr *caseRun) judgeWake(ctx context.Context, name string, events []failpoin
 		return ledger.CutVerdict{}, "", errors.New("no writer session started before the NIC drop")
 	}
 	return ledger.ClassifyWake(ledger.WakeInput{Guest: name, Acks: h.Acks, First: h.First, DropNs: dropNs, FaultNs: cr.faultNs,
-		GuestClock: true, Disk: ls.Disk, RAM: ls.RAM, BootBefore: boot, BootAfter: ls.BootID,
+		GuestClock: cr.guestClock(), Disk: ls.Disk, RAM: ls.RAM, BootBefore: boot, BootAfter: ls.BootID,
 		ColdBootAllowed: cr.coldBootReason()}), "", nil
 }
 
@@ -398,7 +439,11 @@ func (cr *caseRun) workloadReport() *reports.Workload {
 				continue
 			}
 			for _, a := range e.Acks {
-				acks = append(acks, reports.WorkloadAckPoint{Guest: e.Guest, Seq: a.Seq, AckNs: a.AckNs})
+				t := a.AckNs
+				if !cr.guestClock() {
+					t = a.HostNs // drawn against the trace's marks: on the trace clock
+				}
+				acks = append(acks, reports.WorkloadAckPoint{Guest: e.Guest, Seq: a.Seq, AckNs: t})
 			}
 		}
 		sort.SliceStable(acks, func(i, j int) bool { return acks[i].AckNs < acks[j].AckNs })

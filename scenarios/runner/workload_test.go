@@ -78,20 +78,7 @@ func TestInconsistentSaveFailsTheCase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(t *testing.T) reports.Case {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		r, err := New(ctx, Options{ReportDir: t.TempDir(), Supervisor: "builtin", Scale: 0.05, Seed: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		rc := r.RunCase(ctx, c)
-		if left := leftovers(r); len(left) > 0 {
-			t.Fatalf("processes left: %v", left)
-		}
-		return rc
-	}
+	run := func(t *testing.T) reports.Case { return runOneCase(t, c) }
 	good := run(t)
 	inv, ok := cutInvariant(good)
 	if good.Verdict != reports.Pass || !ok || !inv.OK || good.Workload == nil || len(good.Workload.Cuts) != 1 {
@@ -114,6 +101,24 @@ func TestInconsistentSaveFailsTheCase(t *testing.T) {
 		}
 	}
 	t.Logf("late-disk double: %s", inv.Evidence)
+}
+
+// runOneCase runs c on a fresh fake stack and checks teardown left no
+// process.
+func runOneCase(t *testing.T, c scenarios.Case) reports.Case {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r, err := New(ctx, Options{ReportDir: t.TempDir(), Supervisor: "builtin", Scale: 0.05, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rc := r.RunCase(ctx, c)
+	if left := leftovers(r); len(left) > 0 {
+		t.Fatalf("processes left: %v", left)
+	}
+	return rc
 }
 
 func TestSaveWindowPairsOneProcess(t *testing.T) {

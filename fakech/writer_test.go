@@ -133,17 +133,15 @@ func TestWriterMakesNoProgressWhilePaused(t *testing.T) {
 		}
 	}
 	waitFor(20)
+	// Judged by the writer's own stamps, not by when acks arrive here: acks
+	// written before the pause may still be in the pipe for a while on a
+	// loaded machine.
 	g.setRunning(false)
 	pausedAt := failpoint.Now()
-	time.Sleep(30 * time.Millisecond) // acks sent before the pause drain through the pipe
-	before := count()
 	time.Sleep(150 * time.Millisecond)
-	if n := count(); n != before {
-		t.Fatalf("%d acks arrived while the guest was paused", n-before)
-	}
 	resumedAt := failpoint.Now()
 	g.setRunning(true)
-	waitFor(before + 20)
+	waitFor(count() + 20)
 	cancel()
 	if st := <-status; st != 0 {
 		t.Fatalf("writer exited %d after its session ended", st)
@@ -158,6 +156,9 @@ func TestWriterMakesNoProgressWhilePaused(t *testing.T) {
 		if a.ack > pausedAt && a.begin < resumedAt {
 			t.Fatalf("seq %d written inside the pause (begin %d ack %d, paused %d..%d)", a.seq, a.begin, a.ack, pausedAt, resumedAt)
 		}
+	}
+	if last := acks[len(acks)-1]; last.begin < resumedAt {
+		t.Fatalf("no marker begun after the resume (last seq %d began %d, resumed %d)", last.seq, last.begin, resumedAt)
 	}
 }
 

@@ -178,6 +178,9 @@ type armCfg struct {
 	resolve  func(pid int) (int, error) // see Resolve
 	// hitterProc: which processes an in-victim sigkill-hitter may be (see HitterProc)
 	hitterProc string
+	// supMain: a supervisor fault's unit main process, read at Arm for the
+	// record (zero when it had none)
+	supMain Proc
 }
 
 // ArmOption tunes one Arm.
@@ -224,7 +227,17 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 			pre = v
 		}
 	}
-	cfg := armCfg{from: in.tr.Len()}
+	// A supervisor fault's main process is read now for the same reason:
+	// the record names it, and a D-Bus round trip between the hit and the
+	// call (1 ms, tens of ms while the sandbox's systemd is busy) would be
+	// all of the fault's error.
+	var supMain Proc
+	if isSupervisorFault(f.Kind) {
+		if pid, err := in.sup.MainPID(ctx, f.Unit); err == nil && pid > 0 {
+			supMain, _ = Identify(pid)
+		}
+	}
+	cfg := armCfg{from: in.tr.Len(), supMain: supMain}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -420,10 +433,11 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 			defer v.close()
 		}
 		if isSupervisorFault(f.Kind) {
-			// Read MainPID for the record now: a D-Bus round trip (~1 ms
-			// to a sandbox) between the due time and the call would be
-			// all of the fault's error.
-			if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
+			// The main read at Arm when it still runs; asked again only
+			// when it changed since (its cost then shows in the error).
+			if cfg.supMain.PID > 0 && cfg.supMain.Alive() {
+				inj.VictimPID = cfg.supMain.PID
+			} else if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
 				inj.VictimPID = pid
 			}
 		}

@@ -250,6 +250,9 @@ func allPIDs() []int {
 
 // childrenOf lists the children of pid across all its threads (a reparented
 // orphan may be attached to any thread of a subreaper).
+// Children lists pid's child processes (every thread's).
+func Children(pid int) []int { return childrenOf(pid) }
+
 func childrenOf(pid int) []int {
 	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
 	var out []int

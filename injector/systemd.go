@@ -39,6 +39,7 @@ type dbusSup struct {
 
 	mu     sync.Mutex
 	units  map[string]UnitSpec
+	cgDirs map[string]string // unit name → its control group dir, see cgroupDir
 	closed bool
 }
 
@@ -355,6 +356,15 @@ func (s *dbusSup) WaitActive(ctx context.Context, unit string) error {
 
 // cgroupDir is the host path of the unit's cgroup.
 func (s *dbusSup) cgroupDir(ctx context.Context, name string) string {
+	// A unit's control group is fixed by its name: asked once. A D-Bus
+	// round trip costs 1 ms to tens of ms while systemd is busy, and a
+	// power cut lists the units' processes between its trigger and its stop.
+	s.mu.Lock()
+	dir, ok := s.cgDirs[name]
+	s.mu.Unlock()
+	if ok {
+		return dir
+	}
 	p, err := s.conn.GetServicePropertyContext(ctx, name, "ControlGroup")
 	cg, _ := func() (string, bool) {
 		if err != nil {
@@ -365,6 +375,13 @@ func (s *dbusSup) cgroupDir(ctx context.Context, name string) string {
 	}()
 	if cg == "" {
 		cg = "/system.slice/" + name
+	} else {
+		s.mu.Lock()
+		if s.cgDirs == nil {
+			s.cgDirs = map[string]string{}
+		}
+		s.cgDirs[name] = filepath.Join(s.cgRoot, cg)
+		s.mu.Unlock()
 	}
 	return filepath.Join(s.cgRoot, cg)
 }

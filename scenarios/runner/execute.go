@@ -249,7 +249,7 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 			continue
 		}
 		if f.Kind == scenarios.FaultPowerCut {
-			rec := cr.cutPower(ctx, trig, t.Point)
+			rec := cr.cutPower(ctx, trig, t.Point, nil)
 			rec.IntendedPhase = t.Point
 			cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
 			if firstNs == 0 {

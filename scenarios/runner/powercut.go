@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
@@ -100,30 +101,99 @@ func (cr *caseRun) nodeProcs(ctx context.Context) []injector.Proc {
 	return out
 }
 
+// cutPlan is what a power cut at a trigger lists before the trigger: the
+// node's processes and the agent's main pid (supervisor round trips, 1 ms to
+// tens of ms each while the sandbox's systemd is busy), so that the stop
+// follows the hit at once instead of after them.
+type cutPlan struct {
+	procs   []injector.Proc
+	mainPID injector.Proc
+}
+
+func (cr *caseRun) planCut(ctx context.Context) *cutPlan {
+	pl := &cutPlan{procs: cr.nodeProcs(ctx)}
+	if pid, err := cr.st.Sup().MainPID(ctx, cr.st.AgentUnit); err == nil && pid > 0 {
+		pl.mainPID, _ = injector.Identify(pid)
+	}
+	return pl
+}
+
+// stopNode SIGSTOPs the planned processes, their descendants (a child
+// started since the plan has a stopped parent, so it can start no more) and
+// the case's other processes, then completes the list the slow way (the
+// supervisor's view) and stops what that adds. It returns every process it
+// stopped.
+func (cr *caseRun) stopNode(ctx context.Context, pl *cutPlan) []injector.Proc {
+	harness := cr.st.HarnessPIDs()
+	seen := map[injector.Proc]bool{}
+	var out []injector.Proc
+	var stop func(p injector.Proc)
+	stop = func(p injector.Proc) {
+		if seen[p] || harness[p.PID] {
+			return
+		}
+		seen[p] = true
+		fd, err := injector.OpenPidFD(p)
+		if err != nil {
+			return // gone already, or its pid was reused
+		}
+		_ = fd.Signal(syscall.SIGSTOP)
+		_ = fd.Close()
+		out = append(out, p)
+		for _, c := range injector.Children(p.PID) {
+			if cp, err := injector.Identify(c); err == nil {
+				stop(cp)
+			}
+		}
+	}
+	for _, p := range pl.procs {
+		stop(p)
+	}
+	for _, p := range cr.st.Processes() {
+		stop(injector.Proc{PID: p.PID, Start: p.Start})
+	}
+	for _, p := range cr.nodeProcs(ctx) {
+		stop(p)
+	}
+	return out
+}
+
 // cutPower is the fault: the cut, then (the node is down; the supervisor
 // boots the units after RestartSec) the release of a parked point, so the
 // rebooted stack is not held there again, and the first look at what the
-// rebooted stack kept.
-func (cr *caseRun) cutPower(ctx context.Context, trig, parked string) reports.Injection {
+// rebooted stack kept. With a plan (at and after-exit triggers) the node is
+// stopped first, from the plan, and the cut's time is that stop's.
+func (cr *caseRun) cutPower(ctx context.Context, trig, parked string, pl *cutPlan) reports.Injection {
 	rec := reports.Injection{Fault: scenarios.FaultPowerCut, Trigger: trig, RequestedNs: failpoint.Now()}
 	node, ok := cr.st.Lazy.(*powercut.Node)
 	if !ok {
 		rec.Err = "the case's stack is not on lazy filesystems"
 		return rec
 	}
-	procs := cr.nodeProcs(ctx)
+	var procs []injector.Proc
+	if pl != nil {
+		rec.ActualNs = failpoint.Now() // the SIGSTOP of the planned processes follows at once
+		procs = cr.stopNode(ctx, pl)
+		if pl.mainPID.PID > 0 && pl.mainPID.Exists() {
+			rec.VictimPID = pl.mainPID.PID
+		}
+	} else {
+		procs = cr.nodeProcs(ctx)
+		if pid, err := cr.st.Sup().MainPID(ctx, cr.st.AgentUnit); err == nil {
+			rec.VictimPID = pid
+		}
+	}
 	vmms := 0
 	for _, p := range procs {
 		if sp, ok := cr.st.Identify(p.PID); ok && sp.Name() == "cloud-hypervisor" {
 			vmms++
 		}
 	}
-	if pid, err := cr.st.Sup().MainPID(ctx, cr.st.AgentUnit); err == nil {
-		rec.VictimPID = pid
-	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rec.ActualNs = failpoint.Now() // the SIGSTOP of every process follows at once
+	if pl == nil {
+		rec.ActualNs = failpoint.Now() // the SIGSTOP of every process follows at once
+	}
 	err := node.Cut(cctx, procs)
 	if parked != "" {
 		_ = failpoint.Release(cr.st.CtlDir, parked)
@@ -179,7 +249,7 @@ func (cr *caseRun) recordsHaveData(ctx context.Context) reports.Invariant {
 
 // cutNow is a power cut fired right after the act steps (trigger "now").
 func (cr *caseRun) cutNow(ctx context.Context, i int) reports.Injection {
-	rec := cr.cutPower(ctx, "now", "")
+	rec := cr.cutPower(ctx, "now", "", cr.planCut(ctx))
 	cr.land(&rec, cr.faultWindow(i), cr.armNs, 0)
 	return rec
 }
@@ -192,6 +262,7 @@ func (cr *caseRun) cutAt(ctx context.Context, mark, i int, trig string) ([]repor
 	if err != nil {
 		return nil, err
 	}
+	pl := cr.planCut(ctx)
 	var hit injector.Hit
 	switch t.Kind {
 	case injector.TriggerAt:
@@ -208,7 +279,7 @@ func (cr *caseRun) cutAt(ctx context.Context, mark, i int, trig string) ([]repor
 	if d := time.Duration(due - failpoint.Now()); d > 0 {
 		time.Sleep(d)
 	}
-	rec := cr.cutPower(ctx, trig, "")
+	rec := cr.cutPower(ctx, trig, "", pl)
 	rec.RequestedNs = due
 	cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, 0)
 	return []reports.Injection{rec}, nil

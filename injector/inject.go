@@ -311,6 +311,60 @@ func (in *Injector) Arm(ctx context.Context, f Fault, t Trigger, opts ...ArmOpti
 	return a, nil
 }
 
+// mainWatch holds a unit's main process as last read before a trigger. A
+// supervisor fault armed while its unit is down or restarting, or whose
+// main another fault kills before the hit (a second fault in a recovery),
+// would otherwise need a round trip after the hit: while the held main is
+// not alive the watch asks for the new one every 10 ms (checking a live one
+// costs a /proc read).
+type mainWatch struct {
+	mu   sync.Mutex
+	main Proc
+	done chan struct{}
+}
+
+func (in *Injector) watchMain(ctx context.Context, unit string, main Proc) *mainWatch {
+	w := &mainWatch{main: main, done: make(chan struct{})}
+	go func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if m := w.get(); m.PID > 0 && m.Alive() {
+				continue
+			}
+			if pid, err := in.sup.MainPID(ctx, unit); err == nil && pid > 0 {
+				if p, err := Identify(pid); err == nil {
+					w.mu.Lock()
+					w.main = p
+					w.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return w
+}
+
+func (w *mainWatch) get() Proc {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.main
+}
+
+func (w *mainWatch) stop() {
+	select {
+	case <-w.done:
+	default:
+		close(w.done)
+	}
+}
+
 // Inject fires f now, without a trigger.
 func (in *Injector) Inject(ctx context.Context, f Fault) Injection {
 	inj := Injection{Fault: f}
@@ -399,6 +453,11 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 			in.contLater(v.fd.Proc, inj.ActualNs+int64(f.StopFor))
 		}
 	} else {
+		var watch *mainWatch
+		if isSupervisorFault(f.Kind) {
+			watch = in.watchMain(ctx, f.Unit, cfg.supMain)
+			defer watch.stop()
+		}
 		switch t.Kind {
 		case TriggerAt:
 			hit, err = in.tr.WaitPoint(ctx, cfg.from, t.Point, t.N, t.VM)
@@ -433,10 +492,11 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 			defer v.close()
 		}
 		if isSupervisorFault(f.Kind) {
-			// The main read at Arm when it still runs; asked again only
-			// when it changed since (its cost then shows in the error).
-			if cfg.supMain.PID > 0 && cfg.supMain.Alive() {
-				inj.VictimPID = cfg.supMain.PID
+			// The main read before the hit while it still runs; asked
+			// again only when it changed since (its cost then shows in
+			// the error).
+			if m := watch.get(); m.PID > 0 && m.Alive() {
+				inj.VictimPID = m.PID
 			} else if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
 				inj.VictimPID = pid
 			}

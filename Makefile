@@ -26,7 +26,12 @@ build:
 # fast scenario subset (time scale <= 0.1) with the sandbox and the systemd
 # supervisors, and the fast regression selftest
 # (each historical bug switched back on must be caught by its scenario).
-test: setup build lint unit fuzz-short fast-suite systemd-fast selftest-fast
+# lint, unit and fuzz-short run side by side (the unit tests mostly wait on the
+# processes they start, so two cores have room); the scenario runs after them
+# are timing-sensitive and run one after the other, alone.
+test: setup build
+	@$(MAKE) --no-print-directory -j3 --output-sync=target lint unit fuzz-short
+	@$(MAKE) --no-print-directory fast-suite systemd-fast selftest-fast
 
 unit:
 	VMCHAOS_BIN=$(BIN) $(GO) test -race -count=1 -timeout 15m $(PKGS)

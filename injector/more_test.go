@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -275,5 +276,43 @@ func TestLostInGapsRestartsAndOldEmitters(t *testing.T) {
 	}
 	if want[0].Count() != 2 || want[0].String() != "vmctl pid 7: datagrams #3..#4 lost (2)" {
 		t.Fatalf("%d %q", want[0].Count(), want[0].String())
+	}
+}
+
+// lastOf, which stops early, gives what a scan of the whole trace gives
+// whenever arrival order departs from stamp order by less than arrivalSlack.
+func TestLastOfMatchesAFullScan(t *testing.T) {
+	full := func(events []failpoint.Event, pid int, tsNs int64) (failpoint.Event, bool) {
+		var best failpoint.Event
+		found := false
+		for _, e := range events {
+			if e.Pid == pid && e.Point != failpoint.SignalPoint && e.TsNs <= tsNs && (!found || e.TsNs >= best.TsNs) {
+				best, found = e, true
+			}
+		}
+		return best, found
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 2000; round++ {
+		n := rng.IntN(200)
+		var events []failpoint.Event
+		ts := int64(0)
+		for i := 0; i < n; i++ {
+			ts += rng.Int64N(int64(3 * time.Second))
+			point := fmt.Sprintf("p%d", rng.IntN(4))
+			if rng.IntN(10) == 0 {
+				point = failpoint.SignalPoint
+			}
+			// delivered up to 5 s out of stamp order
+			events = append(events, failpoint.Event{TsNs: ts - rng.Int64N(int64(5*time.Second)), Pid: 1 + rng.IntN(3), Point: point})
+		}
+		for q := 0; q < 10; q++ {
+			pid, at := 1+rng.IntN(4), rng.Int64N(ts+int64(time.Second))
+			want, wok := full(events, pid, at)
+			got, gok := lastOf(events, pid, at)
+			if wok != gok || want.TsNs != got.TsNs || want.Point != got.Point {
+				t.Fatalf("round %d: lastOf(pid %d, %d) = %+v %v, a full scan gives %+v %v", round, pid, at, got, gok, want, wok)
+			}
+		}
 	}
 }

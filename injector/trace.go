@@ -532,11 +532,26 @@ func (t *Trace) WaitPoint(ctx context.Context, from int, point string, n int, vm
 func (t *Trace) LastOf(pid int, tsNs int64) (failpoint.Event, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return lastOf(t.events, pid, tsNs)
+}
+
+// arrivalSlack bounds how much earlier than an event already in the trace a
+// later-arriving one can be stamped (a datagram's delivery; ms in practice).
+const arrivalSlack = int64(10 * time.Second)
+
+// lastOf scans from the newest event back and stops once the events are
+// more than arrivalSlack older than the best match: the whole trace (100k+
+// events in a long run) under the lock the reader thread needs for every
+// datagram held that thread for milliseconds after each injection.
+func lastOf(events []failpoint.Event, pid int, tsNs int64) (failpoint.Event, bool) {
 	var best failpoint.Event
 	found := false
-	for i := range t.events {
-		e := &t.events[i]
-		if e.Pid == pid && e.Point != failpoint.SignalPoint && e.TsNs <= tsNs && (!found || e.TsNs >= best.TsNs) {
+	for i := len(events) - 1; i >= 0; i-- {
+		e := &events[i]
+		if found && e.TsNs < best.TsNs-arrivalSlack {
+			break
+		}
+		if e.Pid == pid && e.Point != failpoint.SignalPoint && e.TsNs <= tsNs && (!found || e.TsNs > best.TsNs) {
 			best, found = *e, true
 		}
 	}

@@ -193,25 +193,51 @@ func accuracy(b *testing.B, kind string, total int) {
 // gcStats: the harness's own GC cycles during a row; each one stops the
 // world twice, the trace reader included.
 type gcStats struct {
-	n     uint32
-	pause uint64
+	n                  uint32
+	pause              uint64
+	cpuSteal, cpuTotal uint64
 }
 
 func readGC() gcStats {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return gcStats{m.NumGC, m.PauseTotalNs}
+	st, tot := cpuSteal()
+	return gcStats{m.NumGC, m.PauseTotalNs, st, tot}
+}
+
+// cpuSteal reads the steal and total jiffies of /proc/stat's cpu line.
+func cpuSteal() (steal, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i := 1; i < len(f) && i <= 8; i++ { // user nice system idle iowait irq softirq steal
+		v, _ := strconv.ParseUint(f[i], 10, 64)
+		total += v
+		if i == 8 {
+			steal = v
+		}
+	}
+	return steal, total
 }
 
 func (g gcStats) since() string {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
+	steal := ""
+	if st, tot := cpuSteal(); tot > g.cpuTotal {
+		// the hypervisor ran something else on this VM's vCPUs: a latency
+		// this machine cannot remove
+		steal = fmt.Sprintf("; host steal time %.1f %% of CPU", 100*float64(st-g.cpuSteal)/float64(tot-g.cpuTotal))
+	}
 	var worst uint64
 	for i := g.n; i < m.NumGC && i < g.n+256; i++ {
 		worst = max(worst, m.PauseNs[(i+255)%256])
 	}
-	return fmt.Sprintf("harness GC during the row: %d cycle(s), stop-the-world %.0fµs in all, longest %.0fµs",
-		m.NumGC-g.n, float64(m.PauseTotalNs-g.pause)/1e3, float64(worst)/1e3)
+	return fmt.Sprintf("harness GC during the row: %d cycle(s), stop-the-world %.0fµs in all, longest %.0fµs%s",
+		m.NumGC-g.n, float64(m.PauseTotalNs-g.pause)/1e3, float64(worst)/1e3, steal)
 }
 
 func reportAccuracy(b *testing.B, kind string, tr *Trace, total int, byOff map[time.Duration][]int64, all, delivery, late, harness []int64, failed []string) {

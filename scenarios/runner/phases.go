@@ -155,8 +155,11 @@ func (cr *caseRun) armFaults(ctx context.Context) ([]pendingFault, error) {
 				return cr.waitFailpoint(ctx, mark, i, trig)
 			}})
 		case f.Kind == scenarios.FaultPowerCut:
+			// listed now, before the operation starts: listing asks the
+			// supervisor, and the trigger may come before that is done
+			pl := cr.planCut(ctx)
 			waits = append(waits, pendingFault{[]int{i}, func(ctx context.Context) ([]reports.Injection, error) {
-				return cr.cutAt(ctx, mark, i, trig)
+				return cr.cutAt(ctx, mark, i, trig, pl)
 			}})
 		default:
 			// at and after-exit (sigkill-direct included): armed in the

@@ -255,14 +255,14 @@ func (cr *caseRun) cutNow(ctx context.Context, i int) reports.Injection {
 }
 
 // cutAt is a power cut OFFSET after the N-th hit of a point, or after the
-// exit of an agent child (at and after-exit triggers). It waits on the
-// trace like killDirect: a late wake-up under load shows in the landing.
-func (cr *caseRun) cutAt(ctx context.Context, mark, i int, trig string) ([]reports.Injection, error) {
+// exit of an agent child (at and after-exit triggers), from the plan made
+// when the fault was armed. It waits on the trace like killDirect: a late
+// wake-up under load shows in the landing.
+func (cr *caseRun) cutAt(ctx context.Context, mark, i int, trig string, pl *cutPlan) ([]reports.Injection, error) {
 	t, err := injector.ParseTrigger(trig)
 	if err != nil {
 		return nil, err
 	}
-	pl := cr.planCut(ctx)
 	var hit injector.Hit
 	switch t.Kind {
 	case injector.TriggerAt:

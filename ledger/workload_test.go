@@ -35,6 +35,19 @@ func copyDisk(t testing.TB, src, dst string) {
 // save snapshots v under workload; diskLate copies the disk after the
 // resume (the inconsistent double). It returns the snapshot dir and the
 // window on the trace clock.
+// startWriter starts the guest's writer at its default rate and waits for n acks.
+func (r *rig) startWriter(ctx context.Context, n int) *Workload {
+	r.t.Helper()
+	w, err := r.ledger.StartWorkload(ctx, r.guest, WorkloadOpts{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := w.WaitAcks(ctx, n); err != nil {
+		r.t.Fatal(err)
+	}
+	return w
+}
+
 func (r *rig) save(ctx context.Context, v *vmm, w *Workload, diskLate bool) (string, CutWindow) {
 	r.t.Helper()
 	r.vmms++
@@ -111,13 +124,7 @@ func TestWorkloadCloneHoldsItsSnapshotsCut(t *testing.T) {
 	r := newRig(t, "wl-src")
 	ctx := r.ctx()
 	v := r.boot(ctx)
-	w, err := r.ledger.StartWorkload(ctx, r.guest, WorkloadOpts{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WaitAcks(ctx, 50); err != nil {
-		t.Fatal(err)
-	}
+	w := r.startWriter(ctx, 50)
 	snap, win := r.save(ctx, v, w, false)
 	// the source goes on independently of the capture
 	if err := w.WaitAcks(ctx, w.Acks()+50); err != nil {
@@ -151,13 +158,7 @@ func TestInconsistentSnapshotFailsTheCut(t *testing.T) {
 	r := newRig(t, "wl-bad")
 	ctx := r.ctx()
 	v := r.boot(ctx)
-	w, err := r.ledger.StartWorkload(ctx, r.guest, WorkloadOpts{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WaitAcks(ctx, 30); err != nil {
-		t.Fatal(err)
-	}
+	w := r.startWriter(ctx, 30)
 	snap, win := r.save(ctx, v, w, true)
 	w.Stop()
 	_, cg := r.clone(ctx, snap, "wl-bad-clone")
@@ -184,13 +185,7 @@ func TestWorkloadThroughHibernateWake(t *testing.T) {
 	r := newRig(t, "wl-hib")
 	ctx := r.ctx()
 	v := r.boot(ctx)
-	w, err := r.ledger.StartWorkload(ctx, r.guest, WorkloadOpts{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WaitAcks(ctx, 50); err != nil {
-		t.Fatal(err)
-	}
+	w := r.startWriter(ctx, 50)
 	info, err := v.api.Info(ctx)
 	if err != nil || info.Config.Net == nil || len(info.Config.Net) != 1 {
 		t.Fatalf("info: %v %+v", err, info.Config.Net)

@@ -545,18 +545,16 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 func (in *Injector) parkedHit(ctx context.Context, t Trigger, pid int) (Hit, error) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		in.tr.mu.Lock()
-		for i := len(in.tr.events) - 1; i >= 0; i-- {
-			if e := in.tr.events[i]; e.Pid == pid && e.Point == t.Point {
-				h := Hit{Index: i, Event: e, RecvNs: in.tr.recvNs[i]}
-				in.tr.mu.Unlock()
+		v := in.tr.view()
+		for i := v.Len() - 1; i >= 0; i-- {
+			if e, _ := v.at(i); e.Pid == pid && e.Point == t.Point {
+				h := v.hit(i)
 				if t.VM != "" && e.VM != t.VM {
 					return h, fmt.Errorf("parked pid %d hit %s for vm %q, not %q", pid, t.Point, e.VM, t.VM)
 				}
 				return h, nil
 			}
 		}
-		in.tr.mu.Unlock()
 		if time.Now().After(deadline) {
 			return Hit{}, fmt.Errorf("pid %d parked at %s but its hit never reached the trace", pid, t.Point)
 		}
@@ -796,9 +794,10 @@ func (in *Injector) childVictim(ctx context.Context, f Fault, hit *Hit) (*victim
 	}
 	if pid == 0 {
 		exited := map[int]bool{}
-		evs := in.tr.Events()
-		for i := len(evs) - 1; i >= 0; i-- {
-			e := evs[i]
+		v := in.tr.view()
+		for i := v.Len() - 1; i >= 0; i-- {
+			ep, _ := v.at(i)
+			e := *ep
 			switch e.Point {
 			case "agent.child.exit":
 				exited[childPID(e)] = true

@@ -228,8 +228,9 @@ func (in *Injector) victimOfSelf(ctx context.Context, f Fault, fe failpoint.Even
 		return pre.fd.PID, ""
 	}
 	// sigkill-child: an agent child of the asked kind (and VM).
-	for _, e := range in.tr.Events() {
-		if e.Point == "agent.child.exec" && childPID(e) == fe.Pid && childMatches(e, f.Child) && (f.VM == "" || e.VM == f.VM) {
+	v := in.tr.view()
+	for i := 0; i < v.Len(); i++ {
+		if e, _ := v.at(i); e.Point == "agent.child.exec" && childPID(*e) == fe.Pid && childMatches(*e, f.Child) && (f.VM == "" || e.VM == f.VM) {
 			host, err := in.sup.HostPID(ctx, fe.Pid)
 			if err != nil {
 				host = 0 // already gone: the record keeps the emitter's pid in TriggerPID
@@ -243,12 +244,11 @@ func (in *Injector) victimOfSelf(ctx context.Context, f Fault, fe failpoint.Even
 
 // eventsOf returns the events (with read times) of one emitting process.
 func (t *Trace) eventsOf(proc string, pid int) []Hit {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	v := t.view()
 	var out []Hit
-	for i := range t.events {
-		if e := t.events[i]; e.Pid == pid && e.Proc == proc {
-			out = append(out, Hit{Index: i, Event: e, RecvNs: t.recvNs[i]})
+	for i := 0; i < v.Len(); i++ {
+		if e, _ := v.at(i); e.Pid == pid && e.Proc == proc {
+			out = append(out, v.hit(i))
 		}
 	}
 	return out

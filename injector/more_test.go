@@ -309,7 +309,7 @@ func TestLastOfMatchesAFullScan(t *testing.T) {
 		for q := 0; q < 10; q++ {
 			pid, at := 1+rng.IntN(4), rng.Int64N(ts+int64(time.Second))
 			want, wok := full(events, pid, at)
-			got, gok := lastOf(events, pid, at)
+			got, gok := lastOf(len(events), func(i int) *failpoint.Event { return &events[i] }, pid, at)
 			if wok != gok || want.TsNs != got.TsNs || want.Point != got.Point {
 				t.Fatalf("round %d: lastOf(pid %d, %d) = %+v %v, a full scan gives %+v %v", round, pid, at, got, gok, want, wok)
 			}

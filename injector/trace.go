@@ -36,8 +36,7 @@ type Trace struct {
 	done chan struct{}
 
 	mu      sync.Mutex
-	events  []failpoint.Event
-	recvNs  []int64 // CLOCK_MONOTONIC when each event was read
+	events  evStore // what was read, in arrival order (with read times)
 	waiters []*waiter
 	bad     int
 	lastBad string
@@ -49,6 +48,7 @@ type Trace struct {
 	// reader-thread only
 	due    []*timed
 	intern interner // strings of decoded datagrams
+	spare  *evChunk // the next chunk of events, made before the lock
 }
 
 // Hit is one event as a waiter sees it.
@@ -302,16 +302,19 @@ func (t *Trace) ingest(b []byte) {
 		t.intern = interner{}
 	}
 	ev, err := decodeEvent(b, t.intern)
-	t.mu.Lock()
 	if err != nil {
+		t.mu.Lock()
 		t.bad++
 		t.lastBad = err.Error()
 		t.mu.Unlock()
 		return
 	}
-	idx := len(t.events)
-	t.events = append(t.events, ev)
-	t.recvNs = append(t.recvNs, now)
+	// Filled before the lock: nobody reads the slot until it is published.
+	slot, recv, newChunk := t.events.slot(&t.spare)
+	*slot, *recv = ev, now
+	t.mu.Lock()
+	idx := t.events.n
+	t.events.publish(&t.spare, newChunk)
 	var fired []*waiter
 	if len(t.waiters) > 0 {
 		fired = t.offer(Hit{Index: idx, Event: ev, RecvNs: now})
@@ -382,29 +385,47 @@ func (t *Trace) onHitWaiter(from, n int, match func(*failpoint.Event) bool, onHi
 // arm counts w's matches among the events already at index >= from. If they
 // complete it, it returns that hit (done) and w is never registered;
 // otherwise w joins the waiters the reader feeds. Wait and onHitWaiter share
-// it so both see past and future hits the same way.
+// it so both see past and future hits the same way. The published events are
+// counted without the lock (a long trace would hold the reader thread up);
+// only those that came in meanwhile are counted under it.
 func (t *Trace) arm(from int, w *waiter) (h Hit, done bool, err error) {
 	if w.need < 1 {
 		w.need = 1
+	}
+	from = max(from, 0)
+	count := func(v evView, from int) bool {
+		for i := from; i < v.Len(); i++ {
+			if e, _ := v.at(i); w.match(e) {
+				w.need--
+				if w.need == 0 {
+					h = v.hit(i)
+					return true
+				}
+			}
+		}
+		return false
+	}
+	v := t.view()
+	if count(v, from) {
+		return h, true, nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return Hit{}, false, ErrTraceClosed
 	}
-	if from < 0 {
-		from = 0
-	}
-	for i := from; i < len(t.events); i++ {
-		if w.match(&t.events[i]) {
-			w.need--
-			if w.need == 0 {
-				return Hit{Index: i, Event: t.events[i], RecvNs: t.recvNs[i]}, true, nil
-			}
-		}
+	if count(t.events.view(), max(from, v.Len())) {
+		return h, true, nil
 	}
 	t.waiters = append(t.waiters, w)
 	return Hit{}, false, nil
+}
+
+// view is the trace read so far, to scan without holding the lock.
+func (t *Trace) view() evView {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.events.view()
 }
 
 // disarm removes w if it is still waiting (no-op once it completed).
@@ -454,34 +475,16 @@ func (t *Trace) Close() error {
 }
 
 // Len is the number of events so far; pass it as `from` to count only later hits.
-func (t *Trace) Len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.events)
-}
+func (t *Trace) Len() int { return t.view().Len() }
 
 // Mark is Len, named for its use: "count hits from here".
 func (t *Trace) Mark() int { return t.Len() }
 
 // Events returns a copy of every event in arrival order.
-func (t *Trace) Events() []failpoint.Event {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return append([]failpoint.Event(nil), t.events...)
-}
+func (t *Trace) Events() []failpoint.Event { return t.view().copyFrom(0) }
 
 // Since returns a copy of the events from index i on.
-func (t *Trace) Since(i int) []failpoint.Event {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if i < 0 {
-		i = 0
-	}
-	if i > len(t.events) {
-		return nil
-	}
-	return append([]failpoint.Event(nil), t.events[i:]...)
-}
+func (t *Trace) Since(i int) []failpoint.Event { return t.view().copyFrom(i) }
 
 // Malformed returns how many datagrams failed to parse and the last error.
 func (t *Trace) Malformed() (int, string) {
@@ -530,24 +533,22 @@ func (t *Trace) WaitPoint(ctx context.Context, from int, point string, n int, vm
 // LastOf returns the last phase event emitted by pid (as the emitter saw its
 // pid) at or before tsNs; a failpoint.signal datagram is not a phase.
 func (t *Trace) LastOf(pid int, tsNs int64) (failpoint.Event, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return lastOf(t.events, pid, tsNs)
+	v := t.view()
+	return lastOf(v.Len(), func(i int) *failpoint.Event { e, _ := v.at(i); return e }, pid, tsNs)
 }
 
 // arrivalSlack bounds how much earlier than an event already in the trace a
 // later-arriving one can be stamped (a datagram's delivery; ms in practice).
 const arrivalSlack = int64(10 * time.Second)
 
-// lastOf scans from the newest event back and stops once the events are
-// more than arrivalSlack older than the best match: the whole trace (100k+
-// events in a long run) under the lock the reader thread needs for every
-// datagram held that thread for milliseconds after each injection.
-func lastOf(events []failpoint.Event, pid int, tsNs int64) (failpoint.Event, bool) {
+// lastOf scans events 0..n-1 from the newest back and stops once they are
+// more than arrivalSlack older than the best match: a long run's trace holds
+// 100k+ events.
+func lastOf(n int, at func(int) *failpoint.Event, pid int, tsNs int64) (failpoint.Event, bool) {
 	var best failpoint.Event
 	found := false
-	for i := len(events) - 1; i >= 0; i-- {
-		e := &events[i]
+	for i := n - 1; i >= 0; i-- {
+		e := at(i)
 		if found && e.TsNs < best.TsNs-arrivalSlack {
 			break
 		}

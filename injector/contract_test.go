@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -171,10 +172,11 @@ func contract(t *testing.T, sup Supervisor) {
 		}
 	})
 
+	var c2 Proc // the child of the main SIGKILLed below, orphaned
 	t.Run("SigkillMainRestartsAfterRestartSec", func(t *testing.T) {
 		m2 := mainPID()
 		n2 := nsView(m2)
-		c2 := childOf(m2)
+		c2 = childOf(m2)
 		t0 := time.Now()
 		if err := sup.KillMain(ctx, "contract", syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -191,6 +193,35 @@ func contract(t *testing.T, sup Supervisor) {
 			t.Fatalf("SIGKILLed main logged a SIGTERM")
 		}
 	})
+
+	// Orphans of earlier mains (c1, c2) run the unit's argv and are the
+	// manager's children now: the main named from /proc must still be the
+	// one the manager names, and none while there is none.
+	if q, ok := sup.(quickMainer); ok {
+		t.Run("QuickMainIsTheManagersMain", func(t *testing.T) {
+			q.warmMain(ctx, "contract")
+			m := mainPID()
+			if got := q.quickMainPID("contract"); got != m {
+				t.Fatalf("quickMainPID = %d, MainPID = %d (orphans %d, %d: %q)", got, m, c1.PID, c2.PID, cmdline(c2.PID))
+			}
+			if !slices.Equal(cmdline(c2.PID), cmdline(m)) || !c2.Alive() {
+				t.Fatalf("the orphan %d does not run the main's argv (%q vs %q): the check above proves nothing", c2.PID, cmdline(c2.PID), cmdline(m))
+			}
+			if err := sup.KillMain(ctx, "contract", syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			// RestartSec: no main until the manager starts one.
+			waitFor(t, "the killed main to go", 10*time.Second, func() bool { st, err := readStat(m); return err != nil || st.state == 'Z' })
+			if got := q.quickMainPID("contract"); got != 0 {
+				t.Fatalf("quickMainPID = %d while the unit waits to restart (MainPID %d)", got, mainPID())
+			}
+			var m4 int
+			waitFor(t, "a restart", 30*time.Second, func() bool { m4 = mainPID(); return m4 != 0 && m4 != m })
+			if got := q.quickMainPID("contract"); got != m4 {
+				t.Fatalf("after the restart quickMainPID = %d, MainPID = %d", got, m4)
+			}
+		})
+	}
 
 	t.Run("Restart", func(t *testing.T) {
 		m3 := mainPID()

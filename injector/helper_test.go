@@ -53,7 +53,9 @@ func helperMain(mode string) int {
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
 		self, _ := os.Executable()
-		c := exec.Command(self)
+		// The child runs its main's argv, as a forked worker does: once
+		// orphaned it must still not pass for the unit's main process.
+		c := exec.Command(self, os.Args[1:]...)
 		c.Env = append(os.Environ(), envHelper+"=child")
 		if err := c.Start(); err != nil {
 			return 2

@@ -325,7 +325,11 @@ type mainWatch struct {
 
 func (in *Injector) watchMain(ctx context.Context, unit string, main Proc) *mainWatch {
 	w := &mainWatch{main: main, done: make(chan struct{})}
+	quick, _ := in.sup.(quickMainer)
 	go func() {
+		if quick != nil {
+			quick.warmMain(ctx, unit)
+		}
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -339,16 +343,39 @@ func (in *Injector) watchMain(ctx context.Context, unit string, main Proc) *main
 			if m := w.get(); m.PID > 0 && m.Alive() {
 				continue
 			}
-			if pid, err := in.sup.MainPID(ctx, unit); err == nil && pid > 0 {
-				if p, err := Identify(pid); err == nil {
-					w.mu.Lock()
-					w.main = p
-					w.mu.Unlock()
-				}
+			if p := in.newMain(ctx, unit, quick); p.PID > 0 {
+				w.mu.Lock()
+				w.main = p
+				w.mu.Unlock()
 			}
 		}
 	}()
 	return w
+}
+
+// quickMainer names a unit's main process without asking its manager (see
+// dbusSup.quickMainPID); warmMain learns ahead what that needs.
+type quickMainer interface {
+	quickMainPID(unit string) int
+	warmMain(ctx context.Context, unit string)
+}
+
+// newMain is the unit's main process now: read from /proc where the
+// supervisor can, else asked of it.
+func (in *Injector) newMain(ctx context.Context, unit string, quick quickMainer) Proc {
+	if quick != nil {
+		if pid := quick.quickMainPID(unit); pid > 0 {
+			if p, err := Identify(pid); err == nil {
+				return p
+			}
+		}
+	}
+	if pid, err := in.sup.MainPID(ctx, unit); err == nil && pid > 0 {
+		if p, err := Identify(pid); err == nil {
+			return p
+		}
+	}
+	return Proc{}
 }
 
 func (w *mainWatch) get() Proc {
@@ -497,8 +524,9 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 			// the error).
 			if m := watch.get(); m.PID > 0 && m.Alive() {
 				inj.VictimPID = m.PID
-			} else if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
-				inj.VictimPID = pid
+			} else {
+				quick, _ := in.sup.(quickMainer)
+				inj.VictimPID = in.newMain(ctx, f.Unit, quick).PID
 			}
 		}
 		if err := sleepUntil(ctx, inj.RequestedNs); err != nil {

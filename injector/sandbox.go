@@ -182,7 +182,8 @@ func newSandbox(ctx context.Context, stateDir string) (Supervisor, error) {
 	}
 	SandboxStarted = time.Since(t0)
 
-	s := &dbusSup{kind: KindSandbox, conn: conn, rec: rec, cgRoot: cg, self: os.Getpid(), units: map[string]UnitSpec{}}
+	s := &dbusSup{kind: KindSandbox, conn: conn, rec: rec, cgRoot: cg, self: os.Getpid(), units: map[string]UnitSpec{},
+		managerPID: initPID}
 	ns := rec.PidNS
 	s.inScope = func(p Proc) bool { return pidNS(p.PID) == ns && p.PID != initPID }
 	s.toHost = func(pid int) (int, error) { return sandboxHostPID(cg, ns, pid) }

@@ -36,6 +36,9 @@ type dbusSup struct {
 	inScope func(p Proc) bool
 	// teardown runs after every unit is removed (sandbox: kill the namespace).
 	teardown func() error
+	// managerPID is the manager's pid as the harness sees it: a unit's main
+	// process is its child (see quickMainPID).
+	managerPID int
 
 	mu     sync.Mutex
 	units  map[string]UnitSpec
@@ -104,7 +107,7 @@ func newSystemd(ctx context.Context, stateDir string) (Supervisor, error) {
 		return nil, err
 	}
 	s := &dbusSup{kind: KindSystemd, conn: conn, rec: rec, cgRoot: cg, self: os.Getpid(), units: map[string]UnitSpec{},
-		toHost: func(pid int) (int, error) { return pid, nil }}
+		toHost: func(pid int) (int, error) { return pid, nil }, managerPID: 1}
 	s.inScope = func(p Proc) bool { return s.inOurUnits(p.PID) }
 	return s, nil
 }
@@ -384,6 +387,47 @@ func (s *dbusSup) cgroupDir(ctx context.Context, name string) string {
 		s.mu.Unlock()
 	}
 	return filepath.Join(s.cgRoot, cg)
+}
+
+// quickMainPID names a unit's main process from /proc alone, for a fault
+// that must not wait for a D-Bus round trip between its trigger and its call
+// (a restart in a recovery: tens of ms while systemd is busy restarting
+// units). The main process is the manager's child in the unit's cgroup that
+// runs the unit's argv and leads its own session (systemd makes a service's
+// process a session leader). Processes an earlier main left behind
+// (KillMode is process) are the manager's children too once orphaned, and
+// may run the same argv, but sit in that main's session; of several, the
+// youngest wins. 0: no such process, or the cgroup is not known yet (ask
+// MainPID then).
+func (s *dbusSup) quickMainPID(unit string) int {
+	name, spec, err := s.spec(unit)
+	if err != nil || s.managerPID == 0 {
+		return 0
+	}
+	s.mu.Lock()
+	dir, ok := s.cgDirs[name]
+	s.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	best, bestStart := 0, uint64(0)
+	for _, pid := range cgroupProcs(dir) {
+		st, err := readStat(pid)
+		if err != nil || st.state == 'Z' || st.ppid != s.managerPID || st.sid != pid || st.start < bestStart {
+			continue
+		}
+		if slices.Equal(cmdline(pid), spec.Argv) {
+			best, bestStart = pid, st.start
+		}
+	}
+	return best
+}
+
+// warmMain learns ahead of need what quickMainPID reads: the unit's cgroup.
+func (s *dbusSup) warmMain(ctx context.Context, unit string) {
+	if name, _, err := s.spec(unit); err == nil {
+		s.cgroupDir(ctx, name)
+	}
 }
 
 // cgroupProcs lists the host pids in a cgroup tree.

@@ -21,6 +21,7 @@ type evChunk struct {
 type evStore struct {
 	chunks []*evChunk
 	n      int
+	next   *evChunk // reader thread only: the chunk event n goes into when the last is full
 }
 
 // evView is a published prefix of a trace.
@@ -32,41 +33,38 @@ type evView struct {
 // view is the published prefix; call with Trace.mu held.
 func (s *evStore) view() evView { return evView{s.chunks, s.n} }
 
-// slot returns where event n goes, making a new chunk when one is full. The
-// reader thread fills it before publish makes it visible, so filling needs no
-// lock.
-func (s *evStore) slot(spare **evChunk) (*failpoint.Event, *int64, bool) {
+// slot returns where event n goes. The reader thread fills it before publish
+// makes it visible, so filling needs no lock; a new chunk is made here, not
+// under the lock.
+func (s *evStore) slot() (*failpoint.Event, *int64) {
 	c, i := s.n/chunkLen, s.n%chunkLen
 	if c < len(s.chunks) {
-		return &s.chunks[c].ev[i], &s.chunks[c].recv[i], false
+		return &s.chunks[c].ev[i], &s.chunks[c].recv[i]
 	}
-	if *spare == nil {
-		*spare = new(evChunk)
+	if s.next == nil {
+		s.next = new(evChunk)
 	}
-	return &(*spare).ev[0], &(*spare).recv[0], true
+	return &s.next.ev[0], &s.next.recv[0]
 }
 
 // publish makes the slot filled last visible; call with Trace.mu held.
-// newChunk says slot handed out the spare, which joins the store here.
-func (s *evStore) publish(spare **evChunk, newChunk bool) {
-	if newChunk {
-		s.chunks = append(s.chunks, *spare)
-		*spare = nil
+func (s *evStore) publish() {
+	if s.n == len(s.chunks)*chunkLen {
+		s.chunks = append(s.chunks, s.next)
+		s.next = nil
 	}
 	s.n++
 }
 
 func (v evView) Len() int { return v.n }
 
-// at is event i (i < Len) and when it was read.
-func (v evView) at(i int) (*failpoint.Event, int64) {
-	c := v.chunks[i/chunkLen]
-	return &c.ev[i%chunkLen], c.recv[i%chunkLen]
-}
+// at is event i (i < Len).
+func (v evView) at(i int) *failpoint.Event { return &v.chunks[i/chunkLen].ev[i%chunkLen] }
 
+// hit is event i with when it was read.
 func (v evView) hit(i int) Hit {
-	e, recv := v.at(i)
-	return Hit{Index: i, Event: *e, RecvNs: recv}
+	c := v.chunks[i/chunkLen]
+	return Hit{Index: i, Event: c.ev[i%chunkLen], RecvNs: c.recv[i%chunkLen]}
 }
 
 // copyFrom returns a copy of events [i, Len).

@@ -16,16 +16,7 @@ import (
 // the reader thread is still filling). Every event comes back once, in order,
 // at its index.
 func TestTraceKeepsEveryEventAcrossChunks(t *testing.T) {
-	tr, err := ListenTrace(filepath.Join(t.TempDir(), "t.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	c, err := net.Dial("unixgram", tr.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	tr, c := traceAndSender(t)
 	total := 3*chunkLen + chunkLen/2
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -105,4 +96,20 @@ func TestTraceKeepsEveryEventAcrossChunks(t *testing.T) {
 	if l := tr.Lost(); len(l) != 0 {
 		t.Fatalf("lost %v", l)
 	}
+}
+
+// traceAndSender opens a trace and a datagram socket to it, both closed when
+// the test ends.
+func traceAndSender(tb testing.TB) (*Trace, net.Conn) {
+	tr, err := ListenTrace(filepath.Join(tb.TempDir(), "t.sock"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { tr.Close() })
+	c, err := net.Dial("unixgram", tr.Path())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return tr, c
 }

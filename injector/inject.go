@@ -325,10 +325,9 @@ type mainWatch struct {
 
 func (in *Injector) watchMain(ctx context.Context, unit string, main Proc) *mainWatch {
 	w := &mainWatch{main: main, done: make(chan struct{})}
-	quick, _ := in.sup.(quickMainer)
 	go func() {
-		if quick != nil {
-			quick.warmMain(ctx, unit)
+		if q, ok := in.sup.(quickMainer); ok {
+			q.warmMain(ctx, unit)
 		}
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
@@ -343,7 +342,7 @@ func (in *Injector) watchMain(ctx context.Context, unit string, main Proc) *main
 			if m := w.get(); m.PID > 0 && m.Alive() {
 				continue
 			}
-			if p := in.newMain(ctx, unit, quick); p.PID > 0 {
+			if p := in.newMain(ctx, unit); p.PID > 0 {
 				w.mu.Lock()
 				w.main = p
 				w.mu.Unlock()
@@ -362,9 +361,9 @@ type quickMainer interface {
 
 // newMain is the unit's main process now: read from /proc where the
 // supervisor can, else asked of it.
-func (in *Injector) newMain(ctx context.Context, unit string, quick quickMainer) Proc {
-	if quick != nil {
-		if pid := quick.quickMainPID(unit); pid > 0 {
+func (in *Injector) newMain(ctx context.Context, unit string) Proc {
+	if q, ok := in.sup.(quickMainer); ok {
+		if pid := q.quickMainPID(unit); pid > 0 {
 			if p, err := Identify(pid); err == nil {
 				return p
 			}
@@ -525,8 +524,7 @@ func (in *Injector) run(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre
 			if m := watch.get(); m.PID > 0 && m.Alive() {
 				inj.VictimPID = m.PID
 			} else {
-				quick, _ := in.sup.(quickMainer)
-				inj.VictimPID = in.newMain(ctx, f.Unit, quick).PID
+				inj.VictimPID = in.newMain(ctx, f.Unit).PID
 			}
 		}
 		if err := sleepUntil(ctx, inj.RequestedNs); err != nil {
@@ -575,7 +573,7 @@ func (in *Injector) parkedHit(ctx context.Context, t Trigger, pid int) (Hit, err
 	for {
 		v := in.tr.view()
 		for i := v.Len() - 1; i >= 0; i-- {
-			if e, _ := v.at(i); e.Pid == pid && e.Point == t.Point {
+			if e := v.at(i); e.Pid == pid && e.Point == t.Point {
 				h := v.hit(i)
 				if t.VM != "" && e.VM != t.VM {
 					return h, fmt.Errorf("parked pid %d hit %s for vm %q, not %q", pid, t.Point, e.VM, t.VM)
@@ -824,8 +822,7 @@ func (in *Injector) childVictim(ctx context.Context, f Fault, hit *Hit) (*victim
 		exited := map[int]bool{}
 		v := in.tr.view()
 		for i := v.Len() - 1; i >= 0; i-- {
-			ep, _ := v.at(i)
-			e := *ep
+			e := *v.at(i)
 			switch e.Point {
 			case "agent.child.exit":
 				exited[childPID(e)] = true

@@ -230,7 +230,7 @@ func (in *Injector) victimOfSelf(ctx context.Context, f Fault, fe failpoint.Even
 	// sigkill-child: an agent child of the asked kind (and VM).
 	v := in.tr.view()
 	for i := 0; i < v.Len(); i++ {
-		if e, _ := v.at(i); e.Point == "agent.child.exec" && childPID(*e) == fe.Pid && childMatches(*e, f.Child) && (f.VM == "" || e.VM == f.VM) {
+		if e := v.at(i); e.Point == "agent.child.exec" && childPID(*e) == fe.Pid && childMatches(*e, f.Child) && (f.VM == "" || e.VM == f.VM) {
 			host, err := in.sup.HostPID(ctx, fe.Pid)
 			if err != nil {
 				host = 0 // already gone: the record keeps the emitter's pid in TriggerPID
@@ -247,7 +247,7 @@ func (t *Trace) eventsOf(proc string, pid int) []Hit {
 	v := t.view()
 	var out []Hit
 	for i := 0; i < v.Len(); i++ {
-		if e, _ := v.at(i); e.Pid == pid && e.Proc == proc {
+		if e := v.at(i); e.Pid == pid && e.Proc == proc {
 			out = append(out, v.hit(i))
 		}
 	}

@@ -153,16 +153,7 @@ func TestTraceKeepsOrderCountsMalformedAndWaitsForPastHits(t *testing.T) {
 // match against a pending waiter) per second, from one sender.
 func BenchmarkTraceIngest(b *testing.B) {
 	b.ReportAllocs()
-	tr, err := ListenTrace(filepath.Join(b.TempDir(), "t.sock"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tr.Close()
-	c, err := net.Dial("unixgram", tr.Path())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	tr, c := traceAndSender(b)
 	msg := []byte(`{"ts_ns":1234567890,"pid":4242,"proc":"vmctl","point":"snapshot.save.captured","vm":"UYUJHVIINCOFODLV4F7KJVRFJY","op":"op-1","attrs":{"i":1}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

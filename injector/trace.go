@@ -48,7 +48,6 @@ type Trace struct {
 	// reader-thread only
 	due    []*timed
 	intern interner // strings of decoded datagrams
-	spare  *evChunk // the next chunk of events, made before the lock
 }
 
 // Hit is one event as a waiter sees it.
@@ -310,11 +309,11 @@ func (t *Trace) ingest(b []byte) {
 		return
 	}
 	// Filled before the lock: nobody reads the slot until it is published.
-	slot, recv, newChunk := t.events.slot(&t.spare)
+	slot, recv := t.events.slot()
 	*slot, *recv = ev, now
 	t.mu.Lock()
 	idx := t.events.n
-	t.events.publish(&t.spare, newChunk)
+	t.events.publish()
 	var fired []*waiter
 	if len(t.waiters) > 0 {
 		fired = t.offer(Hit{Index: idx, Event: ev, RecvNs: now})
@@ -395,7 +394,7 @@ func (t *Trace) arm(from int, w *waiter) (h Hit, done bool, err error) {
 	from = max(from, 0)
 	count := func(v evView, from int) bool {
 		for i := from; i < v.Len(); i++ {
-			if e, _ := v.at(i); w.match(e) {
+			if w.match(v.at(i)) {
 				w.need--
 				if w.need == 0 {
 					h = v.hit(i)
@@ -534,7 +533,7 @@ func (t *Trace) WaitPoint(ctx context.Context, from int, point string, n int, vm
 // pid) at or before tsNs; a failpoint.signal datagram is not a phase.
 func (t *Trace) LastOf(pid int, tsNs int64) (failpoint.Event, bool) {
 	v := t.view()
-	return lastOf(v.Len(), func(i int) *failpoint.Event { e, _ := v.at(i); return e }, pid, tsNs)
+	return lastOf(v.Len(), v.at, pid, tsNs)
 }
 
 // arrivalSlack bounds how much earlier than an event already in the trace a

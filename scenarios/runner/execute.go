@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -490,26 +491,22 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		}
 		cr.startWorkload(ctx, step.VM) // runs through the case's operations
 	case scenarios.StepDirectClone:
-		cmd, exit, err := st.StartProc("direct-clone-"+step.VM, "vm", "clone", "--name", step.VM, baseSnapshot)
-		if err != nil {
+		if _, err := cr.startDirect(step.VM, func() (*exec.Cmd, <-chan int, error) {
+			return st.StartProc("direct-clone-"+step.VM, "vm", "clone", "--name", step.VM, baseSnapshot)
+		}); err != nil {
 			return harnessErr(err)
 		}
-		cr.mu.Lock()
-		cr.direct[step.VM] = &directProc{pid: cmd.Process.Pid, exit: exit}
-		cr.mu.Unlock()
 	case scenarios.StepDirectSave:
 		v, ok, err := st.VMByName(ctx, step.VM)
 		if err != nil || !ok {
 			return fmt.Errorf("direct-save: no vm %s (%v)", step.VM, err)
 		}
 		cr.noteSave(step.VM, v.ID)
-		cmd, exit, err := st.StartProc("direct-save-"+step.VM, "snapshot", "save", "--name", step.VM+"-manual", v.ID)
-		if err != nil {
+		if _, err := cr.startDirect("save-"+step.VM, func() (*exec.Cmd, <-chan int, error) {
+			return st.StartProc("direct-save-"+step.VM, "snapshot", "save", "--name", step.VM+"-manual", v.ID)
+		}); err != nil {
 			return harnessErr(err)
 		}
-		cr.mu.Lock()
-		cr.direct["save-"+step.VM] = &directProc{pid: cmd.Process.Pid, exit: exit}
-		cr.mu.Unlock()
 	case scenarios.StepHoldLease:
 		return cr.holdLease(ctx, step.VM)
 	case scenarios.StepOrphanPause:
@@ -528,13 +525,11 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		if id == "" {
 			return fmt.Errorf("reconcile: no record named %s", step.VM)
 		}
-		cmd, exit, err := st.StartProc("reconcile-"+step.VM, "vm", "reconcile-stale-create", id, "-o", "json")
-		if err != nil {
+		if _, err := cr.startDirect("reconcile", func() (*exec.Cmd, <-chan int, error) {
+			return st.StartProc("reconcile-"+step.VM, "vm", "reconcile-stale-create", id, "-o", "json")
+		}); err != nil {
 			return harnessErr(err)
 		}
-		cr.mu.Lock()
-		cr.direct["reconcile"] = &directProc{pid: cmd.Process.Pid, exit: exit}
-		cr.mu.Unlock()
 	case scenarios.StepKillVMM:
 		v, ok, err := st.VMByName(ctx, step.VM)
 		if err != nil || !ok {
@@ -751,13 +746,11 @@ func (cr *caseRun) holdLease(ctx context.Context, name string) error {
 	const point = "vm.clone.reserved"
 	from := cr.st.Trace.Mark()
 	fromNs := failpoint.Now()
-	cmd, exit, err := cr.st.StartProcFP("hold-lease-reader", point+"=pause", "vm", "clone", "--name", "reader", name)
-	if err != nil {
+	if _, err := cr.startDirect("reader", func() (*exec.Cmd, <-chan int, error) {
+		return cr.st.StartProcFP("hold-lease-reader", point+"=pause", "vm", "clone", "--name", "reader", name)
+	}); err != nil {
 		return harnessErr(err)
 	}
-	cr.mu.Lock()
-	cr.direct["reader"] = &directProc{pid: cmd.Process.Pid, exit: exit}
-	cr.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	pid, err := failpoint.WaitParked(wctx, cr.st.CtlDir, point)
@@ -783,13 +776,12 @@ func (cr *caseRun) orphanPause(ctx context.Context, name string) error {
 	if err != nil || !ok {
 		return fmt.Errorf("orphan-pause: no vm %s (%v)", name, err)
 	}
-	cmd, exit, err := cr.st.StartProcFP("orphan-pause-"+name, point+"=pause", "snapshot", "save", "--name", name+"-orphan", v.ID)
+	exit, err := cr.startDirect("orphan-"+name, func() (*exec.Cmd, <-chan int, error) {
+		return cr.st.StartProcFP("orphan-pause-"+name, point+"=pause", "snapshot", "save", "--name", name+"-orphan", v.ID)
+	})
 	if err != nil {
 		return harnessErr(err)
 	}
-	cr.mu.Lock()
-	cr.direct["orphan-"+name] = &directProc{pid: cmd.Process.Pid, exit: exit}
-	cr.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	pid, err := failpoint.WaitParked(wctx, cr.st.CtlDir, point)

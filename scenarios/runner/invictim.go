@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/injector"
@@ -151,23 +153,93 @@ func (cr *caseRun) armTimed(ctx context.Context, i int, t injector.Trigger) (pen
 	}}, nil
 }
 
-// directHost is the host pid of the vmctl the harness started whose pid, as
-// it sees itself, is pid: the direct process itself or (sandbox) the child
-// of the nsenter that started it. A few /proc reads, where a sandbox's
-// HostPID may scan every process on the host.
-func (cr *caseRun) directHost(pid int) (int, error) {
+// startDirect starts a vmctl as the harness, records it as direct[key] and
+// returns its exit channel. The process may send its first datagram, and be
+// identified by directHost on the injector's side, before start returns its
+// pid; while it is not recorded yet, starting tells directHost to wait for
+// it rather than call it a process the harness did not start.
+func (cr *caseRun) startDirect(key string, start func() (*exec.Cmd, <-chan int, error)) (<-chan int, error) {
 	cr.mu.Lock()
-	var roots []int
-	for _, d := range cr.direct {
-		roots = append(roots, d.pid)
-	}
+	cr.starting++
 	cr.mu.Unlock()
-	for _, r := range roots {
-		for _, c := range append([]int{r}, stack.ChildrenOf(r)...) {
-			if stack.NSLocal(c) == pid {
-				return c, nil
+	cmd, exit, err := start()
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	cr.starting--
+	if err == nil {
+		d := &directProc{pid: cmd.Process.Pid, exit: exit}
+		if cr.st.Namespaced() {
+			go cr.learnDirect(d)
+		} else {
+			d.self, d.host = d.pid, d.pid
+		}
+		cr.direct[key] = d
+	}
+	if cr.directAdded != nil {
+		close(cr.directAdded)
+		cr.directAdded = nil
+	}
+	return exit, err
+}
+
+// learnDirect finds a sandboxed direct vmctl, nsenter's child, and records
+// its pids while it lives: it may kill itself a few ms after its first
+// datagram, before a loaded harness has asked who sent it.
+func (cr *caseRun) learnDirect(d *directProc) {
+	for giveUp := time.Now().Add(30 * time.Second); time.Now().Before(giveUp); time.Sleep(time.Millisecond) {
+		for _, c := range stack.ChildrenOf(d.pid) {
+			if self := stack.NSLocal(c); self > 0 {
+				cr.mu.Lock()
+				d.self, d.host = self, c
+				cr.mu.Unlock()
+				return
 			}
 		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", d.pid)); err != nil {
+			return // nsenter gone, its child with it
+		}
 	}
-	return 0, errors.New("not a process the harness started (or gone)")
+}
+
+// directHost is the host pid of the vmctl the harness started whose pid, as
+// it sees itself, is pid: one whose pids are recorded, or one found in
+// /proc (the direct process itself or, sandboxed, the child of the nsenter
+// that started it). A process not found while another is being started is
+// looked for again once that one is recorded.
+func (cr *caseRun) directHost(pid int) (int, error) {
+	giveUp := time.After(30 * time.Second) // a start that takes longer is a stuck harness
+	for {
+		cr.mu.Lock()
+		var roots []int
+		for _, d := range cr.direct {
+			if d.self != 0 && d.self == pid {
+				cr.mu.Unlock()
+				return d.host, nil
+			}
+			roots = append(roots, d.pid)
+		}
+		var added chan struct{}
+		if cr.starting > 0 {
+			if cr.directAdded == nil {
+				cr.directAdded = make(chan struct{})
+			}
+			added = cr.directAdded
+		}
+		cr.mu.Unlock()
+		for _, r := range roots {
+			for _, c := range append([]int{r}, stack.ChildrenOf(r)...) {
+				if stack.NSLocal(c) == pid {
+					return c, nil
+				}
+			}
+		}
+		if added == nil {
+			return 0, errors.New("not a process the harness started (or gone)")
+		}
+		select {
+		case <-added:
+		case <-giveUp:
+			return 0, errors.New("not a process the harness started (a harness vmctl was still starting after 30s)")
+		}
+	}
 }

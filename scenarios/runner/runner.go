@@ -296,25 +296,29 @@ func (r *Runner) WriteAll() (*reports.Results, error) {
 
 // caseRun is the state of one case in flight.
 type caseRun struct {
-	r       *Runner
-	c       scenarios.Case
-	s       *scenarios.Scenario
-	st      *stack.Stack
-	rc      *reports.Case
-	inj     *injector.Injector
-	goals   map[string]string
-	gens    map[string]int64
-	ledger  map[string]int // guest → markers written (cycle count)
-	cycles  map[string]bool
-	kills   []vmmKill // VMM deaths the event stream must report
-	direct  map[string]*directProc
-	held    []string // parked points the harness still holds
-	faultNs int64
-	scraper *checker.Scraper
-	victims map[int]bool
-	bugs    []string
-	win     *opWindow // the first fault's window as measured (windowed cases)
-	refusal string    // the case was refused before it ran (its window is too short)
+	r      *Runner
+	c      scenarios.Case
+	s      *scenarios.Scenario
+	st     *stack.Stack
+	rc     *reports.Case
+	inj    *injector.Injector
+	goals  map[string]string
+	gens   map[string]int64
+	ledger map[string]int // guest → markers written (cycle count)
+	cycles map[string]bool
+	kills  []vmmKill // VMM deaths the event stream must report
+	direct map[string]*directProc
+	// starting counts harness vmctls started but not yet in direct;
+	// directAdded is closed (and replaced) each time one is recorded
+	starting    int
+	directAdded chan struct{}
+	held        []string // parked points the harness still holds
+	faultNs     int64
+	scraper     *checker.Scraper
+	victims     map[int]bool
+	bugs        []string
+	win         *opWindow // the first fault's window as measured (windowed cases)
+	refusal     string    // the case was refused before it ran (its window is too short)
 	// work: the guest writers (workload.go)
 	work *workloads
 	// calibIssued: the calibration VMs' first step was issued beside the setup
@@ -335,8 +339,12 @@ type vmmKill struct {
 }
 
 type directProc struct {
-	pid  int
+	pid  int // as started: the vmctl, or (sandbox) the nsenter whose child it is
 	exit <-chan int
+	// self and host are the vmctl's pid as it sees itself and on the host,
+	// once known (under caseRun.mu): kept so that a vmctl that has killed
+	// itself, and is gone from /proc, is still recognised as the harness's.
+	self, host int
 }
 
 // repeatCase runs a case Repeat times, each on a fresh stack in its own

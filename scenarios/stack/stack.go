@@ -253,7 +253,7 @@ type Stack struct {
 	Firmware   string
 
 	mu         sync.Mutex
-	procs      []*exec.Cmd // processes the harness started itself
+	procs      map[*exec.Cmd]bool // processes the harness started itself, until reaped
 	armed      bool
 	unitsUp    map[string]bool
 	harnessFPs string
@@ -530,11 +530,17 @@ func (s *Stack) StartProcFP(name, failpoints string, args ...string) (*exec.Cmd,
 		return nil, nil, fmt.Errorf("stack: start vmctl %s: %w", strings.Join(args, " "), err)
 	}
 	s.mu.Lock()
-	s.procs = append(s.procs, cmd)
+	if s.procs == nil {
+		s.procs = map[*exec.Cmd]bool{}
+	}
+	s.procs[cmd] = true
 	s.mu.Unlock()
 	ch := make(chan int, 1)
 	go func() {
 		err := cmd.Wait()
+		s.mu.Lock()
+		delete(s.procs, cmd) // reaped: Close kills only the rest
+		s.mu.Unlock()
 		f.Close()
 		code := 0
 		if err != nil {
@@ -576,10 +582,8 @@ func (s *Stack) Close(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
-	for _, c := range s.procs {
-		if c.Process != nil && c.ProcessState == nil {
-			_ = c.Process.Signal(syscall.SIGKILL)
-		}
+	for c := range s.procs {
+		_ = c.Process.Signal(syscall.SIGKILL) // os.Process: no-op once reaped
 	}
 	s.mu.Unlock()
 	s.killLeftovers()
@@ -718,6 +722,14 @@ func nsLocal(pid int) int {
 		}
 	}
 	return 0
+}
+
+// Namespaced reports whether the stack's processes run in a pid namespace
+// of their own (sandbox): a vmctl the harness starts is then nsenter's child.
+func (s *Stack) Namespaced() bool {
+	s.run.mu.Lock()
+	defer s.run.mu.Unlock()
+	return s.run.nsInit != 0
 }
 
 // HostPID maps a pid as the stack reports it (trace events, park files) to

@@ -214,16 +214,28 @@ func dialPrivate(path string) (*sd.Conn, error) {
 		return nil, err
 	}
 	c.Close()
+	// go-systemd dials twice, one connection for calls and one for signals.
+	// systemd sends every unit's PropertiesChanged to every private-bus
+	// connection, subscribed or not (src/core/dbus.c, bus_foreach_bus:
+	// "Send to all direct buses, unconditionally"), and godbus decodes each
+	// in full: with two connections the harness decoded each signal twice,
+	// 70 % of what a sandbox bench row allocated, and its GC stops held the
+	// trace reader up. One connection serves both (godbus's Close is once).
+	var conn *dbus.Conn
 	return sd.NewConnection(func() (*dbus.Conn, error) {
+		if conn != nil {
+			return conn, nil
+		}
 		// No dbus.WithContext: the connection lives as long as the supervisor.
-		conn, err := dbus.Dial("unix:path=" + path)
+		nc, err := dbus.Dial("unix:path=" + path)
 		if err != nil {
 			return nil, err
 		}
-		if err := conn.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
-			conn.Close()
+		if err := nc.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+			nc.Close()
 			return nil, err
 		}
+		conn = nc
 		return conn, nil
 	})
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,5 +116,52 @@ func TestFastCasesArmTheirFaultInTheVictim(t *testing.T) {
 	}
 	if left := leftovers(r); len(left) > 0 {
 		t.Fatalf("processes left: %v", left)
+	}
+}
+
+// TestDirectHostOfAGoneOrStartingVmctl: a harness vmctl that killed itself
+// (gone from /proc) is still known by its recorded pids, and one whose
+// start is not recorded yet is waited for; a stranger is refused either
+// way. pid 1<<22+7 is above any pid_max this runs under, so /proc never
+// has it: only the record can answer.
+func TestDirectHostOfAGoneOrStartingVmctl(t *testing.T) {
+	const gone = 1<<22 + 7
+	cr := &caseRun{direct: map[string]*directProc{"a": {pid: gone, self: gone, host: gone}}}
+	if host, err := cr.directHost(gone); err != nil || host != gone {
+		t.Fatalf("recorded, gone: %d, %v", host, err)
+	}
+	if _, err := cr.directHost(gone + 1); err == nil {
+		t.Fatal("a pid nobody started was taken for the harness's")
+	}
+	// One starting: directHost waits until it is recorded.
+	cr.starting = 1
+	done := make(chan error, 1)
+	go func() {
+		host, err := cr.directHost(gone + 1)
+		if err == nil && host != gone+2 {
+			err = fmt.Errorf("host %d, want %d", host, gone+2)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("answered before the start was recorded: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cr.mu.Lock()
+	cr.starting--
+	cr.direct["b"] = &directProc{pid: gone + 2, self: gone + 1, host: gone + 2}
+	if cr.directAdded != nil { // nil: directHost has not waited yet, and finds it at once
+		close(cr.directAdded)
+		cr.directAdded = nil
+	}
+	cr.mu.Unlock()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("never answered once the start was recorded")
 	}
 }

@@ -233,8 +233,9 @@ func (g gcStats) since() string {
 		steal = fmt.Sprintf("; host steal time %.1f %% of CPU", 100*float64(st-g.cpuSteal)/float64(tot-g.cpuTotal))
 	}
 	var worst uint64
-	for i := g.n; i < m.NumGC && i < g.n+256; i++ {
-		worst = max(worst, m.PauseNs[(i+255)%256])
+	// GC number k's pause is PauseNs[(k+255)%256]; the row's are g.n+1..NumGC.
+	for k := g.n + 1; k <= m.NumGC && k <= g.n+256; k++ {
+		worst = max(worst, m.PauseNs[(k+255)%256])
 	}
 	return fmt.Sprintf("harness GC during the row: %d cycle(s), stop-the-world %.0fµs in all, longest %.0fµs%s",
 		m.NumGC-g.n, float64(m.PauseTotalNs-g.pause)/1e3, float64(worst)/1e3, steal)

@@ -200,7 +200,13 @@ func contract(t *testing.T, sup Supervisor) {
 	if q, ok := sup.(quickMainer); ok {
 		t.Run("QuickMainIsTheManagersMain", func(t *testing.T) {
 			q.warmMain(ctx, "contract")
-			m := mainPID()
+			// MainPID names the main at fork; /proc knows it by its argv
+			// only once it has exec'd.
+			var m int
+			waitFor(t, "the main to run the unit's argv", 10*time.Second, func() bool {
+				m = mainPID()
+				return m != 0 && slices.Equal(cmdline(m), cmdline(c2.PID))
+			})
 			if got := q.quickMainPID("contract"); got != m {
 				t.Fatalf("quickMainPID = %d, MainPID = %d (orphans %d, %d: %q)", got, m, c1.PID, c2.PID, cmdline(c2.PID))
 			}

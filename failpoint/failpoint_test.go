@@ -514,6 +514,10 @@ func TestSignalActionKillsItselfAfterTheDelay(t *testing.T) {
 		a["late_ns"] != float64(fired.TsNs-hit.TsNs-delay) || fired.VM != "C" || fired.Pid != hit.Pid {
 		t.Fatalf("fired %+v, hit %+v", fired, hit)
 	}
+	// The spin began at most spinFor before due, and before the fire.
+	if spin, ok := a["spin_ns"].(float64); !ok || spin > float64(spinFor) || spin < -a["late_ns"].(float64) {
+		t.Fatalf("spin_ns %v: want when the spin began, at most %v before due and before the fire", a["spin_ns"], spinFor)
+	}
 }
 
 // TestOnceTokenFiresInOneProcessOnly: a victim restarted with the same

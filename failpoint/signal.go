@@ -20,7 +20,10 @@ import (
 // it signals its own process: ts_ns is when it fired; attrs name the point
 // that armed it ("point"), that hit's datagram ("hit_seq", 0 when it had no
 // trace), DELAY ("delay_ns"), how late it fired after hit + DELAY ("late_ns")
-// and the signal ("signal", e.g. "KILL"). Attrs hold small numbers only: JSON
+// and the signal ("signal", e.g. "KILL"). A DELAY > 0 adds "spin_ns": how
+// long before its due time the timer thread began to spin (about 1 ms; less,
+// or below 0, when the kernel woke it late), so a late fire tells a late
+// wake-up from a spin held up. Attrs hold small numbers only: JSON
 // numbers pass through float64. It is protocol, not a phase: it is not in the
 // Catalogue and is never a LastPhase.
 const SignalPoint = "failpoint.signal"
@@ -132,6 +135,7 @@ type pendingSignal struct {
 	hitSeq        uint64
 	hitNs, due    int64
 	delay         time.Duration
+	spinFrom      int64 // when the timer thread began to spin toward due (0: fired in the hit)
 }
 
 // sigTimer is the thread that fires the signal actions of one configuration.
@@ -209,8 +213,10 @@ func (t *sigTimer) run(st *state) {
 		t.mu.Unlock()
 		var tsp *unix.Timespec
 		if next != nil {
-			wait := next.due - int64(spinFor) - Now()
+			now := Now()
+			wait := next.due - int64(spinFor) - now
 			if wait <= 0 {
+				next.spinFrom = now
 				for Now() < next.due {
 				}
 				t.mu.Lock()
@@ -242,6 +248,9 @@ func fire(st *state, p pendingSignal) {
 		attrs := map[string]any{"point": p.point, "hit_seq": p.hitSeq, "delay_ns": int64(p.delay), "late_ns": fired - p.due, "signal": SignalName(p.sig)}
 		if p.once != "" {
 			attrs["once"] = p.once
+		}
+		if p.spinFrom != 0 {
+			attrs["spin_ns"] = p.due - p.spinFrom
 		}
 		st.send(&Event{TsNs: fired, Pid: st.pid, Proc: st.proc, Point: SignalPoint, VM: p.vm, Op: p.op, Attrs: attrs})
 	}

@@ -222,7 +222,10 @@ func contract(t *testing.T, sup Supervisor) {
 				t.Fatalf("quickMainPID = %d while the unit waits to restart (MainPID %d)", got, mainPID())
 			}
 			var m4 int
-			waitFor(t, "a restart", 30*time.Second, func() bool { m4 = mainPID(); return m4 != 0 && m4 != m })
+			waitFor(t, "a restart whose main runs the unit's argv", 30*time.Second, func() bool {
+				m4 = mainPID()
+				return m4 != 0 && m4 != m && slices.Equal(cmdline(m4), cmdline(c2.PID))
+			})
 			if got := q.quickMainPID("contract"); got != m4 {
 				t.Fatalf("after the restart quickMainPID = %d, MainPID = %d", got, m4)
 			}

@@ -30,7 +30,8 @@ type writerHost struct {
 	addr      string
 	disk, ram string
 	mu        sync.Mutex
-	status    []int // exit status of each writer that ended
+	status    []int      // exit status of each writer that ended
+	open      []net.Conn // client connections: closed at cleanup
 	procs     sync.WaitGroup
 	missing   bool // a guest without the writer: exec answers 127
 }
@@ -84,6 +85,14 @@ func startWriterHost(t *testing.T, key *Key, missing bool) *writerHost {
 	var conns sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
+		// A test that failed before its workload's Stop leaves the session
+		// up, and the writer writes on: closing the connections ends both
+		// (the writer stops on stdin EOF) instead of waiting for ever.
+		h.mu.Lock()
+		for _, c := range h.open {
+			c.Close()
+		}
+		h.mu.Unlock()
 		conns.Wait()
 		h.procs.Wait()
 	})
@@ -95,6 +104,9 @@ func startWriterHost(t *testing.T, key *Key, missing bool) *writerHost {
 			if err != nil {
 				return
 			}
+			h.mu.Lock()
+			h.open = append(h.open, c)
+			h.mu.Unlock()
 			conns.Add(1)
 			go func() {
 				defer conns.Done()
@@ -191,6 +203,7 @@ func TestWorkloadDrivesTheRealWriterOverSSH(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer w.Stop() // a no-op after the Stop below; ends the session if a check fails first
 		if w.First != want {
 			t.Fatalf("session %d: first seq %d, want %d", i, w.First, want)
 		}

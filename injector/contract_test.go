@@ -201,12 +201,10 @@ func contract(t *testing.T, sup Supervisor) {
 		t.Run("QuickMainIsTheManagersMain", func(t *testing.T) {
 			q.warmMain(ctx, "contract")
 			// MainPID names the main at fork; /proc knows it by its argv
-			// only once it has exec'd.
+			// only once it has exec'd (c2, the orphan, runs that argv).
+			execd := func(pid int) bool { return pid != 0 && slices.Equal(cmdline(pid), cmdline(c2.PID)) }
 			var m int
-			waitFor(t, "the main to run the unit's argv", 10*time.Second, func() bool {
-				m = mainPID()
-				return m != 0 && slices.Equal(cmdline(m), cmdline(c2.PID))
-			})
+			waitFor(t, "the main to run the unit's argv", 10*time.Second, func() bool { m = mainPID(); return execd(m) })
 			if got := q.quickMainPID("contract"); got != m {
 				t.Fatalf("quickMainPID = %d, MainPID = %d (orphans %d, %d: %q)", got, m, c1.PID, c2.PID, cmdline(c2.PID))
 			}
@@ -222,10 +220,7 @@ func contract(t *testing.T, sup Supervisor) {
 				t.Fatalf("quickMainPID = %d while the unit waits to restart (MainPID %d)", got, mainPID())
 			}
 			var m4 int
-			waitFor(t, "a restart whose main runs the unit's argv", 30*time.Second, func() bool {
-				m4 = mainPID()
-				return m4 != 0 && m4 != m && slices.Equal(cmdline(m4), cmdline(c2.PID))
-			})
+			waitFor(t, "a restart whose main runs the unit's argv", 30*time.Second, func() bool { m4 = mainPID(); return m4 != m && execd(m4) })
 			if got := q.quickMainPID("contract"); got != m4 {
 				t.Fatalf("after the restart quickMainPID = %d, MainPID = %d", got, m4)
 			}

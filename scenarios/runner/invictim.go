@@ -175,69 +175,70 @@ func (cr *caseRun) startDirect(key string, start func() (*exec.Cmd, <-chan int, 
 		}
 		cr.direct[key] = d
 	}
-	if cr.directAdded != nil {
-		close(cr.directAdded)
-		cr.directAdded = nil
-	}
+	cr.directChanged()
 	return exit, err
 }
 
 // learnDirect finds a sandboxed direct vmctl, nsenter's child, and records
 // its pids while it lives: it may kill itself a few ms after its first
-// datagram, before a loaded harness has asked who sent it.
+// datagram, before a loaded harness has asked who sent it. self -1 records
+// that it was gone first.
 func (cr *caseRun) learnDirect(d *directProc) {
-	for giveUp := time.Now().Add(30 * time.Second); time.Now().Before(giveUp); time.Sleep(time.Millisecond) {
-		for _, c := range stack.ChildrenOf(d.pid) {
-			if self := stack.NSLocal(c); self > 0 {
-				cr.mu.Lock()
-				d.self, d.host = self, c
-				cr.mu.Unlock()
-				return
+	self, host := -1, 0
+	if nsenter, err := injector.Identify(d.pid); err == nil {
+	poll:
+		for giveUp := time.Now().Add(30 * time.Second); nsenter.Alive() && time.Now().Before(giveUp); time.Sleep(time.Millisecond) {
+			for _, c := range stack.ChildrenOf(d.pid) {
+				if s := stack.NSLocal(c); s > 0 {
+					self, host = s, c
+					break poll
+				}
 			}
 		}
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", d.pid)); err != nil {
-			return // nsenter gone, its child with it
-		}
+	}
+	cr.mu.Lock()
+	d.self, d.host = self, host
+	cr.directChanged()
+	cr.mu.Unlock()
+}
+
+// directChanged wakes directHost's waiters; call with cr.mu held.
+func (cr *caseRun) directChanged() {
+	if cr.directAdded != nil {
+		close(cr.directAdded)
+		cr.directAdded = nil
 	}
 }
 
 // directHost is the host pid of the vmctl the harness started whose pid, as
-// it sees itself, is pid: one whose pids are recorded, or one found in
-// /proc (the direct process itself or, sandboxed, the child of the nsenter
-// that started it). A process not found while another is being started is
-// looked for again once that one is recorded.
+// it sees itself, is pid, from the record startDirect and learnDirect keep
+// (the process may be gone from /proc by now). While a start is not
+// recorded yet, or a sandboxed one's pids not learnt, it waits for them.
 func (cr *caseRun) directHost(pid int) (int, error) {
 	giveUp := time.After(30 * time.Second) // a start that takes longer is a stuck harness
 	for {
 		cr.mu.Lock()
-		var roots []int
+		pending := cr.starting
 		for _, d := range cr.direct {
-			if d.self != 0 && d.self == pid {
+			if pid > 0 && d.self == pid {
 				cr.mu.Unlock()
 				return d.host, nil
 			}
-			roots = append(roots, d.pid)
-		}
-		var added chan struct{}
-		if cr.starting > 0 {
-			if cr.directAdded == nil {
-				cr.directAdded = make(chan struct{})
+			if d.self == 0 {
+				pending++
 			}
-			added = cr.directAdded
 		}
+		if pending == 0 {
+			cr.mu.Unlock()
+			return 0, errors.New("not a process the harness started")
+		}
+		if cr.directAdded == nil {
+			cr.directAdded = make(chan struct{})
+		}
+		changed := cr.directAdded
 		cr.mu.Unlock()
-		for _, r := range roots {
-			for _, c := range append([]int{r}, stack.ChildrenOf(r)...) {
-				if stack.NSLocal(c) == pid {
-					return c, nil
-				}
-			}
-		}
-		if added == nil {
-			return 0, errors.New("not a process the harness started (or gone)")
-		}
 		select {
-		case <-added:
+		case <-changed:
 		case <-giveUp:
 			return 0, errors.New("not a process the harness started (a harness vmctl was still starting after 30s)")
 		}

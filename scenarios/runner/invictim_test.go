@@ -121,8 +121,8 @@ func TestFastCasesArmTheirFaultInTheVictim(t *testing.T) {
 
 // TestDirectHostOfAGoneOrStartingVmctl: a harness vmctl that killed itself
 // (gone from /proc) is still known by its recorded pids, and one whose
-// start is not recorded yet is waited for; a stranger is refused either
-// way. pid 1<<22+7 is above any pid_max this runs under, so /proc never
+// start is not recorded yet, or whose pids are not learnt yet, is waited
+// for; a stranger is refused. pid 1<<22+7 is above any pid_max this runs under, so /proc never
 // has it: only the record can answer.
 func TestDirectHostOfAGoneOrStartingVmctl(t *testing.T) {
 	const gone = 1<<22 + 7
@@ -148,13 +148,21 @@ func TestDirectHostOfAGoneOrStartingVmctl(t *testing.T) {
 		t.Fatalf("answered before the start was recorded: %v", err)
 	case <-time.After(50 * time.Millisecond):
 	}
+	// Recorded, but a sandboxed one whose pids are not learnt yet: still waits.
+	b := &directProc{pid: gone + 2}
 	cr.mu.Lock()
 	cr.starting--
-	cr.direct["b"] = &directProc{pid: gone + 2, self: gone + 1, host: gone + 2}
-	if cr.directAdded != nil { // nil: directHost has not waited yet, and finds it at once
-		close(cr.directAdded)
-		cr.directAdded = nil
+	cr.direct["b"] = b
+	cr.directChanged()
+	cr.mu.Unlock()
+	select {
+	case err := <-done:
+		t.Fatalf("answered before the pids were learnt: %v", err)
+	case <-time.After(50 * time.Millisecond):
 	}
+	cr.mu.Lock()
+	b.self, b.host = gone+1, gone+2
+	cr.directChanged()
 	cr.mu.Unlock()
 	select {
 	case err := <-done:

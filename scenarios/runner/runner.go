@@ -309,7 +309,7 @@ type caseRun struct {
 	kills  []vmmKill // VMM deaths the event stream must report
 	direct map[string]*directProc
 	// starting counts harness vmctls started but not yet in direct;
-	// directAdded is closed (and replaced) each time one is recorded
+	// directAdded is closed (and replaced) each time direct changes
 	starting    int
 	directAdded chan struct{}
 	held        []string // parked points the harness still holds
@@ -342,8 +342,8 @@ type directProc struct {
 	pid  int // as started: the vmctl, or (sandbox) the nsenter whose child it is
 	exit <-chan int
 	// self and host are the vmctl's pid as it sees itself and on the host,
-	// once known (under caseRun.mu): kept so that a vmctl that has killed
-	// itself, and is gone from /proc, is still recognised as the harness's.
+	// once known (under caseRun.mu; self 0: not yet, -1: never): kept so that
+	// a vmctl that has killed itself, gone from /proc, is still recognised.
 	self, host int
 }
 

@@ -175,6 +175,16 @@ func exit(ch ssh.Channel, status int) {
 	ch.Close()
 }
 
+// waitWriters waits (a safety net of 30 s) until n writers have ended; the
+// count checks below say what is wrong when they have not.
+func waitWriters(t *testing.T, h *writerHost, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(h.statuses()) < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (h *writerHost) statuses() []int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -191,6 +201,11 @@ func TestWorkloadDrivesTheRealWriterOverSSH(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := range 2 {
+		// Stop ends the session; the writer ends on the stdin EOF that
+		// follows, and may write a marker or two before it reads it. The
+		// next writer's --start auto sees what is on disk when it starts, so
+		// wait for the previous writer to be gone before reading the dirs.
+		waitWriters(t, h, i)
 		// --start auto: after the highest marker present (none at first)
 		want := 1
 		for _, d := range []string{h.disk, h.ram} {
@@ -240,10 +255,7 @@ func TestWorkloadDrivesTheRealWriterOverSSH(t *testing.T) {
 		}
 	}
 	// both writers ended with their sessions, not by a kill
-	deadline := time.Now().Add(30 * time.Second)
-	for len(h.statuses()) < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitWriters(t, h, 2)
 	for _, s := range h.statuses() {
 		if s != 0 && s != 141 {
 			t.Fatalf("writer exit statuses %v, want 0 (stdin EOF) or 141 (stdout closed)", h.statuses())

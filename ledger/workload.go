@@ -267,7 +267,9 @@ func (w *Workload) WaitAcks(ctx context.Context, n int) error {
 }
 
 // Stop ends the session (if the guest has not already) and waits until the
-// last ack is journaled.
+// last ack is journaled. The writer in the guest ends on its own a moment
+// later (stdin EOF, or its next write fails), so markers past Last may still
+// appear: unacked, they are never counted as lost.
 func (w *Workload) Stop() WorkloadStats {
 	w.cancel()
 	<-w.done

@@ -213,7 +213,7 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 	var armed func(ts int64, seq uint64)
 	if act != nil && act.action == actSignal && act.delay > 0 && st.timer != nil {
 		armed = func(ts int64, seq uint64) {
-			st.timer.arm(pendingSignal{point: name, vm: vm, op: op, once: act.once, sig: act.sig, hitSeq: seq, hitNs: ts, delay: act.delay,
+			st.timer.arm(&pendingSignal{point: name, vm: vm, op: op, once: act.once, sig: act.sig, hitSeq: seq, hitNs: ts, delay: act.delay,
 				due: ts + int64(act.delay)})
 		}
 	}
@@ -321,7 +321,7 @@ func (r *rule) run(ctx context.Context, st *state, name, vm, op string, hitSeq u
 	switch r.action {
 	case actSignal:
 		// The operation goes on; the fault comes DELAY after the hit.
-		signalAction(st, pendingSignal{point: name, vm: vm, op: op, once: r.once, sig: r.sig, hitSeq: hitSeq, hitNs: hitNs, delay: r.delay})
+		signalAction(st, &pendingSignal{point: name, vm: vm, op: op, once: r.once, sig: r.sig, hitSeq: hitSeq, hitNs: hitNs, delay: r.delay})
 	case actSleep:
 		time.Sleep(time.Duration(r.arg) * time.Millisecond)
 	case actExit:

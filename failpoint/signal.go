@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,9 +24,10 @@ import (
 // and the signal ("signal", e.g. "KILL"). A DELAY > 0 adds "spin_ns": how
 // long before its due time the timer thread began to spin (about 1 ms; less,
 // or below 0, when the kernel woke it late), so a late fire tells a late
-// wake-up from a spin held up. Attrs hold small numbers only: JSON
-// numbers pass through float64. It is protocol, not a phase: it is not in the
-// Catalogue and is never a LastPhase.
+// wake-up from a spin held up. "backup": 1 when the backup thread fired it
+// (see backupLag): the timer thread had not by due + backupLag. Attrs hold
+// small numbers only: JSON numbers pass through float64. It is protocol, not
+// a phase: it is not in the Catalogue and is never a LastPhase.
 const SignalPoint = "failpoint.signal"
 
 // MaxSignalDelay bounds DELAY in signal(SIG,DELAY), as offsets are bounded.
@@ -127,6 +129,23 @@ func claimOnce(ctlDir, token string) bool {
 // 2 ms did no better and, SCHED_FIFO, held the other victims up.
 const spinFor = 1 * time.Millisecond
 
+// backupLag is how long after its due time a signal the timer thread has
+// not fired is fired by the backup thread. Each vCPU of a VM loses its CPU to
+// the host now and then: a thread spinning on one stood still for 0.2-4 ms
+// 30-50 times in 20 s on the project's idle 2-core VM, and those stalls never
+// overlapped between the two vCPUs. A second thread, woken on the other
+// vCPU, fires a signal the spinning one cannot.
+const backupLag = 150 * time.Microsecond
+
+// signalBackup: configurations start the backup thread (with more than one
+// CPU). Only BenchmarkSignalTimer turns it off, for its A/B.
+var signalBackup = true
+
+// testHookTimerDue, when set (tests only), runs in the timer thread at a
+// signal's due time, before it claims it: a test holds the thread there as
+// the host would.
+var testHookTimerDue atomic.Pointer[func(*pendingSignal)]
+
 // pendingSignal is one armed signal(SIG,DELAY).
 type pendingSignal struct {
 	point, vm, op string
@@ -135,33 +154,49 @@ type pendingSignal struct {
 	hitSeq        uint64
 	hitNs, due    int64
 	delay         time.Duration
-	spinFrom      int64 // when the timer thread began to spin toward due (0: fired in the hit)
+	claimed       atomic.Bool // set by the thread that fires it
 }
 
-// sigTimer is the thread that fires the signal actions of one configuration.
-// It is started with the configuration, not at the hit: a goroutine started
-// at the hit waits for the Go scheduler (milliseconds on a loaded host)
-// before it even sleeps. The thread sleeps in ppoll on an eventfd, so a hit
-// wakes it straight from the kernel.
+// sigTimer holds the threads that fire the signal actions of one
+// configuration: the timer thread, which sleeps until spinFor before due and
+// spins, and (with more than one CPU) a backup thread that sleeps until
+// backupLag after due. Whichever claims a signal first fires it. They are
+// started with the configuration, not at the hit: a goroutine started at the
+// hit waits for the Go scheduler (milliseconds on a loaded host) before it
+// even sleeps. Each sleeps in ppoll on its own eventfd, so a hit wakes it
+// straight from the kernel.
 type sigTimer struct {
-	efd     int
+	efds    []int // one per thread
 	mu      sync.Mutex
-	pending []pendingSignal // sorted by due
+	pending []*pendingSignal // sorted by due; a claimed one is removed by its claimant
 	stopped bool
 }
 
 func startSigTimer(st *state) (*sigTimer, error) {
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return nil, fmt.Errorf("failpoint: signal timer: %w", err)
+	t := &sigTimer{}
+	threads := 1
+	if runtime.NumCPU() > 1 && signalBackup {
+		threads = 2
 	}
-	t := &sigTimer{efd: efd}
-	go t.run(st)
+	for range threads {
+		efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			for _, fd := range t.efds {
+				unix.Close(fd)
+			}
+			return nil, fmt.Errorf("failpoint: signal timer: %w", err)
+		}
+		t.efds = append(t.efds, efd)
+	}
+	go t.run(st, 0, 0, spinFor)
+	if len(t.efds) > 1 {
+		go t.run(st, 1, backupLag, 0)
+	}
 	return t, nil
 }
 
-// arm queues p and wakes the thread.
-func (t *sigTimer) arm(p pendingSignal) {
+// arm queues p and wakes the threads.
+func (t *sigTimer) arm(p *pendingSignal) {
 	t.mu.Lock()
 	i := len(t.pending)
 	for i > 0 && t.pending[i-1].due > p.due {
@@ -172,13 +207,30 @@ func (t *sigTimer) arm(p pendingSignal) {
 	t.wake()
 }
 
+// wake writes to each thread's eventfd still open: a thread closes its own
+// on its way out (under mu, so a late Hit of a replaced configuration never
+// writes to a number the process has reused).
 func (t *sigTimer) wake() {
 	one := [8]byte{1}
-	_, _ = unix.Write(t.efd, one[:])
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, fd := range t.efds {
+		if fd >= 0 {
+			_, _ = unix.Write(fd, one[:])
+		}
+	}
 }
 
-// stop ends the thread (a new configuration replaced this one); signals
-// still pending are dropped with it.
+// closeEventfd closes thread i's eventfd.
+func (t *sigTimer) closeEventfd(i int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_ = unix.Close(t.efds[i])
+	t.efds[i] = -1
+}
+
+// stop ends the threads (a new configuration replaced this one); signals
+// still pending are dropped with them.
 func (t *sigTimer) stop() {
 	t.mu.Lock()
 	t.stopped = true
@@ -186,43 +238,76 @@ func (t *sigTimer) stop() {
 	t.wake()
 }
 
-func (t *sigTimer) run(st *state) {
+// next is the earliest signal no thread has claimed yet, or nil.
+func (t *sigTimer) next() *pendingSignal {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return nil
+	}
+	for _, p := range t.pending {
+		if !p.claimed.Load() {
+			return p
+		}
+	}
+	return nil
+}
+
+func (t *sigTimer) remove(p *pendingSignal) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if i := slices.Index(t.pending, p); i >= 0 {
+		t.pending = slices.Delete(t.pending, i, i+1)
+	}
+}
+
+func (t *sigTimer) isStopped() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stopped
+}
+
+// run is thread i: it fires each signal lag after its due time, sleeping
+// until spin before that and spinning the rest.
+func (t *sigTimer) run(st *state, i int, lag, spin time.Duration) {
 	// Never unlocked: if its scheduling policy changed the thread must exit
 	// with this goroutine rather than go back to the pool.
 	runtime.LockOSThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	if os.Getenv("VMCHAOS_INJECTOR_RT") != "0" {
 		// SCHED_FIFO when allowed (root): a loaded host then cannot queue
-		// this thread behind normal tasks. It sleeps, spins ≤ spinFor.
+		// this thread behind normal tasks. It sleeps, spins ≤ spinFor. Two
+		// FIFO threads of equal priority do not share a CPU while another
+		// runs normal tasks, so the backup wakes on the other vCPU.
 		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}
 		_ = unix.SchedSetAttr(0, &attr, 0)
 	}
-	defer unix.Close(t.efd)
-	fds := []unix.PollFd{{Fd: int32(t.efd), Events: unix.POLLIN}}
-	for {
-		t.mu.Lock()
-		if t.stopped {
-			t.mu.Unlock()
-			return
-		}
-		var next *pendingSignal
-		if len(t.pending) > 0 {
-			p := t.pending[0]
-			next = &p
-		}
-		t.mu.Unlock()
+	t.mu.Lock()
+	efd := t.efds[i]
+	t.mu.Unlock()
+	defer t.closeEventfd(i)
+	fds := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}}
+	for !t.isStopped() {
 		var tsp *unix.Timespec
-		if next != nil {
+		if p := t.next(); p != nil {
+			at := p.due + int64(lag)
 			now := Now()
-			wait := next.due - int64(spinFor) - now
+			wait := at - int64(spin) - now
 			if wait <= 0 {
-				next.spinFrom = now
-				for Now() < next.due {
+				spinFrom := int64(0)
+				if spin > 0 {
+					spinFrom = now
 				}
-				t.mu.Lock()
-				t.pending = t.pending[1:]
-				t.mu.Unlock()
-				fire(st, *next)
+				for Now() < at {
+				}
+				if hook := testHookTimerDue.Load(); lag == 0 && hook != nil {
+					(*hook)(p)
+				}
+				// the other thread may have fired it meanwhile
+				if p.claimed.CompareAndSwap(false, true) {
+					fire(st, p, spinFrom, lag > 0)
+					t.remove(p) // not reached after a fatal signal
+				}
 				continue
 			}
 			ts := unix.NsecToTimespec(wait)
@@ -234,23 +319,27 @@ func (t *sigTimer) run(st *state) {
 		}
 		if fds[0].Revents != 0 {
 			var b [8]byte
-			_, _ = unix.Read(t.efd, b[:])
+			_, _ = unix.Read(efd, b[:])
 		}
 	}
 }
 
 // fire announces SignalPoint and signals this process. Running inside the
 // victim is the point: no trace delivery and no harness wake-up lies between
-// the hit and the fault.
-func fire(st *state, p pendingSignal) {
+// the hit and the fault. spinFrom: when the timer thread began to spin (0:
+// it did not); backup: the backup thread fired it.
+func fire(st *state, p *pendingSignal, spinFrom int64, backup bool) {
 	fired := Now()
 	if st.trace != nil {
 		attrs := map[string]any{"point": p.point, "hit_seq": p.hitSeq, "delay_ns": int64(p.delay), "late_ns": fired - p.due, "signal": SignalName(p.sig)}
 		if p.once != "" {
 			attrs["once"] = p.once
 		}
-		if p.spinFrom != 0 {
-			attrs["spin_ns"] = p.due - p.spinFrom
+		if spinFrom != 0 {
+			attrs["spin_ns"] = p.due - spinFrom
+		}
+		if backup {
+			attrs["backup"] = 1
 		}
 		st.send(&Event{TsNs: fired, Pid: st.pid, Proc: st.proc, Point: SignalPoint, VM: p.vm, Op: p.op, Attrs: attrs})
 	}
@@ -260,7 +349,7 @@ func fire(st *state, p pendingSignal) {
 // signalAction runs after the hit's datagram left: DELAY 0 fires here and
 // now (as `kill` would). A later one was armed on the configuration's timer
 // thread at the stamp (hit), and never comes here.
-func signalAction(st *state, p pendingSignal) {
+func signalAction(st *state, p *pendingSignal) {
 	p.due = p.hitNs + int64(p.delay)
-	fire(st, p)
+	fire(st, p, 0, false)
 }

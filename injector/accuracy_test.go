@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
 )
 
 // accuracyOffsets are the offsets the issue asks for.
@@ -378,6 +380,35 @@ func accuracyInVictim(b *testing.B, kind string, total int) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	b.Log(whyLate(tr.Events()))
 	b.Log(gc0.since())
 	reportAccuracy(b, kind+" (in-victim)", tr, total, byOff, all, delivery, late, harness, failed)
+}
+
+// whyLate sums up the victims' own failpoint.signal datagrams: how many the
+// backup thread fired, and of the signals that fired over 0.5 ms late, how
+// many the timer thread began to spin for in time (then lost its CPU) and
+// how many it woke for late.
+func whyLate(evs []failpoint.Event) string {
+	var backup, late, spun, wokeLate int
+	for _, e := range evs {
+		if e.Point != failpoint.SignalPoint {
+			continue
+		}
+		if e.Attrs["backup"] != nil {
+			backup++
+		}
+		l, _ := e.Attrs["late_ns"].(float64)
+		if l <= 5e5 {
+			continue
+		}
+		late++
+		if spin, ok := e.Attrs["spin_ns"].(float64); ok && spin >= 0 {
+			spun++
+		} else if ok {
+			wokeLate++
+		}
+	}
+	return fmt.Sprintf("victims' signals: %d fired by the backup thread; %d over 0.5 ms late (the timer thread spun in time for %d, woke late for %d, the rest fired in the hit or by the backup)",
+		backup, late, spun, wokeLate)
 }

@@ -1,0 +1,101 @@
+package failpoint
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkSignalTimer: how late signal(USR1,3ms) fires in this process, with
+// the backup thread and without it (the timer thread alone), interleaved in
+// blocks of 10 so that the host's steal time falls on both alike. Prints
+// p50 / p99 / p99.9 / max of late_ns per variant and how many the backup
+// fired. VMCHAOS_BENCH_SIGNALS per variant, default 2000. Run with
+// -benchtime 1x.
+func BenchmarkSignalTimer(b *testing.B) {
+	n := 2000
+	if v := os.Getenv("VMCHAOS_BENCH_SIGNALS"); v != "" {
+		if _, err := fmt.Sscan(v, &n); err != nil || n < 10 {
+			b.Fatalf("VMCHAOS_BENCH_SIGNALS=%q: want an integer ≥ 10", v)
+		}
+	}
+	got := make(chan os.Signal, 64)
+	signal.Notify(got, syscall.SIGUSR1)
+	defer signal.Stop(got)
+	go func() {
+		for range got {
+		}
+	}()
+	r := newReceiver(b)
+	defer func() { signalBackup = true }()
+	steal0, total0 := hostSteal()
+	late := map[bool][]int64{}
+	backupFired := 0
+	next := 0
+	for k := 0; k < 2*n; k++ {
+		if k%10 == 0 {
+			Reset()
+			signalBackup = k/10%2 == 0
+			if err := Configure("bench", r.path, "tick=signal(USR1,3ms)", ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_ = Hit(context.Background(), "tick", nil)
+		for {
+			ev := r.next(b, next)
+			next++
+			if ev.Point != SignalPoint {
+				continue
+			}
+			late[signalBackup] = append(late[signalBackup], int64(ev.Attrs["late_ns"].(float64)))
+			if ev.Attrs["backup"] != nil {
+				backupFired++
+			}
+			break
+		}
+		// de-correlate the hits from any periodic host activity
+		time.Sleep(time.Duration(rand.Int64N(int64(time.Millisecond))))
+	}
+	Reset()
+	for _, with := range []bool{false, true} {
+		xs := late[with]
+		slices.Sort(xs)
+		q := func(p float64) float64 { return float64(xs[min(len(xs)-1, int(p*float64(len(xs))))]) / 1e3 }
+		name := "timer thread alone"
+		if with {
+			name = fmt.Sprintf("with the backup thread (fired %d)", backupFired)
+		}
+		b.Logf("%-36s n=%d late p50 %7.1fµs p99 %7.1fµs p99.9 %7.1fµs max %7.1fµs", name, len(xs), q(0.5), q(0.99), q(0.999), float64(xs[len(xs)-1])/1e3)
+	}
+	steal1, total1 := hostSteal()
+	if total1 > total0 {
+		b.Logf("host steal time %.1f %% of CPU", 100*float64(steal1-steal0)/float64(total1-total0))
+	}
+}
+
+// hostSteal reads the steal and total jiffies of /proc/stat's cpu line
+// (user nice system idle iowait irq softirq steal).
+func hostSteal() (steal, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i := 1; i < len(f) && i <= 8; i++ {
+		v, _ := strconv.ParseUint(f[i], 10, 64)
+		total += v
+		if i == 8 {
+			steal = v
+		}
+	}
+	return steal, total
+}

@@ -59,6 +59,7 @@ bench:
 bench-accuracy:
 	@uptime
 	$(GO) test ./injector -run '^$$' -bench BenchmarkAtAccuracy -benchtime 1x -timeout 60m -v
+	$(GO) test ./failpoint -run '^$$' -bench BenchmarkSignalTimer -benchtime 1x -timeout 10m -v
 	@uptime
 
 # On a KVM runner: is real CH usable here? (see docs/realch.md)

@@ -188,11 +188,45 @@ func startSigTimer(st *state) (*sigTimer, error) {
 		}
 		t.efds = append(t.efds, efd)
 	}
-	go t.run(st, 0, 0, spinFor)
+	cpus := allowedCPUs()
+	go t.run(st, 0, 0, spinFor, cpus)
 	if len(t.efds) > 1 {
-		go t.run(st, 1, backupLag, 0)
+		go t.run(st, 1, backupLag, 0, cpus)
 	}
 	return t, nil
+}
+
+// signalPin: the two threads are pinned to two different CPUs. A sleeping
+// thread's timer fires on the CPU it went to sleep on; unpinned, both
+// threads could sleep on the same vCPU and be woken late together. Only
+// BenchmarkSignalTimer turns it off, for its A/B.
+var signalPin = true
+
+// allowedCPUs lists the CPUs this process may run on.
+func allowedCPUs() []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil
+	}
+	var cpus []int
+	for c := 0; c < len(set)*64; c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus
+}
+
+// pinThread pins thread i to cpus[(pid+i) mod len]: the timer thread and
+// the backup on different CPUs, and the victims' timer threads spread over
+// the CPUs by pid.
+func pinThread(cpus []int, i int) {
+	if len(cpus) < 2 || !signalPin {
+		return
+	}
+	var set unix.CPUSet
+	set.Set(cpus[(os.Getpid()+i)%len(cpus)])
+	_ = unix.SchedSetaffinity(0, &set)
 }
 
 // arm queues p and wakes the threads.
@@ -269,10 +303,11 @@ func (t *sigTimer) isStopped() bool {
 
 // run is thread i: it fires each signal lag after its due time, sleeping
 // until spin before that and spinning the rest.
-func (t *sigTimer) run(st *state, i int, lag, spin time.Duration) {
+func (t *sigTimer) run(st *state, i int, lag, spin time.Duration, cpus []int) {
 	// Never unlocked: if its scheduling policy changed the thread must exit
 	// with this goroutine rather than go back to the pool.
 	runtime.LockOSThread()
+	pinThread(cpus, i)
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	if os.Getenv("VMCHAOS_INJECTOR_RT") != "0" {
 		// SCHED_FIFO when allowed (root): a loaded host then cannot queue

@@ -233,14 +233,16 @@ var seedScenarios = []Scenario{
 	{
 		// The field's 28 ms after the save child exited fell inside the
 		// push; scaled (1.4 ms at 0.05) it came before the agent had even
-		// recorded the save. Placed half-way through the push window
-		// measured on the case's stack instead.
+		// recorded the save. Placed a fifth into the push window measured
+		// on the case's stack instead: the push is an export whose length
+		// varies threefold from run to run (a run took 27-40 % of its
+		// calibration), so half-way sometimes came after it.
 		ID: "s001-3-sigkill-after-save-exit", SeedRef: "001 #3", Op: OpHibernate, Speed: "fast",
 		Title:  "SIGKILL inside the push after the save child exited cleanly (field: 28 ms after the exit): the finalized holder is replaced, re-saved, re-pushed",
 		Setup:  readyA,
 		Act:    []Step{{Kind: StepHibernate, VM: vmA}},
 		Faults: []Fault{{Kind: "sigkill-main", Trigger: "at agent.hibernate.saved", VM: vmA, Window: [2]string{"agent.hibernate.saved", "agent.hibernate.pushed"}}},
-		Sweep:  "50%",
+		Sweep:  "20%",
 		Env:    Env{RestartDelay: 1 * time.Second},
 		Expect: Expect{Ledger: true},
 	},

@@ -7,11 +7,11 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmchaos/vmchaos/internal/hoststat"
 )
 
 // BenchmarkSignalTimer: how late signal(USR1,3ms) fires in this process with
@@ -36,7 +36,7 @@ func BenchmarkSignalTimer(b *testing.B) {
 	}()
 	r := newReceiver(b)
 	defer func() { signalBackup, signalPin = true, true }()
-	steal0, total0 := hostSteal()
+	host := hoststat.Now()
 	late := map[string][]int64{}
 	backupFired := map[string]int{}
 	variants := []string{"alone", "backup", "backup-pinned"}
@@ -74,27 +74,7 @@ func BenchmarkSignalTimer(b *testing.B) {
 		q := func(p float64) float64 { return float64(xs[min(len(xs)-1, int(p*float64(len(xs))))]) / 1e3 }
 		b.Logf("%-16s (backup fired %3d) n=%d late p50 %7.1fµs p99 %7.1fµs p99.9 %7.1fµs max %7.1fµs", v, backupFired[v], len(xs), q(0.5), q(0.99), q(0.999), float64(xs[len(xs)-1])/1e3)
 	}
-	steal1, total1 := hostSteal()
-	if total1 > total0 {
-		b.Logf("host steal time %.1f %% of CPU", 100*float64(steal1-steal0)/float64(total1-total0))
+	if steal := host.StealSince(); steal != "" {
+		b.Log(steal)
 	}
-}
-
-// hostSteal reads the steal and total jiffies of /proc/stat's cpu line
-// (user nice system idle iowait irq softirq steal).
-func hostSteal() (steal, total uint64) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	for i := 1; i < len(f) && i <= 8; i++ {
-		v, _ := strconv.ParseUint(f[i], 10, 64)
-		total += v
-		if i == 8 {
-			steal = v
-		}
-	}
-	return steal, total
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/internal/hoststat"
 )
 
 // accuracyOffsets are the offsets the issue asks for.
@@ -195,44 +196,25 @@ func accuracy(b *testing.B, kind string, total int) {
 // gcStats: the harness's own GC cycles during a row; each one stops the
 // world twice, the trace reader included.
 type gcStats struct {
-	n                  uint32
-	pause              uint64
-	cpuSteal, cpuTotal uint64
+	n     uint32
+	pause uint64
+	host  hoststat.Sample
 }
 
 func readGC() gcStats {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	st, tot := cpuSteal()
-	return gcStats{m.NumGC, m.PauseTotalNs, st, tot}
-}
-
-// cpuSteal reads the steal and total jiffies of /proc/stat's cpu line.
-func cpuSteal() (steal, total uint64) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	for i := 1; i < len(f) && i <= 8; i++ { // user nice system idle iowait irq softirq steal
-		v, _ := strconv.ParseUint(f[i], 10, 64)
-		total += v
-		if i == 8 {
-			steal = v
-		}
-	}
-	return steal, total
+	return gcStats{m.NumGC, m.PauseTotalNs, hoststat.Now()}
 }
 
 func (g gcStats) since() string {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	steal := ""
-	if st, tot := cpuSteal(); tot > g.cpuTotal {
-		// the hypervisor ran something else on this VM's vCPUs: a latency
-		// this machine cannot remove
-		steal = fmt.Sprintf("; host steal time %.1f %% of CPU", 100*float64(st-g.cpuSteal)/float64(tot-g.cpuTotal))
+	// the hypervisor ran something else on this VM's vCPUs: a latency this
+	// machine cannot remove
+	steal := g.host.StealSince()
+	if steal != "" {
+		steal = "; " + steal
 	}
 	var worst uint64
 	// GC number k's pause is PauseNs[(k+255)%256]; the row's are g.n+1..NumGC.

@@ -188,7 +188,10 @@ func startSigTimer(st *state) (*sigTimer, error) {
 		}
 		t.efds = append(t.efds, efd)
 	}
-	cpus := allowedCPUs()
+	var cpus []int // nil: not pinned
+	if signalPin && threads > 1 {
+		cpus = allowedCPUs()
+	}
 	go t.run(st, 0, 0, spinFor, cpus)
 	if len(t.efds) > 1 {
 		go t.run(st, 1, backupLag, 0, cpus)
@@ -221,7 +224,7 @@ func allowedCPUs() []int {
 // the backup on different CPUs, and the victims' timer threads spread over
 // the CPUs by pid.
 func pinThread(cpus []int, i int) {
-	if len(cpus) < 2 || !signalPin {
+	if len(cpus) < 2 {
 		return
 	}
 	var set unix.CPUSet

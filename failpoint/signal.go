@@ -240,17 +240,15 @@ func (t *sigTimer) arm(p *pendingSignal) {
 		i--
 	}
 	t.pending = slices.Insert(t.pending, i, p)
+	t.wakeLocked()
 	t.mu.Unlock()
-	t.wake()
 }
 
-// wake writes to each thread's eventfd still open: a thread closes its own
-// on its way out (under mu, so a late Hit of a replaced configuration never
-// writes to a number the process has reused).
-func (t *sigTimer) wake() {
+// wakeLocked writes to each thread's eventfd still open; call with mu held.
+// A thread closes its own on its way out, also under mu, so a late Hit of a
+// replaced configuration never writes to a number the process has reused.
+func (t *sigTimer) wakeLocked() {
 	one := [8]byte{1}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	for _, fd := range t.efds {
 		if fd >= 0 {
 			_, _ = unix.Write(fd, one[:])
@@ -271,23 +269,24 @@ func (t *sigTimer) closeEventfd(i int) {
 func (t *sigTimer) stop() {
 	t.mu.Lock()
 	t.stopped = true
+	t.wakeLocked()
 	t.mu.Unlock()
-	t.wake()
 }
 
-// next is the earliest signal no thread has claimed yet, or nil.
-func (t *sigTimer) next() *pendingSignal {
+// next is the earliest signal no thread has claimed yet (nil: none), or
+// stopped once the configuration was replaced.
+func (t *sigTimer) next() (p *pendingSignal, stopped bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
-		return nil
+		return nil, true
 	}
 	for _, p := range t.pending {
 		if !p.claimed.Load() {
-			return p
+			return p, false
 		}
 	}
-	return nil
+	return nil, false
 }
 
 func (t *sigTimer) remove(p *pendingSignal) {
@@ -296,12 +295,6 @@ func (t *sigTimer) remove(p *pendingSignal) {
 	if i := slices.Index(t.pending, p); i >= 0 {
 		t.pending = slices.Delete(t.pending, i, i+1)
 	}
-}
-
-func (t *sigTimer) isStopped() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.stopped
 }
 
 // run is thread i: it fires each signal lag after its due time, sleeping
@@ -314,9 +307,7 @@ func (t *sigTimer) run(st *state, i int, lag, spin time.Duration, cpus []int) {
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	if os.Getenv("VMCHAOS_INJECTOR_RT") != "0" {
 		// SCHED_FIFO when allowed (root): a loaded host then cannot queue
-		// this thread behind normal tasks. It sleeps, spins ≤ spinFor. Two
-		// FIFO threads of equal priority do not share a CPU while another
-		// runs normal tasks, so the backup wakes on the other vCPU.
+		// this thread behind normal tasks. It sleeps, spins ≤ spinFor.
 		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}
 		_ = unix.SchedSetAttr(0, &attr, 0)
 	}
@@ -325,9 +316,13 @@ func (t *sigTimer) run(st *state, i int, lag, spin time.Duration, cpus []int) {
 	t.mu.Unlock()
 	defer t.closeEventfd(i)
 	fds := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}}
-	for !t.isStopped() {
+	for {
+		p, stopped := t.next()
+		if stopped {
+			return
+		}
 		var tsp *unix.Timespec
-		if p := t.next(); p != nil {
+		if p != nil {
 			at := p.due + int64(lag)
 			now := Now()
 			wait := at - int64(spin) - now

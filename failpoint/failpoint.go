@@ -217,6 +217,9 @@ func hit(ctx context.Context, name string, attrs Attrs) error {
 				due: ts + int64(act.delay)})
 		}
 	}
+	if act != nil && act.action == actSignal && act.delay == 0 {
+		defer urgent()()
+	}
 	var ts int64
 	var seq uint64
 	if st.trace != nil {

@@ -14,9 +14,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // receiver is the harness end of VMCHAOS_TRACE.
@@ -675,5 +678,56 @@ func TestBackupFiresWhatTheTimerCannot(t *testing.T) {
 		if a["backup"] != float64(1) || a["late_ns"].(float64) < float64(backupLag) || a["signal"] != "USR1" {
 			t.Fatalf("fired %+v: want the backup thread's, ≥ %v late", a, backupLag)
 		}
+	}
+}
+
+// TestDelayZeroSignalFiresFromAFIFOThread: a DELAY 0 signal fires from the
+// hitting thread, which is SCHED_FIFO from before the stamp until the kill,
+// so that the node's other work cannot hold it in between; a signal that
+// does not end the process leaves the thread as it was. VMCHAOS_INJECTOR_RT=0
+// turns the raise off.
+func TestDelayZeroSignalFiresFromAFIFOThread(t *testing.T) {
+	runtime.LockOSThread() // Hit and the fire run on this thread
+	defer runtime.UnlockOSThread()
+	before, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}
+	if err := unix.SchedSetAttr(0, &probe, 0); err != nil {
+		t.Skipf("this process may not use SCHED_FIFO (%v): the raise needs root or CAP_SYS_NICE", err)
+	}
+	if err := unix.SchedSetAttr(0, before, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		rt         string
+		wantPolicy uint32
+	}{{"", 1}, {"0", before.Policy}} {
+		t.Run("VMCHAOS_INJECTOR_RT="+tc.rt, func(t *testing.T) {
+			t.Setenv("VMCHAOS_INJECTOR_RT", tc.rt)
+			var policy atomic.Int64
+			policy.Store(-1)
+			hook := func() {
+				if a, err := unix.SchedGetAttr(0, 0); err == nil {
+					policy.Store(int64(a.Policy))
+				}
+			}
+			testHookFire.Store(&hook)
+			defer testHookFire.Store(nil)
+			if fired := signalsFired(t, 1, 0); len(fired) != 1 {
+				t.Fatalf("%d signals fired for 1 arming hit", len(fired))
+			}
+			if got := policy.Load(); got != int64(tc.wantPolicy) {
+				t.Fatalf("the firing thread's policy was %d at the kill, want %d", got, tc.wantPolicy)
+			}
+			after, err := unix.SchedGetAttr(0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.Policy != before.Policy || after.Priority != before.Priority || after.Nice != before.Nice {
+				t.Fatalf("after the hit the thread is %+v, want it as before %+v", after, before)
+			}
+		})
 	}
 }

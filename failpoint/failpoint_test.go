@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmchaos/vmchaos/internal/rt"
 )
 
 // receiver is the harness end of VMCHAOS_TRACE.
@@ -693,7 +695,7 @@ func TestDelayZeroSignalFiresFromAFIFOThread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}
+	probe := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: rt.Priority}
 	if err := unix.SchedSetAttr(0, &probe, 0); err != nil {
 		t.Skipf("this process may not use SCHED_FIFO (%v): the raise needs root or CAP_SYS_NICE", err)
 	}
@@ -703,7 +705,7 @@ func TestDelayZeroSignalFiresFromAFIFOThread(t *testing.T) {
 	for _, tc := range []struct {
 		rt         string
 		wantPolicy uint32
-	}{{"", 1}, {"0", before.Policy}} {
+	}{{"", unix.SCHED_FIFO}, {"0", before.Policy}} {
 		t.Run("VMCHAOS_INJECTOR_RT="+tc.rt, func(t *testing.T) {
 			t.Setenv("VMCHAOS_INJECTOR_RT", tc.rt)
 			var policy atomic.Int64

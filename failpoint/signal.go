@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmchaos/vmchaos/internal/rt"
 )
 
 // SignalPoint is the datagram a `signal(SIG,DELAY)` action sends right before
@@ -309,12 +311,9 @@ func (t *sigTimer) run(st *state, i int, lag, spin time.Duration, cpus []int) {
 	runtime.LockOSThread()
 	pinThread(cpus, i)
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-	if os.Getenv("VMCHAOS_INJECTOR_RT") != "0" {
-		// SCHED_FIFO when allowed (root): a loaded host then cannot queue
-		// this thread behind normal tasks. It sleeps, spins ≤ spinFor.
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}
-		_ = unix.SchedSetAttr(0, &attr, 0)
-	}
+	// SCHED_FIFO when allowed (root): a loaded host then cannot queue this
+	// thread behind normal tasks. It sleeps, spins ≤ spinFor.
+	_ = rt.FIFO()
 	t.mu.Lock()
 	efd := t.efds[i]
 	t.mu.Unlock()
@@ -394,14 +393,10 @@ func fire(st *state, p *pendingSignal, spinFrom int64, backup bool) {
 // the func puts it back when it does not. With VMCHAOS_INJECTOR_RT=0, or
 // without the privilege, it does nothing.
 func urgent() (restore func()) {
-	if os.Getenv("VMCHAOS_INJECTOR_RT") == "0" {
-		return func() {}
-	}
 	runtime.LockOSThread()
 	old, err := unix.SchedGetAttr(0, 0)
 	if err == nil {
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}
-		err = unix.SchedSetAttr(0, &attr, 0)
+		err = rt.FIFO()
 	}
 	if err != nil {
 		runtime.UnlockOSThread()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/internal/rt"
 )
 
 // Trace is the harness end of the failpoint trace protocol (ARCHITECTURE §3):
@@ -172,28 +173,20 @@ func restoreProcs() {
 	}
 }
 
-// rtPriority is the SCHED_FIFO priority of the timing-critical threads: low
-// among RT priorities, above every normal task. VMCHAOS_INJECTOR_RT=0 opts out.
-const rtPriority = 10
-
-// boostThread makes the calling (locked) thread SCHED_FIFO, or at least gives
-// it a 1ns timer slack. It reports whether RT was granted.
+// boostThread makes the calling (locked) thread SCHED_FIFO (rt.FIFO), or at
+// least gives it a 1ns timer slack. It reports whether RT was granted.
 func boostThread() bool {
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-	if os.Getenv("VMCHAOS_INJECTOR_RT") == "0" {
-		return false
-	}
-	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: rtPriority}
-	return unix.SchedSetAttr(0, &attr, 0) == nil
+	return rt.FIFO() == nil
 }
 
 func (t *Trace) read(started chan<- struct{}) {
 	// Never unlocked: the thread's scheduling policy changed, so it exits
 	// with this goroutine instead of returning to the pool.
 	runtime.LockOSThread()
-	rt := boostThread()
+	boosted := boostThread()
 	t.mu.Lock()
-	t.RT = rt
+	t.RT = boosted
 	t.mu.Unlock()
 	close(started)
 	defer close(t.done)

@@ -78,6 +78,86 @@ func BenchmarkAtAccuracy(b *testing.B) {
 			}
 		})
 	}
+	b.Log(bounds.summary())
+}
+
+// rowBound is how one row fared against issue #20's bounds: idle, p99 ≤ 1 ms
+// and p99.9 ≤ 2 ms; loaded, p99 ≤ 2 ms.
+type rowBound struct {
+	row         string
+	p99, p999   int64
+	steal       float64 // % of CPU the host took during the row; -1: unknown
+	unmet       []string
+	stealIsHigh bool
+}
+
+// stealHigh: from this share of CPU taken by the host, a row's tail is the
+// host's as much as the code's. On 2026-12-02 (08:00-08:50) all 15 in-victim
+// idle rows run under 1 % steal met the bound (p99.9 ≤ 1.63 ms); of the 14
+// run at 1-35 %, 9 did not (p99.9 up to 40 ms).
+const stealHigh = 1.0
+
+func checkBound(row string, all []int64, steal float64) rowBound {
+	r := rowBound{row: row, p99: pct(all, .99), p999: pct(all, .999), steal: steal, stealIsHigh: steal >= stealHigh}
+	if strings.HasSuffix(row, "idle") {
+		if r.p99 > int64(time.Millisecond) {
+			r.unmet = append(r.unmet, "p99 > 1 ms")
+		}
+		if r.p999 > int64(2*time.Millisecond) {
+			r.unmet = append(r.unmet, "p99.9 > 2 ms")
+		}
+	} else if r.p99 > int64(2*time.Millisecond) {
+		r.unmet = append(r.unmet, "p99 > 2 ms")
+	}
+	return r
+}
+
+func (r rowBound) String() string {
+	verdict := "met"
+	if len(r.unmet) > 0 {
+		verdict = "NOT met (" + strings.Join(r.unmet, ", ") + ")"
+	}
+	steal := "steal ?"
+	if r.steal >= 0 {
+		steal = fmt.Sprintf("steal %4.1f %%", r.steal)
+	}
+	s := fmt.Sprintf("%-26s p99 %5.2f ms  p99.9 %5.2f ms  %s  %s", r.row, float64(r.p99)/1e6, float64(r.p999)/1e6, steal, verdict)
+	if r.stealIsHigh {
+		s += fmt.Sprintf("; host steal ≥ %.0f %%: the tail is partly the host's, rerun when it is quieter", stealHigh)
+	}
+	return s
+}
+
+// bounds collects the rows of one BenchmarkAtAccuracy run.
+var bounds boundTable
+
+type boundTable struct {
+	mu   sync.Mutex
+	rows []rowBound
+}
+
+func (t *boundTable) add(r rowBound) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rows = append(t.rows, r)
+}
+
+func (t *boundTable) summary() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := []string{"issue #20's bounds (idle: p99 ≤ 1 ms, p99.9 ≤ 2 ms; loaded: p99 ≤ 2 ms), per row:"}
+	unmet, high := 0, 0
+	for _, r := range t.rows {
+		lines = append(lines, "  "+r.String())
+		if len(r.unmet) > 0 {
+			unmet++
+		}
+		if r.stealIsHigh {
+			high++
+		}
+	}
+	lines = append(lines, fmt.Sprintf("%d of %d row(s) met their bound; %d ran with host steal ≥ %.0f %%", len(t.rows)-unmet, len(t.rows), high, stealHigh))
+	return strings.Join(lines, "\n")
 }
 
 // startHog runs a CPU hog in a second process (this binary in helper mode
@@ -190,7 +270,7 @@ func accuracy(b *testing.B, kind string, total int) {
 	}
 	b.StopTimer()
 	b.Log(gc0.since())
-	reportAccuracy(b, kind, tr, total, byOff, all, delivery, late, harness, failed)
+	reportAccuracy(b, kind, tr, gc0.host, total, byOff, all, delivery, late, harness, failed)
 }
 
 // gcStats: the harness's own GC cycles during a row; each one stops the
@@ -225,7 +305,7 @@ func (g gcStats) since() string {
 		m.NumGC-g.n, float64(m.PauseTotalNs-g.pause)/1e3, float64(worst)/1e3, steal)
 }
 
-func reportAccuracy(b *testing.B, kind string, tr *Trace, total int, byOff map[time.Duration][]int64, all, delivery, late, harness []int64, failed []string) {
+func reportAccuracy(b *testing.B, kind string, tr *Trace, host hoststat.Sample, total int, byOff map[time.Duration][]int64, all, delivery, late, harness []int64, failed []string) {
 	if len(failed) > 0 {
 		b.Logf("%d injection(s) failed, first: %s", len(failed), failed[0])
 	}
@@ -246,6 +326,14 @@ func reportAccuracy(b *testing.B, kind string, tr *Trace, total int, byOff map[t
 	if len(all) < total*b.N*9/10 {
 		b.Fatalf("only %d of %d injections landed", len(all), total*b.N)
 	}
+	steal, ok := host.StealPctSince()
+	if !ok {
+		steal = -1
+	}
+	_, row, _ := strings.Cut(b.Name(), "/") // "builtin/in-victim-idle"
+	r := checkBound(row, all, steal)
+	bounds.add(r)
+	b.Log(r.String())
 	b.ReportMetric(us(pct(all, .5)), "p50-µs")
 	b.ReportMetric(us(pct(all, .99)), "p99-µs")
 	b.ReportMetric(us(pct(all, .999)), "p99.9-µs")
@@ -364,7 +452,7 @@ func accuracyInVictim(b *testing.B, kind string, total int) {
 	b.StopTimer()
 	b.Log(whyLate(tr.Events()))
 	b.Log(gc0.since())
-	reportAccuracy(b, kind+" (in-victim)", tr, total, byOff, all, delivery, late, harness, failed)
+	reportAccuracy(b, kind+" (in-victim)", tr, gc0.host, total, byOff, all, delivery, late, harness, failed)
 }
 
 // whyLate sums up the victims' own failpoint.signal datagrams: how many the
@@ -393,4 +481,46 @@ func whyLate(evs []failpoint.Event) string {
 	}
 	return fmt.Sprintf("victims' signals: %d fired by the backup thread; %d over 0.5 ms late (the timer thread spun in time for %d, woke late for %d, the rest fired in the hit or by the backup)",
 		backup, late, spun, wokeLate)
+}
+
+// TestCheckBound: the bench's verdict per row follows issue #20's bounds,
+// idle and loaded, and flags a row the host took ≥ stealHigh from.
+func TestCheckBound(t *testing.T) {
+	ms := func(f float64) int64 { return int64(f * 1e6) }
+	// 1,000 samples: p99 is the 990th, p99.9 the 999th
+	dist := func(p99, p999 float64) []int64 {
+		xs := make([]int64, 1000)
+		for i := range xs {
+			switch {
+			case i >= 998:
+				xs[i] = ms(p999)
+			case i >= 989:
+				xs[i] = ms(p99)
+			default:
+				xs[i] = 1000
+			}
+		}
+		return xs
+	}
+	for _, tc := range []struct {
+		row       string
+		p99, p999 float64
+		steal     float64
+		unmet     string
+		high      bool
+	}{
+		{"builtin/idle", 0.9, 1.9, 0.1, "", false},
+		{"sandbox/in-victim-idle", 0.9, 2.1, 0.1, "p99.9 > 2 ms", false},
+		{"sandbox/in-victim-idle", 1.1, 2.1, 11.9, "p99 > 1 ms, p99.9 > 2 ms", true},
+		{"sandbox/loaded", 1.9, 9, 0.3, "", false},
+		{"builtin/in-victim-loaded", 2.1, 9, -1, "p99 > 2 ms", false},
+	} {
+		r := checkBound(tc.row, dist(tc.p99, tc.p999), tc.steal)
+		if got := strings.Join(r.unmet, ", "); got != tc.unmet || r.stealIsHigh != tc.high {
+			t.Errorf("%s p99 %v p99.9 %v steal %v: unmet %q high %v, want %q %v (%s)", tc.row, tc.p99, tc.p999, tc.steal, got, r.stealIsHigh, tc.unmet, tc.high, r)
+		}
+		if notMet := strings.Contains(r.String(), "NOT met"); notMet != (tc.unmet != "") {
+			t.Errorf("%s: says %q", tc.row, r)
+		}
+	}
 }

@@ -35,9 +35,19 @@ func Now() Sample {
 // StealSince says how much CPU the host took since s ("host steal time
 // 4.2 % of CPU"), or "" when /proc/stat could not tell.
 func (s Sample) StealSince() string {
-	n := Now()
-	if n.total <= s.total {
+	pct, ok := s.StealPctSince()
+	if !ok {
 		return ""
 	}
-	return fmt.Sprintf("host steal time %.1f %% of CPU", 100*float64(n.steal-s.steal)/float64(n.total-s.total))
+	return fmt.Sprintf("host steal time %.1f %% of CPU", pct)
+}
+
+// StealPctSince is the share of CPU time, in %, the host took since s;
+// false when /proc/stat could not tell.
+func (s Sample) StealPctSince() (float64, bool) {
+	n := Now()
+	if s.total == 0 || n.total <= s.total {
+		return 0, false
+	}
+	return 100 * float64(n.steal-s.steal) / float64(n.total-s.total), true
 }

@@ -92,7 +92,7 @@ type rowBound struct {
 }
 
 // stealHigh: from this share of CPU taken by the host, a row's tail is the
-// host's as much as the code's. On 2026-12-02 (08:00-08:50) all 15 in-victim
+// host's as much as the code's. On 2026-12-02 (07:48-08:50) all 15 in-victim
 // idle rows run under 1 % steal met the bound (p99.9 ≤ 1.63 ms); of the 14
 // run at 1-35 %, 9 did not (p99.9 up to 40 ms).
 const stealHigh = 1.0

@@ -278,7 +278,7 @@ func accuracy(b *testing.B, kind string, total int) {
 type gcStats struct {
 	n     uint32
 	pause uint64
-	host  hoststat.Sample
+	host  hoststat.Sample // at the row's start, for its steal figure
 }
 
 func readGC() gcStats {
@@ -290,19 +290,13 @@ func readGC() gcStats {
 func (g gcStats) since() string {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	// the hypervisor ran something else on this VM's vCPUs: a latency this
-	// machine cannot remove
-	steal := g.host.StealSince()
-	if steal != "" {
-		steal = "; " + steal
-	}
 	var worst uint64
 	// GC number k's pause is PauseNs[(k+255)%256]; the row's are g.n+1..NumGC.
 	for k := g.n + 1; k <= m.NumGC && k <= g.n+256; k++ {
 		worst = max(worst, m.PauseNs[(k+255)%256])
 	}
-	return fmt.Sprintf("harness GC during the row: %d cycle(s), stop-the-world %.0fµs in all, longest %.0fµs%s",
-		m.NumGC-g.n, float64(m.PauseTotalNs-g.pause)/1e3, float64(worst)/1e3, steal)
+	return fmt.Sprintf("harness GC during the row: %d cycle(s), stop-the-world %.0fµs in all, longest %.0fµs",
+		m.NumGC-g.n, float64(m.PauseTotalNs-g.pause)/1e3, float64(worst)/1e3)
 }
 
 func reportAccuracy(b *testing.B, kind string, tr *Trace, host hoststat.Sample, total int, byOff map[time.Duration][]int64, all, delivery, late, harness []int64, failed []string) {
@@ -326,6 +320,8 @@ func reportAccuracy(b *testing.B, kind string, tr *Trace, host hoststat.Sample, 
 	if len(all) < total*b.N*9/10 {
 		b.Fatalf("only %d of %d injections landed", len(all), total*b.N)
 	}
+	// the host ran something else on this VM's vCPUs: a latency this machine
+	// cannot remove. Read once per row, for the verdict line.
 	steal, ok := host.StealPctSince()
 	if !ok {
 		steal = -1

@@ -58,7 +58,7 @@ bench:
 # (VMCHAOS_BENCH_INJECTIONS), idle and with one core loaded; uptime shows the load it ran under.
 bench-accuracy:
 	@uptime
-	$(GO) test ./injector -run '^$$' -bench BenchmarkAtAccuracy -benchtime 1x -timeout 60m -v
+	$(GO) test ./injector -run '^$$' -bench BenchmarkAtAccuracy -benchtime 1x -timeout 120m -v
 	$(GO) test ./failpoint -run '^$$' -bench BenchmarkSignalTimer -benchtime 1x -timeout 10m -v
 	@uptime
 

@@ -52,14 +52,34 @@ func benchInjections(b *testing.B) int {
 // loaded by a CPU hog in a second process. Reports actual − requested, where
 // requested is the hit's own CLOCK_MONOTONIC stamp + offset and actual is
 // taken right after the pidfd_send_signal returned. Run with -benchtime 1x.
+//
+// A row the host took ≥ stealHigh of the CPU from is run again, up to
+// VMCHAOS_BENCH_TRIES times in all (default 3); the second try of "idle" is
+// "idle#01". Every try is printed; a row is judged on its first try under
+// stealHigh, whatever that try's figures (see boundTable.summary). There is
+// no waiting for a quiet host before a try: the steal here accrues as the
+// host wakes halted vCPUs, so only a probe that wakes as the row does
+// would foretell a row's, and the row is that probe.
 func BenchmarkAtAccuracy(b *testing.B) {
+	tries := benchTries(b)
+	row := func(b *testing.B, name string, run func(*testing.B)) {
+		for try := 1; try <= tries; try++ {
+			n := bounds.len()
+			if !b.Run(name, run) || bounds.len() == n {
+				return // failed or skipped: no figures to judge
+			}
+			if !bounds.last().stealIsHigh {
+				return
+			}
+		}
+	}
 	for _, kind := range []string{KindBuiltin, KindSandbox} {
 		b.Run(kind, func(b *testing.B) {
 			if kind == KindSandbox && SandboxPreflight() != "" {
 				b.Skip(SandboxPreflight())
 			}
 			for _, load := range []string{"idle", "loaded"} {
-				b.Run(load, func(b *testing.B) {
+				row(b, load, func(b *testing.B) {
 					if load == "loaded" {
 						startHog(b)
 					}
@@ -69,7 +89,7 @@ func BenchmarkAtAccuracy(b *testing.B) {
 			// The same faults armed inside the victim (InVictim): the
 			// victim's own timer fires, no trace delivery in between.
 			for _, load := range []string{"idle", "loaded"} {
-				b.Run("in-victim-"+load, func(b *testing.B) {
+				row(b, "in-victim-"+load, func(b *testing.B) {
 					if load == "loaded" {
 						startHog(b)
 					}
@@ -81,10 +101,25 @@ func BenchmarkAtAccuracy(b *testing.B) {
 	b.Log(bounds.summary())
 }
 
+// benchTries: VMCHAOS_BENCH_TRIES, how many times a row may run while the
+// host's steal is high; default 3.
+func benchTries(b *testing.B) int {
+	s := os.Getenv("VMCHAOS_BENCH_TRIES")
+	if s == "" {
+		return 3
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("VMCHAOS_BENCH_TRIES=%q: want an integer ≥ 1", s)
+	}
+	return n
+}
+
 // rowBound is how one row fared against issue #20's bounds: idle, p99 ≤ 1 ms
 // and p99.9 ≤ 2 ms; loaded, p99 ≤ 2 ms.
 type rowBound struct {
-	row         string
+	row         string // "builtin/in-victim-idle"
+	try         int    // 1 for the first
 	p99, p999   int64
 	steal       float64 // % of CPU the host took during the row; -1: unknown
 	unmet       []string
@@ -97,8 +132,13 @@ type rowBound struct {
 // run at 1-35 %, 9 did not (p99.9 up to 40 ms).
 const stealHigh = 1.0
 
-func checkBound(row string, all []int64, steal float64) rowBound {
-	r := rowBound{row: row, p99: pct(all, .99), p999: pct(all, .999), steal: steal, stealIsHigh: steal >= stealHigh}
+// checkBound judges one try of a row; name is the sub-benchmark's, less
+// "BenchmarkAtAccuracy/": "builtin/idle", or "builtin/idle#01" for its
+// second try.
+func checkBound(name string, all []int64, steal float64) rowBound {
+	row, n, _ := strings.Cut(name, "#")
+	try, _ := strconv.Atoi(n)
+	r := rowBound{row: row, try: try + 1, p99: pct(all, .99), p999: pct(all, .999), steal: steal, stealIsHigh: steal >= stealHigh}
 	if strings.HasSuffix(row, "idle") {
 		if r.p99 > int64(time.Millisecond) {
 			r.unmet = append(r.unmet, "p99 > 1 ms")
@@ -121,9 +161,13 @@ func (r rowBound) String() string {
 	if r.steal >= 0 {
 		steal = fmt.Sprintf("steal %4.1f %%", r.steal)
 	}
-	s := fmt.Sprintf("%-26s p99 %5.2f ms  p99.9 %5.2f ms  %s  %s", r.row, float64(r.p99)/1e6, float64(r.p999)/1e6, steal, verdict)
+	name := r.row
+	if r.try > 1 {
+		name += fmt.Sprintf(" (try %d)", r.try)
+	}
+	s := fmt.Sprintf("%-34s p99 %5.2f ms  p99.9 %5.2f ms  %s  %s", name, float64(r.p99)/1e6, float64(r.p999)/1e6, steal, verdict)
 	if r.stealIsHigh {
-		s += fmt.Sprintf("; host steal ≥ %.0f %%: the tail is partly the host's, rerun when it is quieter", stealHigh)
+		s += fmt.Sprintf("; host steal ≥ %.0f %%: the tail is partly the host's", stealHigh)
 	}
 	return s
 }
@@ -142,21 +186,56 @@ func (t *boundTable) add(r rowBound) {
 	t.rows = append(t.rows, r)
 }
 
+func (t *boundTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.rows)
+}
+
+func (t *boundTable) last() rowBound {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rows[len(t.rows)-1]
+}
+
+// summary lists every try, then judges each row on its first try under
+// stealHigh (or of unknown steal), whatever its figures: a later quiet try
+// that met cannot stand in for an earlier quiet one that did not. A row
+// with no such try is not judged, which is not "met".
 func (t *boundTable) summary() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	lines := []string{"issue #20's bounds (idle: p99 ≤ 1 ms, p99.9 ≤ 2 ms; loaded: p99 ≤ 2 ms), per row:"}
-	unmet, high := 0, 0
-	for _, r := range t.rows {
+	lines := []string{"issue #20's bounds (idle: p99 ≤ 1 ms, p99.9 ≤ 2 ms; loaded: p99 ≤ 2 ms), every try:"}
+	var order []string
+	judged := map[string]*rowBound{}
+	seen := map[string]bool{}
+	for i, r := range t.rows {
 		lines = append(lines, "  "+r.String())
-		if len(r.unmet) > 0 {
-			unmet++
+		if !seen[r.row] {
+			seen[r.row] = true
+			order = append(order, r.row)
 		}
-		if r.stealIsHigh {
-			high++
+		if judged[r.row] == nil && !r.stealIsHigh {
+			judged[r.row] = &t.rows[i]
 		}
 	}
-	lines = append(lines, fmt.Sprintf("%d of %d row(s) met their bound; %d ran with host steal ≥ %.0f %%", len(t.rows)-unmet, len(t.rows), high, stealHigh))
+	lines = append(lines, fmt.Sprintf("judged on each row's first try under %.0f %% host steal:", stealHigh))
+	met, unmet, busy := 0, 0, 0
+	for _, row := range order {
+		r := judged[row]
+		switch {
+		case r == nil:
+			busy++
+			lines = append(lines, fmt.Sprintf("  %-34s not judged: host steal ≥ %.0f %% in every try", row, stealHigh))
+		case len(r.unmet) > 0:
+			unmet++
+			lines = append(lines, "  "+r.String())
+		default:
+			met++
+			lines = append(lines, "  "+r.String())
+		}
+	}
+	lines = append(lines, fmt.Sprintf("%d of %d row(s) met their bound, %d did not, %d not judged (host busy)", met, len(order), unmet, busy))
 	return strings.Join(lines, "\n")
 }
 
@@ -518,5 +597,51 @@ func TestCheckBound(t *testing.T) {
 		if notMet := strings.Contains(r.String(), "NOT met"); notMet != (tc.unmet != "") {
 			t.Errorf("%s: says %q", tc.row, r)
 		}
+	}
+}
+
+// TestBoundSummaryJudgesFirstQuietTry: a row is judged on its first try
+// under stealHigh, not on its best one, and a row the host was busy for in
+// every try is not counted as met.
+func TestBoundSummaryJudgesFirstQuietTry(t *testing.T) {
+	ms := func(f float64) []int64 {
+		xs := make([]int64, 1000)
+		for i := range xs {
+			xs[i] = int64(f * 1e6)
+		}
+		return xs
+	}
+	var tb boundTable
+	for _, r := range []rowBound{
+		checkBound("builtin/idle", ms(0.1), 0.2),              // met at once
+		checkBound("sandbox/idle", ms(0.1), 5),                // met, but busy
+		checkBound("sandbox/idle#01", ms(3), 0.4),             // first quiet try: not met
+		checkBound("sandbox/idle#02", ms(0.1), 0.1),           // later quiet try that met: does not count
+		checkBound("sandbox/in-victim-idle", ms(0.1), 9),      // busy
+		checkBound("sandbox/in-victim-idle#01", ms(0.1), 2.5), // busy again: not judged
+		checkBound("builtin/loaded", ms(1.5), -1),             // steal unknown: judged
+	} {
+		tb.add(r)
+	}
+	if r := tb.rows[2]; r.row != "sandbox/idle" || r.try != 2 {
+		t.Fatalf("sandbox/idle#01 parsed as row %q try %d, want sandbox/idle try 2", r.row, r.try)
+	}
+	s := tb.summary()
+	_, judged, ok := strings.Cut(s, "judged on each row's first try")
+	if !ok {
+		t.Fatalf("no judged section:\n%s", s)
+	}
+	for _, want := range []string{
+		"builtin/idle ",
+		"sandbox/idle (try 2)",
+		"sandbox/in-victim-idle             not judged",
+		"2 of 4 row(s) met their bound, 1 did not, 1 not judged (host busy)",
+	} {
+		if !strings.Contains(judged, want) {
+			t.Errorf("judged section lacks %q:\n%s", want, judged)
+		}
+	}
+	if strings.Contains(judged, "(try 3)") {
+		t.Errorf("judged a later try over the first quiet one:\n%s", judged)
 	}
 }

@@ -206,34 +206,34 @@ func (t *boundTable) summary() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lines := []string{"issue #20's bounds (idle: p99 ≤ 1 ms, p99.9 ≤ 2 ms; loaded: p99 ≤ 2 ms), every try:"}
-	var order []string
-	judged := map[string]*rowBound{}
-	seen := map[string]bool{}
+	var order []string               // rows in the order they first ran
+	judged := map[string]*rowBound{} // nil: no quiet try yet
 	for i, r := range t.rows {
 		lines = append(lines, "  "+r.String())
-		if !seen[r.row] {
-			seen[r.row] = true
+		j, seen := judged[r.row]
+		if !seen {
 			order = append(order, r.row)
 		}
-		if judged[r.row] == nil && !r.stealIsHigh {
-			judged[r.row] = &t.rows[i]
+		if j == nil && !r.stealIsHigh {
+			j = &t.rows[i]
 		}
+		judged[r.row] = j
 	}
 	lines = append(lines, fmt.Sprintf("judged on each row's first try under %.0f %% host steal:", stealHigh))
 	met, unmet, busy := 0, 0, 0
 	for _, row := range order {
 		r := judged[row]
-		switch {
-		case r == nil:
+		if r == nil {
 			busy++
 			lines = append(lines, fmt.Sprintf("  %-34s not judged: host steal ≥ %.0f %% in every try", row, stealHigh))
-		case len(r.unmet) > 0:
-			unmet++
-			lines = append(lines, "  "+r.String())
-		default:
-			met++
-			lines = append(lines, "  "+r.String())
+			continue
 		}
+		if len(r.unmet) > 0 {
+			unmet++
+		} else {
+			met++
+		}
+		lines = append(lines, "  "+r.String())
 	}
 	lines = append(lines, fmt.Sprintf("%d of %d row(s) met their bound, %d did not, %d not judged (host busy)", met, len(order), unmet, busy))
 	return strings.Join(lines, "\n")

@@ -116,12 +116,7 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 		go srv.serve(sock.ln)
 	}
 	if opts.Boots() || opts.Restore != "" {
-		_ = failpoint.Hit(context.Background(), "ch.cli.start", failpoint.Attrs{"vm": vmID})
-		_ = timescale.SleepRaw(context.Background(), clk.d(clk.t.CLIStart))
-		vmm.mu.Lock()
-		err = startFromCLI(vmm, opts)
-		vmm.mu.Unlock()
-		if err != nil {
+		if err := startCLIVM(vmm, opts, clk, vmID); err != nil {
 			return err
 		}
 	}
@@ -200,6 +195,16 @@ func waitForExit(vmm *VMM, sigs <-chan os.Signal, log *logger) int {
 		vmm.mu.Unlock()
 		return 0
 	}
+}
+
+// startCLIVM sends the CLI's create+boot (or restore) to the VMM after CH's
+// CLI start-up time.
+func startCLIVM(vmm *VMM, opts *Options, clk *clock, vmID string) error {
+	_ = failpoint.Hit(context.Background(), "ch.cli.start", failpoint.Attrs{"vm": vmID})
+	_ = timescale.SleepRaw(context.Background(), clk.d(clk.t.CLIStart))
+	vmm.mu.Lock()
+	defer vmm.mu.Unlock()
+	return startFromCLI(vmm, opts)
 }
 
 // startFromCLI creates and boots the CLI's VM, or restores --restore; called

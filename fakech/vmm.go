@@ -646,13 +646,8 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	if v.config != nil {
 		return vmmErr(500, restoreErrCtx, "VM is already created")
 	}
-	if v.compat == CompatV51 {
-		// v51's RestoreConfig has only source_url, prefault and net_fds
-		// (vmm/src/config.rs); serde ignores the rest, so a JSON
-		// "resume":true leaves the VM Paused.
-		rc.Resume, rc.MemoryRestoreMode = false, ""
-	}
-	if err := checkRestoreMode(rc); err != nil {
+	rc, err := v.restoreConfig(rc)
+	if err != nil {
 		return restoreFail(err)
 	}
 	dir, err := fileURLPath(rc.SourceURL)
@@ -716,16 +711,22 @@ func restoreFail(err error) error {
 	return vmmErr(500, restoreErrCtx, "Cannot restore VM", err.Error())
 }
 
-// checkRestoreMode refuses a memory restore mode CH does not know, and
-// prefault with OnDemand.
-func checkRestoreMode(rc chapi.RestoreConfig) error {
+// restoreConfig is rc as this VMM's CH release reads it, refusing a memory
+// restore mode CH does not know, and prefault with OnDemand.
+func (v *VMM) restoreConfig(rc chapi.RestoreConfig) (chapi.RestoreConfig, error) {
+	if v.compat == CompatV51 {
+		// v51's RestoreConfig has only source_url, prefault and net_fds
+		// (vmm/src/config.rs); serde ignores the rest, so a JSON
+		// "resume":true leaves the VM Paused.
+		rc.Resume, rc.MemoryRestoreMode = false, ""
+	}
 	if rc.MemoryRestoreMode != "" && rc.MemoryRestoreMode != "Copy" && rc.MemoryRestoreMode != "OnDemand" {
-		return fmt.Errorf("invalid memory_restore_mode %q", rc.MemoryRestoreMode)
+		return rc, fmt.Errorf("invalid memory_restore_mode %q", rc.MemoryRestoreMode)
 	}
 	if rc.MemoryRestoreMode == "OnDemand" && rc.Prefault {
-		return errors.New("prefault is not compatible with OnDemand memory restore")
+		return rc, errors.New("prefault is not compatible with OnDemand memory restore")
 	}
-	return nil
+	return rc, nil
 }
 
 // readSnapshot reads a snapshot dir's config.json, state.json and

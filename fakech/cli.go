@@ -137,6 +137,7 @@ func ParseArgsFor(compat Compat, args []string) (*Options, error) {
 	o := &Options{Given: map[string]bool{}, Other: map[string][]string{}}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
+		var err error
 		switch {
 		case a == "--":
 			if i+1 < len(args) {
@@ -144,80 +145,106 @@ func ParseArgsFor(compat Compat, args []string) (*Options, error) {
 			}
 			continue
 		case strings.HasPrefix(a, "--"):
-			name, val, hasEq := strings.Cut(a[2:], "=")
-			def, ok := flags[name]
-			if since, gated := flagSince[name]; gated && !compat.atLeast(since) {
-				ok = false
-			}
-			if !ok {
-				return nil, usageErr("unexpected argument '--%s' found", name)
-			}
-			if def.kind != kindMulti && o.Given[name] {
-				return nil, usageErr("the argument '--%s <%s>' cannot be used multiple times", name, name)
-			}
-			o.Given[name] = true
-			switch def.kind {
-			case kindBool:
-				if hasEq {
-					return nil, usageErr("unexpected value '%s' for '--%s' found; no more were expected", val, name)
-				}
-				o.setBool(name)
-			case kindValue:
-				if !hasEq {
-					if i+1 >= len(args) || isFlagLike(args[i+1]) {
-						return nil, usageErr("a value is required for '--%s <%s>' but none was supplied", name, name)
-					}
-					i++
-					val = args[i]
-				}
-				o.setValue(name, val)
-			case kindMulti:
-				var vals []string
-				if hasEq {
-					vals = append(vals, val)
-				}
-				for i+1 < len(args) && !isFlagLike(args[i+1]) {
-					i++
-					vals = append(vals, args[i])
-				}
-				if len(vals) == 0 {
-					return nil, usageErr("a value is required for '--%s <%s>' but none was supplied", name, name)
-				}
-				o.addValues(name, vals)
-			}
+			i, err = o.parseLong(compat, args, i)
 		case strings.HasPrefix(a, "-") && len(a) > 1:
-			for _, c := range a[1:] {
-				switch c {
-				case 'v':
-					o.Verbosity++
-				case 'V':
-					o.Version = true
-				case 'h':
-					o.Help = true
-				default:
-					return nil, usageErr("unexpected argument '-%c' found", c)
-				}
-			}
+			err = o.parseShort(a)
 		default:
-			return nil, usageErr("unexpected argument '%s' found", a)
+			err = usageErr("unexpected argument '%s' found", a)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	if o.Help || o.Version {
 		return o, nil
 	}
-	if o.Kernel == "" && o.Firmware == "" && o.Igvm == "" {
-		var cfg []string
-		for name := range o.Given {
-			if flags[name].vmConfig {
-				cfg = append(cfg, "--"+name)
-			}
-		}
-		if len(cfg) > 0 {
-			sort.Strings(cfg)
-			return nil, usageErr("the following required arguments were not provided:\n  <--firmware <firmware>|--kernel <kernel>|--igvm <igvm>>\n(needed by %s)", strings.Join(cfg, ", "))
-		}
+	if err := o.checkBootSource(); err != nil {
+		return nil, err
 	}
 	return o, nil
+}
+
+// parseLong parses the long flag args[i] and the values it takes; it
+// returns the index of the last argument it consumed.
+func (o *Options) parseLong(compat Compat, args []string, i int) (int, error) {
+	name, val, hasEq := strings.Cut(args[i][2:], "=")
+	def, ok := flags[name]
+	if since, gated := flagSince[name]; gated && !compat.atLeast(since) {
+		ok = false
+	}
+	if !ok {
+		return i, usageErr("unexpected argument '--%s' found", name)
+	}
+	if def.kind != kindMulti && o.Given[name] {
+		return i, usageErr("the argument '--%s <%s>' cannot be used multiple times", name, name)
+	}
+	o.Given[name] = true
+	switch def.kind {
+	case kindBool:
+		if hasEq {
+			return i, usageErr("unexpected value '%s' for '--%s' found; no more were expected", val, name)
+		}
+		o.setBool(name)
+	case kindValue:
+		if !hasEq {
+			if i+1 >= len(args) || isFlagLike(args[i+1]) {
+				return i, usageErr("a value is required for '--%s <%s>' but none was supplied", name, name)
+			}
+			i++
+			val = args[i]
+		}
+		o.setValue(name, val)
+	case kindMulti:
+		var vals []string
+		if hasEq {
+			vals = append(vals, val)
+		}
+		for i+1 < len(args) && !isFlagLike(args[i+1]) {
+			i++
+			vals = append(vals, args[i])
+		}
+		if len(vals) == 0 {
+			return i, usageErr("a value is required for '--%s <%s>' but none was supplied", name, name)
+		}
+		o.addValues(name, vals)
+	}
+	return i, nil
+}
+
+// parseShort parses a cluster of short flags such as -vv.
+func (o *Options) parseShort(a string) error {
+	for _, c := range a[1:] {
+		switch c {
+		case 'v':
+			o.Verbosity++
+		case 'V':
+			o.Version = true
+		case 'h':
+			o.Help = true
+		default:
+			return usageErr("unexpected argument '-%c' found", c)
+		}
+	}
+	return nil
+}
+
+// checkBootSource refuses VM-config flags without --kernel, --firmware or
+// --igvm, as clap's required group does.
+func (o *Options) checkBootSource() error {
+	if o.Kernel != "" || o.Firmware != "" || o.Igvm != "" {
+		return nil
+	}
+	var cfg []string
+	for name := range o.Given {
+		if flags[name].vmConfig {
+			cfg = append(cfg, "--"+name)
+		}
+	}
+	if len(cfg) > 0 {
+		sort.Strings(cfg)
+		return usageErr("the following required arguments were not provided:\n  <--firmware <firmware>|--kernel <kernel>|--igvm <igvm>>\n(needed by %s)", strings.Join(cfg, ", "))
+	}
+	return nil
 }
 
 // isFlagLike reports whether clap would read s as the next flag rather than a

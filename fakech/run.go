@@ -74,20 +74,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func run(opts *Options, compat Compat, stderr io.Writer) error {
-	timing, err := ParseTiming(os.Getenv(EnvTiming))
+	clk, err := configureFromEnv()
 	if err != nil {
-		return chainExit("fakech configuration", err.Error())
-	}
-	scale, err := timescale.Parse(os.Getenv(timescale.Env))
-	if err != nil {
-		return chainExit("fakech configuration", err.Error())
-	}
-	clk, err := newClock(timing, scale, os.Getenv(EnvJitterSeed))
-	if err != nil {
-		return chainExit("fakech configuration", err.Error())
-	}
-	if err := failpoint.Init("fakech"); err != nil {
-		return chainExit("fakech configuration", err.Error())
+		return err
 	}
 	log, err := newLogger(opts.LogFile, opts.Verbosity, stderr)
 	if err != nil {
@@ -97,20 +86,12 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 
 	// CH binds the API socket before it parses the VM config, so a config
 	// error exits 1 after the socket briefly existed.
-	var sock *apiSocket
-	vmID := ""
-	if opts.APISocket != "" {
-		spec, err := ParseAPISocket(opts.APISocket)
-		if err != nil {
-			return chainExit("Error parsing --api-socket", err.Error())
-		}
-		if sock, err = bindAPISocket(spec, compat); err != nil {
-			return err
-		}
+	sock, vmID, err := bindCLISocket(opts, compat)
+	if err != nil {
+		return err
+	}
+	if sock != nil {
 		defer sock.keepLock()
-		if spec.Path != "" {
-			vmID = filepath.Base(filepath.Dir(spec.Path))
-		}
 	}
 	vmm := NewVMM(compat, clk, vmID, log, opts.NoShutdown)
 	if opts.EventMonitor != "" {
@@ -135,32 +116,12 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 		go srv.serve(sock.ln)
 	}
 	if opts.Boots() || opts.Restore != "" {
-		_ = failpoint.Hit(context.Background(), "ch.cli.start", failpoint.Attrs{"vm": vmID})
-		_ = timescale.SleepRaw(context.Background(), clk.d(clk.t.CLIStart))
-		vmm.mu.Lock()
-		err = startFromCLI(vmm, opts)
-		vmm.mu.Unlock()
-		if err != nil {
+		if err := startCLIVM(vmm, opts, clk, vmID); err != nil {
 			return err
 		}
 	}
 
-	code := 0
-	select {
-	case code = <-vmm.exitReq:
-		log.infof("VMM exit requested (code %d)", code)
-	case s := <-sigs:
-		// Graceful like CH: the VMM thread finishes the request in hand,
-		// then shuts the VM down and exits 0.
-		log.infof("received %v: shutting down", s)
-		vmm.mu.Lock()
-		if vmm.state != "" {
-			vmm.event("shutdown", nil)
-			vmm.teardown()
-			_ = vmm.hit("ch.shutdown", failpoint.Attrs{"signal": s.String()})
-		}
-		vmm.mu.Unlock()
-	}
+	code := waitForExit(vmm, sigs, log)
 	if sock != nil {
 		sock.closeClean()
 	}
@@ -173,6 +134,77 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 		return chainExit(fmt.Sprintf("VMM exited with code %d", code))
 	}
 	return nil
+}
+
+// configureFromEnv reads the timing, time scale and jitter seed from the
+// environment into the VMM's clock, and arms the failpoints.
+func configureFromEnv() (*clock, error) {
+	timing, err := ParseTiming(os.Getenv(EnvTiming))
+	if err != nil {
+		return nil, chainExit("fakech configuration", err.Error())
+	}
+	scale, err := timescale.Parse(os.Getenv(timescale.Env))
+	if err != nil {
+		return nil, chainExit("fakech configuration", err.Error())
+	}
+	clk, err := newClock(timing, scale, os.Getenv(EnvJitterSeed))
+	if err != nil {
+		return nil, chainExit("fakech configuration", err.Error())
+	}
+	if err := failpoint.Init("fakech"); err != nil {
+		return nil, chainExit("fakech configuration", err.Error())
+	}
+	return clk, nil
+}
+
+// bindCLISocket binds --api-socket, if given (sock nil otherwise), and names
+// the VM after the socket's dir.
+func bindCLISocket(opts *Options, compat Compat) (sock *apiSocket, vmID string, _ error) {
+	if opts.APISocket == "" {
+		return nil, "", nil
+	}
+	spec, err := ParseAPISocket(opts.APISocket)
+	if err != nil {
+		return nil, "", chainExit("Error parsing --api-socket", err.Error())
+	}
+	if sock, err = bindAPISocket(spec, compat); err != nil {
+		return nil, "", err
+	}
+	if spec.Path != "" {
+		vmID = filepath.Base(filepath.Dir(spec.Path))
+	}
+	return sock, vmID, nil
+}
+
+// waitForExit waits for an exit request (its code) or a signal (code 0).
+func waitForExit(vmm *VMM, sigs <-chan os.Signal, log *logger) int {
+	select {
+	case code := <-vmm.exitReq:
+		log.infof("VMM exit requested (code %d)", code)
+		return code
+	case s := <-sigs:
+		// Graceful like CH: the VMM thread finishes the request in hand,
+		// then shuts the VM down and exits 0.
+		log.infof("received %v: shutting down", s)
+		vmm.mu.Lock()
+		if vmm.state != "" {
+			vmm.event("shutdown", nil)
+			vmm.teardown()
+			_ = vmm.hit("ch.shutdown", failpoint.Attrs{"signal": s.String()})
+		}
+		vmm.mu.Unlock()
+		return 0
+	}
+}
+
+// startCLIVM sends the CLI's create+boot (or restore) to the VMM after CH's
+// CLI start-up time.
+func startCLIVM(vmm *VMM, opts *Options, clk *clock, vmID string) error {
+	_ = failpoint.Hit(context.Background(), "ch.cli.start", failpoint.Attrs{"vm": vmID})
+	_ = timescale.SleepRaw(context.Background(), clk.d(clk.t.CLIStart))
+	vmm.mu.Lock()
+	defer vmm.mu.Unlock()
+	return startFromCLI(vmm, opts)
 }
 
 // startFromCLI creates and boots the CLI's VM, or restores --restore; called

@@ -86,36 +86,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	watchN := cfg.WatchInterval.Seconds() // vmctl scales -n itself
 	cfg = cfg.Scaled()
-	for _, d := range []string{cfg.StateDir, cfg.RegistryDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("nodeagent: %w", err)
-		}
-	}
-	// One agent per state dir: two would race on every marker. The lock file
-	// is never deleted, and the kernel frees the lock when we die.
-	lf, err := os.OpenFile(filepath.Join(cfg.StateDir, lockName), os.O_CREATE|os.O_RDWR, 0o644)
+	lf, err := lockStateDir(cfg)
 	if err != nil {
-		return fmt.Errorf("nodeagent: %w", err)
+		return err
 	}
 	defer lf.Close()
-	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return fmt.Errorf("nodeagent: another nodeagent holds %s: %w", cfg.StateDir, err)
-	}
-	st, err := openStore(cfg.StateDir)
+	a, err := newAgent(ctx, cfg, log, watchN)
 	if err != nil {
 		return err
 	}
-	m, err := newMetrics(cfg.StateDir)
-	if err != nil {
-		return err
-	}
-	a := &Agent{cfg: cfg, log: log, store: st, metrics: m, children: &childSet{m: map[int][]string{}},
-		workers: map[string]*worker{}, claims: map[string]bool{}, busy: map[string]bool{},
-		listed: map[string]string{}, died: map[string]string{}, ctx: ctx, watchN: watchN}
 	if err := failpoint.Hit(ctx, "agent.started", nil); err != nil {
 		return fmt.Errorf("nodeagent: %w", err)
 	}
-	log.Info("nodeagent started", "pid", os.Getpid(), "state_dir", cfg.StateDir, "vmctl", cfg.VMCtl, "intents", len(st.names()))
+	log.Info("nodeagent started", "pid", os.Getpid(), "state_dir", cfg.StateDir, "vmctl", cfg.VMCtl, "intents", len(a.store.names()))
 
 	var servers []*http.Server
 	defer func() {
@@ -124,19 +107,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}()
 	if cfg.MetricsAddr != "" {
-		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		srv, err := a.serveMetrics()
 		if err != nil {
-			return fmt.Errorf("nodeagent: metrics listener: %w", err)
-		}
-		if err := durable.WriteFile(filepath.Join(cfg.StateDir, MetricsAddrName), []byte(ln.Addr().String()+"\n"), 0o644); err != nil {
-			ln.Close()
 			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", m)
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
-		go func() { _ = srv.Serve(ln) }()
 	}
 
 	sem := make(chan struct{}, cfg.StartupFanout)
@@ -150,36 +125,103 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("nodeagent: %w", err)
 	}
 
-	sock := filepath.Join(cfg.StateDir, SocketName)
-	_ = os.Remove(sock) // left by a killed predecessor; we hold the state-dir lock
-	ln, err := net.Listen("unix", sock)
+	sock, srv, err := a.serveAPI()
 	if err != nil {
-		return fmt.Errorf("nodeagent: api listener: %w", err)
+		return err
 	}
-	srv := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
 	servers = append(servers, srv)
-	go func() { _ = srv.Serve(ln) }()
-
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		a.watch(ctx)
 	}()
-
-	if ok, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
-		log.Warn("sd_notify READY failed", "err", err)
-	} else if ok {
-		log.Info("sd_notify READY=1 sent")
-	}
-	log.Info("nodeagent serving", "socket", sock)
-	<-ctx.Done()
-	log.Info("nodeagent stopping", "in_flight_children", a.children.pids())
-	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	a.serveUntilDone(ctx, sock)
 	for _, s := range servers {
 		_ = s.Close()
 	}
 	_ = os.Remove(sock)
 	return a.shutdown()
+}
+
+// lockStateDir creates the state and registry dirs and takes the state
+// dir's lock, which the caller holds (open) until it returns.
+func lockStateDir(cfg Config) (*os.File, error) {
+	for _, d := range []string{cfg.StateDir, cfg.RegistryDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("nodeagent: %w", err)
+		}
+	}
+	// One agent per state dir: two would race on every marker. The lock file
+	// is never deleted, and the kernel frees the lock when we die.
+	lf, err := os.OpenFile(filepath.Join(cfg.StateDir, lockName), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("nodeagent: %w", err)
+	}
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("nodeagent: another nodeagent holds %s: %w", cfg.StateDir, err)
+	}
+	return lf, nil
+}
+
+// newAgent opens the durable store and the metrics of the locked state dir.
+func newAgent(ctx context.Context, cfg Config, log *slog.Logger, watchN float64) (*Agent, error) {
+	st, err := openStore(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, log: log, store: st, metrics: m, children: &childSet{m: map[int][]string{}},
+		workers: map[string]*worker{}, claims: map[string]bool{}, busy: map[string]bool{},
+		listed: map[string]string{}, died: map[string]string{}, ctx: ctx, watchN: watchN}, nil
+}
+
+// serveMetrics serves /metrics on cfg.MetricsAddr and records the address
+// it bound in the state dir.
+func (a *Agent) serveMetrics() (*http.Server, error) {
+	ln, err := net.Listen("tcp", a.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("nodeagent: metrics listener: %w", err)
+	}
+	if err := durable.WriteFile(filepath.Join(a.cfg.StateDir, MetricsAddrName), []byte(ln.Addr().String()+"\n"), 0o644); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", a.metrics)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}
+
+// serveAPI serves the agent's API on its unix socket in the state dir.
+func (a *Agent) serveAPI() (string, *http.Server, error) {
+	sock := filepath.Join(a.cfg.StateDir, SocketName)
+	_ = os.Remove(sock) // left by a killed predecessor; we hold the state-dir lock
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return sock, nil, fmt.Errorf("nodeagent: api listener: %w", err)
+	}
+	srv := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return sock, srv, nil
+}
+
+// serveUntilDone tells systemd the agent is ready and waits for ctx to end,
+// then tells it the agent is stopping.
+func (a *Agent) serveUntilDone(ctx context.Context, sock string) {
+	if ok, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		a.log.Warn("sd_notify READY failed", "err", err)
+	} else if ok {
+		a.log.Info("sd_notify READY=1 sent")
+	}
+	a.log.Info("nodeagent serving", "socket", sock)
+	<-ctx.Done()
+	a.log.Info("nodeagent stopping", "in_flight_children", a.children.pids())
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 }
 
 // shutdown waits (bounded) for workers: their children were killed by the

@@ -14,71 +14,95 @@ import (
 // by id/name; derive owed work from the durable markers only and dispatch it
 // with a bounded fan-out under resume claims.
 func (a *Agent) startup(ctx context.Context, sem chan struct{}) error {
-	var vms []vmctl.VM
-	var err error
-	for i := 0; i < 3; i++ {
-		if vms, err = a.listVMs(ctx); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		a.log.Warn("startup: vm list failed; retrying", "err", err)
-		if err := timescale.SleepRaw(ctx, a.cfg.ReadyTick); err != nil {
-			return err
-		}
-	}
-	haveListing := err == nil
+	vms, haveListing, err := a.startupListing(ctx)
 	if err != nil {
-		// Workers inspect by name themselves; a broken listing only loses
-		// the adoption shortcut, never an intent.
-		a.log.Error("startup: vm list failed; continuing without a listing", "err", err)
+		return err
 	}
 	names := map[string]bool{}
 	for _, n := range a.store.names() {
 		names[n] = true
 	}
 	for _, vm := range vms {
-		a.mu.Lock()
-		a.listed[vm.ID] = vm.State
-		a.mu.Unlock()
-		if vm.State != vmctl.StateCreating {
-			if !names[vm.Name] {
-				a.metrics.orphan(vm.ID)
-				a.log.Warn("startup: VM owned by no intent (left alone)", "vm", vm.Name, "id", vm.ID)
-			}
-			continue
+		a.startupReconcile(ctx, vm, names)
+	}
+	start := time.Now()
+	dispatched := a.startupResume(ctx, vms, haveListing, sem)
+	a.log.Info("startup: reconciled", "vms", len(vms), "intents", len(names), "resumed", dispatched, "took", time.Since(start))
+	return nil
+}
+
+// startupListing lists the VMs, with retries. A listing that still fails is
+// no error (haveListing false): workers inspect by name themselves, so a
+// broken listing only loses the adoption shortcut, never an intent.
+func (a *Agent) startupListing(ctx context.Context) (vms []vmctl.VM, haveListing bool, _ error) {
+	var err error
+	for i := 0; i < 3; i++ {
+		if vms, err = a.listVMs(ctx); err == nil {
+			break
 		}
-		outcome, err := a.reconcileStaleCreate(ctx, vm.Name, vm.ID)
-		if err != nil {
-			a.log.Error("startup: reconcile-stale-create failed", "vm", vm.Name, "id", vm.ID, "err", err)
-			continue
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
 		}
-		a.log.Info("startup: reconcile-stale-create", "vm", vm.Name, "id", vm.ID, "outcome", outcome)
-		if outcome == vmctl.OutcomeBusy {
-			a.mu.Lock()
-			a.busy[vm.ID] = true
-			a.mu.Unlock()
-			if !names[vm.Name] {
-				// Nobody here owns it; still watch it so a dead owner's
-				// placeholder does not hold the name forever.
-				a.wg.Add(1)
-				go func(name, id string) {
-					defer a.wg.Done()
-					if _, err := a.watchStaleCreate(ctx, name, id); err != nil && ctx.Err() == nil {
-						a.log.Warn("startup: unowned creating record", "vm", name, "id", id, "err", err)
-					}
-				}(vm.Name, vm.ID)
-			}
+		a.log.Warn("startup: vm list failed; retrying", "err", err)
+		if err := timescale.SleepRaw(ctx, a.cfg.ReadyTick); err != nil {
+			return nil, false, err
 		}
 	}
+	haveListing = err == nil
+	if err != nil {
+		a.log.Error("startup: vm list failed; continuing without a listing", "err", err)
+	}
+	return vms, haveListing, nil
+}
+
+// startupReconcile records a listed VM's state, reports a VM no intent owns,
+// and resolves a creating record with reconcile-stale-create; a busy one
+// nobody here owns is watched until its owner is gone.
+func (a *Agent) startupReconcile(ctx context.Context, vm vmctl.VM, names map[string]bool) {
+	a.mu.Lock()
+	a.listed[vm.ID] = vm.State
+	a.mu.Unlock()
+	if vm.State != vmctl.StateCreating {
+		if !names[vm.Name] {
+			a.metrics.orphan(vm.ID)
+			a.log.Warn("startup: VM owned by no intent (left alone)", "vm", vm.Name, "id", vm.ID)
+		}
+		return
+	}
+	outcome, err := a.reconcileStaleCreate(ctx, vm.Name, vm.ID)
+	if err != nil {
+		a.log.Error("startup: reconcile-stale-create failed", "vm", vm.Name, "id", vm.ID, "err", err)
+		return
+	}
+	a.log.Info("startup: reconcile-stale-create", "vm", vm.Name, "id", vm.ID, "outcome", outcome)
+	if outcome != vmctl.OutcomeBusy {
+		return
+	}
+	a.mu.Lock()
+	a.busy[vm.ID] = true
+	a.mu.Unlock()
+	if !names[vm.Name] {
+		// Nobody here owns it; still watch it so a dead owner's
+		// placeholder does not hold the name forever.
+		a.wg.Add(1)
+		go func(name, id string) {
+			defer a.wg.Done()
+			if _, err := a.watchStaleCreate(ctx, name, id); err != nil && ctx.Err() == nil {
+				a.log.Warn("startup: unowned creating record", "vm", name, "id", id, "err", err)
+			}
+		}(vm.Name, vm.ID)
+	}
+}
+
+// startupResume derives each intent's owed work from its durable markers and
+// dispatches it; it returns how many interrupted operations it resumed.
+func (a *Agent) startupResume(ctx context.Context, vms []vmctl.VM, haveListing bool, sem chan struct{}) int {
 	byName := map[string]vmctl.VM{}
 	byID := map[string]vmctl.VM{}
 	for _, vm := range vms {
 		byName[vm.Name] = vm
 		byID[vm.ID] = vm
 	}
-	start := time.Now()
 	dispatched := 0
 	for _, n := range a.store.names() {
 		rec := a.store.get(n)
@@ -107,8 +131,7 @@ func (a *Agent) startup(ctx context.Context, sem chan struct{}) error {
 		}
 		a.kick(ctx, n, op != "", sem)
 	}
-	a.log.Info("startup: reconciled", "vms", len(vms), "intents", len(names), "resumed", dispatched, "took", time.Since(start))
-	return nil
+	return dispatched
 }
 
 // resumeOp names the owed work a record carries across a restart, or "" for

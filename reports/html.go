@@ -106,55 +106,88 @@ func renderHTML(r *Results, selftest []SelftestRow) ([]byte, error) {
 	if d.Coverage, err = coverageHTML(r); err != nil {
 		return nil, err
 	}
-	if len(selftest) > 0 {
-		st := &htmlSelftest{Tally: TallySelftest(selftest)}
-		st.OK = st.Tally.OK()
-		for _, row := range selftest {
-			st.Rows = append(st.Rows, htmlSelftestRow{SelftestRow: row, Expected: expectedInvariant(row.Bug)})
-		}
-		d.Selftest = st
+	d.Selftest = htmlSelftestOf(selftest)
+	d.Meta = htmlMeta(r)
+	anchorOf := d.addCases(r)
+	d.addBroke(r, anchorOf)
+	d.addFigures(r, anchorOf)
+	return executeHTML(d)
+}
+
+// htmlSelftestOf is the selftest section, nil when there are no rows.
+func htmlSelftestOf(selftest []SelftestRow) *htmlSelftest {
+	if len(selftest) == 0 {
+		return nil
 	}
-	d.Meta = [][2]string{{"backend", r.Backend}, {"supervisor", r.Supervisor}, {"time scale", fmt.Sprint(r.TimeScale)},
+	st := &htmlSelftest{Tally: TallySelftest(selftest)}
+	st.OK = st.Tally.OK()
+	for _, row := range selftest {
+		st.Rows = append(st.Rows, htmlSelftestRow{SelftestRow: row, Expected: expectedInvariant(row.Bug)})
+	}
+	return st
+}
+
+// htmlMeta lists how the run was made; optional entries appear only when set.
+func htmlMeta(r *Results) [][2]string {
+	meta := [][2]string{{"backend", r.Backend}, {"supervisor", r.Supervisor}, {"time scale", fmt.Sprint(r.TimeScale)},
 		{"seed", fmt.Sprint(r.Seed)}, {"host", r.Host}, {"started", formatTime(r.StartedAt)}, {"wall time", wallTime(r)}}
 	for _, e := range [][2]string{{"build", r.Build}, {"shard", r.Shard}, {"shards merged", strings.Join(r.Shards, ", ")},
 		{"MISSING shards", strings.Join(r.MissingShards, ", ")}, {"label filter", r.Filter}, {"regress switches", strings.Join(r.Regress, ", ")}} {
 		if e[1] != "" {
-			d.Meta = append(d.Meta, e)
+			meta = append(meta, e)
 		}
 	}
+	return meta
+}
+
+// addCases adds every case, and the problems among them, and returns each
+// case's anchor by id.
+func (d *htmlData) addCases(r *Results) map[string]string {
 	anchorOf := map[string]string{}
 	for i, c := range r.Cases {
-		hc := htmlCase{Case: c, Anchor: fmt.Sprintf("case-%d", i), Failed: c.FailedInvariants(), Open: c.Problem()}
-		hc.Timeline, hc.Events = buildTimeline(c)
-		if !c.Problem() && c.Attempts <= 1 {
-			// A clean pass keeps its timeline picture; its event list
-			// stays in results.json and the trace, which keeps the page
-			// light for a catalogue of hundreds of cases.
-			hc.Events = nil
-		}
-		for _, inj := range c.Injections {
-			hc.Injections = append(hc.Injections, fmt.Sprintf("%s (%s): %s", inj.Fault, inj.Trigger, injectionText(inj)))
-		}
-		hc.LogNames = sortedKeys(c.Logs)
-		for _, inv := range c.Invariants {
-			if inv.OK {
-				hc.Held = append(hc.Held, inv.Name)
-			}
-		}
-		switch {
-		case c.Verdict == Fail:
-			hc.Why = oneLine(failureSummary(c))
-		case c.Verdict == Pass && c.Attempts > 1:
-			hc.Why = fmt.Sprintf("passed only after %d attempts", c.Attempts)
-		case c.Verdict != Pass:
-			hc.Why = oneLine(orDefault(c.Reason, "no reason recorded"))
-		}
+		hc := newHTMLCase(i, c)
 		anchorOf[c.ID] = hc.Anchor
 		d.Cases = append(d.Cases, hc)
 		if c.Problem() || c.Attempts > 1 {
 			d.Problems = append(d.Problems, hc)
 		}
 	}
+	return anchorOf
+}
+
+// newHTMLCase is case number i as the page shows it: its timeline, its
+// injections and logs, the invariants that held, and why it did not pass.
+func newHTMLCase(i int, c Case) htmlCase {
+	hc := htmlCase{Case: c, Anchor: fmt.Sprintf("case-%d", i), Failed: c.FailedInvariants(), Open: c.Problem()}
+	hc.Timeline, hc.Events = buildTimeline(c)
+	if !c.Problem() && c.Attempts <= 1 {
+		// A clean pass keeps its timeline picture; its event list
+		// stays in results.json and the trace, which keeps the page
+		// light for a catalogue of hundreds of cases.
+		hc.Events = nil
+	}
+	for _, inj := range c.Injections {
+		hc.Injections = append(hc.Injections, fmt.Sprintf("%s (%s): %s", inj.Fault, inj.Trigger, injectionText(inj)))
+	}
+	hc.LogNames = sortedKeys(c.Logs)
+	for _, inv := range c.Invariants {
+		if inv.OK {
+			hc.Held = append(hc.Held, inv.Name)
+		}
+	}
+	switch {
+	case c.Verdict == Fail:
+		hc.Why = oneLine(failureSummary(c))
+	case c.Verdict == Pass && c.Attempts > 1:
+		hc.Why = fmt.Sprintf("passed only after %d attempts", c.Attempts)
+	case c.Verdict != Pass:
+		hc.Why = oneLine(orDefault(c.Reason, "no reason recorded"))
+	}
+	return hc
+}
+
+// addBroke groups the failing cases by violated invariant.
+func (d *htmlData) addBroke(r *Results, anchorOf map[string]string) {
 	for _, g := range byInvariant(r.Cases) {
 		hg := htmlGroup{Name: g.name}
 		for _, c := range g.cases {
@@ -162,6 +195,10 @@ func renderHTML(r *Results, selftest []SelftestRow) ([]byte, error) {
 		}
 		d.Broke = append(d.Broke, hg)
 	}
+}
+
+// addFigures lays out the matrix or tiles, the histogram and the sweeps.
+func (d *htmlData) addFigures(r *Results, anchorOf map[string]string) {
 	// Scenarios run as several cases (offsets, park points) form the
 	// offset × scenario matrix;
 	// one-off scenarios would only add empty rows to it, so they get a wall
@@ -181,7 +218,10 @@ func renderHTML(r *Results, selftest []SelftestRow) ([]byte, error) {
 	d.Columns, d.Matrix = buildMatrix(swept, anchorOf)
 	d.Histogram = buildHistogram(r.Cases)
 	d.Sweeps = buildSweeps(r.Cases, anchorOf)
+}
 
+// executeHTML renders the page from d.
+func executeHTML(d htmlData) ([]byte, error) {
 	var buf bytes.Buffer
 	if err := htmlTemplate.Execute(&buf, d); err != nil {
 		return nil, fmt.Errorf("render html: %w", err)

@@ -16,32 +16,49 @@ func Markdown(r *Results) ([]byte, error) { return renderMarkdown(r, nil) }
 // renderMarkdown is Markdown with a selftest table when rows are given.
 func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 	var b strings.Builder
-	counts := CountVerdicts(r.Cases)
 	g := Gate(r, nil, DefaultGateOptions())
-	conv := Convergence(r.Cases)
-
 	fmt.Fprintf(&b, "# vmchaos report — %s\n\n", mdEscape(orDefault(r.RunID, "(unnamed run)")))
-	if len(selftest) > 0 {
-		t := TallySelftest(selftest)
-		status := "PASS"
-		if !t.OK() {
-			status = "FAIL"
-		}
-		fmt.Fprintf(&b, "**Selftest: %s** — %d of %d bugs caught, %d of %d checks ok.", status, t.BugsCaught, t.Bugs, t.RowsOK, t.Rows)
-		if len(t.Missed) > 0 {
-			fmt.Fprintf(&b, " **Missed:** %s.", mdEscape(strings.Join(t.Missed, ", ")))
-		}
-		if len(t.Untested) > 0 {
-			fmt.Fprintf(&b, " Not run: %s.", mdEscape(strings.Join(t.Untested, ", ")))
-		}
-		fmt.Fprintf(&b, " Cases ran with historical bugs switched back on, so failing cases are the expected outcome; every check is in %s.\n\n", SelftestMarkdownFile)
-		selftestTrackRecord(&b, selftest)
-		b.WriteString("\n")
-		fmt.Fprintf(&b, "Case verdicts: %s (gate exit %d) — %s.\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code, mdEscape(counts.String()))
-	} else {
-		fmt.Fprintf(&b, "**Verdict: %s** (gate exit %d) — %s.\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code, mdEscape(counts.String()))
-	}
+	mdVerdict(&b, g, CountVerdicts(r.Cases), selftest)
+	mdRunTable(&b, r)
+	mdConvergence(&b, Convergence(r.Cases))
+	mdWhyItBroke(&b, r, g)
+	mdPerScenario(&b, r)
+	b.WriteString(coverageMarkdown(r))
+	mdCaseTable(&b, r)
+	mdInjectionErrors(&b, r)
+	mdWorkloadCuts(&b, r)
+	mdDetails(&b, r)
+	return []byte(b.String()), nil
+}
 
+// mdVerdict writes the run's verdict line; a selftest run leads with the
+// selftest's own verdict and track record, as failing cases are expected there.
+func mdVerdict(b *strings.Builder, g GateResult, counts VerdictCounts, selftest []SelftestRow) {
+	if len(selftest) == 0 {
+		fmt.Fprintf(b, "**Verdict: %s** (gate exit %d) — %s.\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code, mdEscape(counts.String()))
+		return
+	}
+	t := TallySelftest(selftest)
+	status := "PASS"
+	if !t.OK() {
+		status = "FAIL"
+	}
+	fmt.Fprintf(b, "**Selftest: %s** — %d of %d bugs caught, %d of %d checks ok.", status, t.BugsCaught, t.Bugs, t.RowsOK, t.Rows)
+	if len(t.Missed) > 0 {
+		fmt.Fprintf(b, " **Missed:** %s.", mdEscape(strings.Join(t.Missed, ", ")))
+	}
+	if len(t.Untested) > 0 {
+		fmt.Fprintf(b, " Not run: %s.", mdEscape(strings.Join(t.Untested, ", ")))
+	}
+	fmt.Fprintf(b, " Cases ran with historical bugs switched back on, so failing cases are the expected outcome; every check is in %s.\n\n", SelftestMarkdownFile)
+	selftestTrackRecord(b, selftest)
+	b.WriteString("\n")
+	fmt.Fprintf(b, "Case verdicts: %s (gate exit %d) — %s.\n\n", strings.ToUpper(GateCodeName(g.Code)), g.Code, mdEscape(counts.String()))
+}
+
+// mdRunTable writes the one-row table of how the run was made; optional
+// columns appear only when set.
+func mdRunTable(b *strings.Builder, r *Results) {
 	b.WriteString("| backend | supervisor | time scale | seed | host | started | wall time |")
 	row := []string{orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), fmt.Sprint(r.TimeScale), fmt.Sprint(r.Seed),
 		orDefault(r.Host, "?"), formatTime(r.StartedAt), wallTime(r)}
@@ -49,45 +66,59 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 		{"label filter", r.Filter}, {"regress switches", strings.Join(r.Regress, ", ")}}
 	for _, e := range extra {
 		if e[1] != "" {
-			fmt.Fprintf(&b, " %s |", e[0])
+			fmt.Fprintf(b, " %s |", e[0])
 			row = append(row, e[1])
 		}
 	}
 	b.WriteString("\n|" + strings.Repeat("---|", len(row)) + "\n|")
 	for _, v := range row {
-		fmt.Fprintf(&b, " %s |", mdEscape(v))
+		fmt.Fprintf(b, " %s |", mdEscape(v))
 	}
 	b.WriteString("\n\n")
-	fmt.Fprintf(&b, "Time to converge (fault → stable), over the %d cases whose fault landed and converged: **p50 %s, p95 %s, max %s**", conv.N, FormatMs(conv.P50), FormatMs(conv.P95), FormatMs(conv.Max))
+}
+
+func mdConvergence(b *strings.Builder, conv ConvergeStats) {
+	fmt.Fprintf(b, "Time to converge (fault → stable), over the %d cases whose fault landed and converged: **p50 %s, p95 %s, max %s**", conv.N, FormatMs(conv.P50), FormatMs(conv.P95), FormatMs(conv.Max))
 	if conv.Never > 0 {
-		fmt.Fprintf(&b, "; **%d never converged**", conv.Never)
+		fmt.Fprintf(b, "; **%d never converged**", conv.Never)
 	}
 	b.WriteString(".\n\n")
+}
 
+// mdWhyItBroke lists the violated invariants with their cases, and the
+// gate's reasons when there is more than one.
+func mdWhyItBroke(b *strings.Builder, r *Results, g GateResult) {
 	if groups := byInvariant(r.Cases); len(groups) > 0 {
 		b.WriteString("## What broke\n\n")
 		for _, gr := range groups {
-			fmt.Fprintf(&b, "- `%s` violated in %d case(s): %s\n", mdCode(gr.name), len(gr.cases), mdCaseLinks(gr.cases))
+			fmt.Fprintf(b, "- `%s` violated in %d case(s): %s\n", mdCode(gr.name), len(gr.cases), mdCaseLinks(gr.cases))
 		}
 		b.WriteString("\n")
 	}
 	if len(g.Lines) > 1 {
 		b.WriteString("## Why this verdict\n\n")
 		for _, l := range g.Lines {
-			fmt.Fprintf(&b, "- %s\n", mdEscape(l))
+			fmt.Fprintf(b, "- %s\n", mdEscape(l))
 		}
 		b.WriteString("\n")
 	}
+}
 
-	if sc := byScenario(r.Cases); len(sc) > 1 {
-		b.WriteString("## Per scenario\n\n| scenario | cases | pass | fail | inconclusive | error | converge p95 |\n|---|---|---|---|---|---|---|\n")
-		for _, x := range sc {
-			fmt.Fprintf(&b, "| `%s` | %d | %d | %s | %s | %s | %s |\n", mdCode(x.name), x.counts.Total, x.counts.Pass,
-				boldIf(x.counts.Fail), boldIf(x.counts.Inconclusive), boldIf(x.counts.Error), convP95(x.conv))
-		}
-		b.WriteString("\n")
+func mdPerScenario(b *strings.Builder, r *Results) {
+	sc := byScenario(r.Cases)
+	if len(sc) <= 1 {
+		return
 	}
-	b.WriteString(coverageMarkdown(r))
+	b.WriteString("## Per scenario\n\n| scenario | cases | pass | fail | inconclusive | error | converge p95 |\n|---|---|---|---|---|---|---|\n")
+	for _, x := range sc {
+		fmt.Fprintf(b, "| `%s` | %d | %d | %s | %s | %s | %s |\n", mdCode(x.name), x.counts.Total, x.counts.Pass,
+			boldIf(x.counts.Fail), boldIf(x.counts.Inconclusive), boldIf(x.counts.Error), convP95(x.conv))
+	}
+	b.WriteString("\n")
+}
+
+// mdCaseTable writes the one table of every case.
+func mdCaseTable(b *strings.Builder, r *Results) {
 	b.WriteString("## Cases\n\n")
 	b.WriteString("| case | fault | landed phase | window margin | verdict | time to converge | failed invariants |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Cases {
@@ -105,13 +136,15 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 		if c.Trigger != "" {
 			fault += " @ " + c.Trigger
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", mdCaseLink(c), mdEscape(fault), mdEscape(c.LandedLabel()),
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", mdCaseLink(c), mdEscape(fault), mdEscape(c.LandedLabel()),
 			mdEscape(c.MarginLabel()), verdict, FormatMs(c.ConvergeMs), mdEscape(strings.Join(c.FailedInvariants(), ", ")))
 	}
 	b.WriteString("\n")
-	mdInjectionErrors(&b, r)
-	mdWorkloadCuts(&b, r)
+}
 
+// mdDetails writes the evidence and repro of every case that did not pass,
+// or passed only after retries.
+func mdDetails(b *strings.Builder, r *Results) {
 	var problems []Case
 	for _, c := range r.Cases {
 		if c.Problem() || c.Attempts > 1 {
@@ -122,12 +155,34 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 		b.WriteString("## Details\n\n")
 	}
 	for _, c := range problems {
-		mdCaseDetail(&b, c)
+		mdCaseDetail(b, c)
 	}
-	return []byte(b.String()), nil
 }
 
 func mdCaseDetail(b *strings.Builder, c Case) {
+	mdCaseFacts(b, c)
+	for _, l := range c.Ledger {
+		mdLedgerLine(b, l)
+	}
+	b.WriteString(WorkloadMarkdown(c))
+	mdViolatedInvariants(b, c)
+	if rows := timelineExcerpt(c, 12); len(rows) > 0 {
+		b.WriteString("\nTimeline around the fault (times relative to it):\n\n")
+		b.WriteString(codeBlock("", strings.Join(rows, "\n")))
+	}
+	mdMetricsAndLogs(b, c)
+	b.WriteString("\nReproduce:\n\n")
+	if c.Repro != "" {
+		b.WriteString(codeBlock("sh", c.Repro))
+	} else {
+		b.WriteString("(no repro command recorded)\n")
+	}
+	b.WriteString("\n")
+}
+
+// mdCaseFacts writes a problem case's heading and what was done to it:
+// scenario, fault, landing, window, runs and injections.
+func mdCaseFacts(b *strings.Builder, c Case) {
 	fmt.Fprintf(b, "### %s — %s\n\n", mdEscape(c.ID), strings.ToUpper(c.Verdict))
 	if c.Title != "" {
 		fmt.Fprintf(b, "%s", mdEscape(c.Title))
@@ -156,40 +211,43 @@ func mdCaseDetail(b *strings.Builder, c Case) {
 	for _, inj := range c.Injections {
 		fmt.Fprintf(b, "- injection %s (`%s`): %s\n", mdEscape(inj.Fault), mdCode(inj.Trigger), mdEscape(injectionText(inj)))
 	}
-	for _, l := range c.Ledger {
-		status := "ok"
-		if !l.OK {
-			status = "**NOT OK**"
-		}
-		fmt.Fprintf(b, "- ledger %s: %s — stable %d, lost %d, phantom %d, in flight %d", mdEscape(l.Guest), status, l.Stable, l.Lost, l.Phantom, l.InFlight)
-		if len(l.LostNames) > 0 {
-			fmt.Fprintf(b, "; lost: %s", mdEscape(strings.Join(l.LostNames, ", ")))
-		}
-		if len(l.PhantomNames) > 0 {
-			fmt.Fprintf(b, "; phantom: %s", mdEscape(strings.Join(l.PhantomNames, ", ")))
-		}
-		if l.Message != "" {
-			fmt.Fprintf(b, "; %s", mdEscape(l.Message))
-		}
-		b.WriteString("\n")
+}
+
+func mdLedgerLine(b *strings.Builder, l LedgerVerdict) {
+	status := "ok"
+	if !l.OK {
+		status = "**NOT OK**"
 	}
-	b.WriteString(WorkloadMarkdown(c))
-	if failed := c.FailedInvariants(); len(failed) > 0 {
-		b.WriteString("\nViolated invariants:\n\n")
-		for _, inv := range c.Invariants {
-			if inv.OK {
-				continue
-			}
-			fmt.Fprintf(b, "- **%s**\n", mdEscape(inv.Name))
-			if ev := strings.TrimSpace(inv.Evidence); ev != "" {
-				b.WriteString("\n" + indent(strings.TrimRight(codeBlock("", ev), "\n"), "  ") + "\n")
-			}
+	fmt.Fprintf(b, "- ledger %s: %s — stable %d, lost %d, phantom %d, in flight %d", mdEscape(l.Guest), status, l.Stable, l.Lost, l.Phantom, l.InFlight)
+	if len(l.LostNames) > 0 {
+		fmt.Fprintf(b, "; lost: %s", mdEscape(strings.Join(l.LostNames, ", ")))
+	}
+	if len(l.PhantomNames) > 0 {
+		fmt.Fprintf(b, "; phantom: %s", mdEscape(strings.Join(l.PhantomNames, ", ")))
+	}
+	if l.Message != "" {
+		fmt.Fprintf(b, "; %s", mdEscape(l.Message))
+	}
+	b.WriteString("\n")
+}
+
+func mdViolatedInvariants(b *strings.Builder, c Case) {
+	if len(c.FailedInvariants()) == 0 {
+		return
+	}
+	b.WriteString("\nViolated invariants:\n\n")
+	for _, inv := range c.Invariants {
+		if inv.OK {
+			continue
+		}
+		fmt.Fprintf(b, "- **%s**\n", mdEscape(inv.Name))
+		if ev := strings.TrimSpace(inv.Evidence); ev != "" {
+			b.WriteString("\n" + indent(strings.TrimRight(codeBlock("", ev), "\n"), "  ") + "\n")
 		}
 	}
-	if rows := timelineExcerpt(c, 12); len(rows) > 0 {
-		b.WriteString("\nTimeline around the fault (times relative to it):\n\n")
-		b.WriteString(codeBlock("", strings.Join(rows, "\n")))
-	}
+}
+
+func mdMetricsAndLogs(b *strings.Builder, c Case) {
 	if len(c.Metrics) > 0 {
 		var parts []string
 		for _, k := range sortedKeys(c.Metrics) {
@@ -204,13 +262,6 @@ func mdCaseDetail(b *strings.Builder, c Case) {
 		}
 		fmt.Fprintf(b, "\nLogs: %s\n", strings.Join(parts, ", "))
 	}
-	b.WriteString("\nReproduce:\n\n")
-	if c.Repro != "" {
-		b.WriteString(codeBlock("sh", c.Repro))
-	} else {
-		b.WriteString("(no repro command recorded)\n")
-	}
-	b.WriteString("\n")
 }
 
 type invariantGroup struct {

@@ -90,81 +90,20 @@ func Shard(ids []string, i, n int) []string {
 // carries an "I/N" shard of one N, the shards present and missing are recorded
 // (Gate treats missing shards as inconclusive).
 func Merge(rs ...*Results) (*Results, error) {
-	if len(rs) == 0 {
-		return nil, errors.New("merge: no results given")
+	if err := checkMergeable(rs); err != nil {
+		return nil, err
 	}
-	for k, r := range rs {
-		if r == nil {
-			return nil, fmt.Errorf("merge: input #%d is nil", k)
-		}
-	}
-	first := rs[0]
-	name := func(r *Results) string {
-		s := orDefault(r.RunID, "(unnamed)")
-		if r.Shard != "" {
-			s += " shard " + r.Shard
-		}
-		if r.Dir != "" {
-			s += " (" + r.Dir + ")"
-		}
-		return s
-	}
-	for _, r := range rs[1:] {
-		for _, f := range []struct{ what, a, b string }{
-			{"backend", first.Backend, r.Backend},
-			{"time scale", fmt.Sprint(first.TimeScale), fmt.Sprint(r.TimeScale)},
-			{"seed", fmt.Sprint(first.Seed), fmt.Sprint(r.Seed)},
-			{"label filter", first.Filter, r.Filter},
-			{"regress switches", strings.Join(sortedCopy(first.Regress), ","), strings.Join(sortedCopy(r.Regress), ",")},
-			{"--repeat", fmt.Sprint(first.Repeat), fmt.Sprint(r.Repeat)},
-			{"--load", first.Load, r.Load},
-		} {
-			if f.a != f.b {
-				return nil, fmt.Errorf("merge: %s differs: %s has %q, %s has %q; merge only shards of one run configuration",
-					f.what, name(first), f.a, name(r), f.b)
-			}
-		}
-	}
-
 	out := &Results{
-		Backend:   first.Backend,
-		TimeScale: first.TimeScale,
-		Seed:      first.Seed,
-		Filter:    first.Filter,
-		Regress:   slices.Clone(first.Regress),
-		Repeat:    first.Repeat,
-		Load:      first.Load,
+		Backend:   rs[0].Backend,
+		TimeScale: rs[0].TimeScale,
+		Seed:      rs[0].Seed,
+		Filter:    rs[0].Filter,
+		Regress:   slices.Clone(rs[0].Regress),
+		Repeat:    rs[0].Repeat,
+		Load:      rs[0].Load,
 	}
-	var runIDs, hosts, sups, builds []string
-	owner := map[string]int{} // case id → index of the input holding it
-	for k, r := range rs {
-		runIDs = append(runIDs, r.RunID)
-		hosts = append(hosts, r.Host)
-		sups = append(sups, r.Supervisor)
-		builds = append(builds, r.Build)
-		if !r.StartedAt.IsZero() && (out.StartedAt.IsZero() || r.StartedAt.Before(out.StartedAt)) {
-			out.StartedAt = r.StartedAt
-		}
-		if r.FinishedAt.After(out.FinishedAt) {
-			out.FinishedAt = r.FinishedAt
-		}
-		for _, c := range r.Cases {
-			if prev, dup := owner[c.ID]; dup && prev != k {
-				return nil, fmt.Errorf("merge: case %q is in both %s and %s: shards overlap", c.ID, name(rs[prev]), name(r))
-			}
-			owner[c.ID] = k
-			out.Cases = append(out.Cases, c)
-		}
-	}
-	out.Host = joinUnique(hosts)
-	out.Supervisor = joinUnique(sups)
-	out.Build = joinUnique(builds)
-	if ids := uniqueSorted(runIDs); len(ids) == 1 {
-		out.RunID = ids[0]
-	} else {
-		h := fnv.New64a()
-		h.Write([]byte(strings.Join(ids, "\x00")))
-		out.RunID = fmt.Sprintf("merged-%016x", h.Sum64())
+	if err := mergeRuns(out, rs); err != nil {
+		return nil, err
 	}
 	sort.SliceStable(out.Cases, func(a, b int) bool { return caseLess(&out.Cases[a], &out.Cases[b]) })
 	shards, missing, err := shardCoverage(rs)
@@ -180,6 +119,86 @@ func Merge(rs ...*Results) (*Results, error) {
 		}
 	}
 	return out, nil
+}
+
+// mergeInputName names an input in a refusal: run id, shard and dir.
+func mergeInputName(r *Results) string {
+	s := orDefault(r.RunID, "(unnamed)")
+	if r.Shard != "" {
+		s += " shard " + r.Shard
+	}
+	if r.Dir != "" {
+		s += " (" + r.Dir + ")"
+	}
+	return s
+}
+
+// checkMergeable refuses no inputs, a nil input, and inputs that differ in
+// what was tested.
+func checkMergeable(rs []*Results) error {
+	if len(rs) == 0 {
+		return errors.New("merge: no results given")
+	}
+	for k, r := range rs {
+		if r == nil {
+			return fmt.Errorf("merge: input #%d is nil", k)
+		}
+	}
+	first := rs[0]
+	for _, r := range rs[1:] {
+		for _, f := range []struct{ what, a, b string }{
+			{"backend", first.Backend, r.Backend},
+			{"time scale", fmt.Sprint(first.TimeScale), fmt.Sprint(r.TimeScale)},
+			{"seed", fmt.Sprint(first.Seed), fmt.Sprint(r.Seed)},
+			{"label filter", first.Filter, r.Filter},
+			{"regress switches", strings.Join(sortedCopy(first.Regress), ","), strings.Join(sortedCopy(r.Regress), ",")},
+			{"--repeat", fmt.Sprint(first.Repeat), fmt.Sprint(r.Repeat)},
+			{"--load", first.Load, r.Load},
+		} {
+			if f.a != f.b {
+				return fmt.Errorf("merge: %s differs: %s has %q, %s has %q; merge only shards of one run configuration",
+					f.what, mergeInputName(first), f.a, mergeInputName(r), f.b)
+			}
+		}
+	}
+	return nil
+}
+
+// mergeRuns joins the inputs' cases, refusing an id held by two inputs, and
+// their run ids, hosts, supervisors, builds and start and finish times.
+func mergeRuns(out *Results, rs []*Results) error {
+	var runIDs, hosts, sups, builds []string
+	owner := map[string]int{} // case id → index of the input holding it
+	for k, r := range rs {
+		runIDs = append(runIDs, r.RunID)
+		hosts = append(hosts, r.Host)
+		sups = append(sups, r.Supervisor)
+		builds = append(builds, r.Build)
+		if !r.StartedAt.IsZero() && (out.StartedAt.IsZero() || r.StartedAt.Before(out.StartedAt)) {
+			out.StartedAt = r.StartedAt
+		}
+		if r.FinishedAt.After(out.FinishedAt) {
+			out.FinishedAt = r.FinishedAt
+		}
+		for _, c := range r.Cases {
+			if prev, dup := owner[c.ID]; dup && prev != k {
+				return fmt.Errorf("merge: case %q is in both %s and %s: shards overlap", c.ID, mergeInputName(rs[prev]), mergeInputName(r))
+			}
+			owner[c.ID] = k
+			out.Cases = append(out.Cases, c)
+		}
+	}
+	out.Host = joinUnique(hosts)
+	out.Supervisor = joinUnique(sups)
+	out.Build = joinUnique(builds)
+	if ids := uniqueSorted(runIDs); len(ids) == 1 {
+		out.RunID = ids[0]
+	} else {
+		h := fnv.New64a()
+		h.Write([]byte(strings.Join(ids, "\x00")))
+		out.RunID = fmt.Sprintf("merged-%016x", h.Sum64())
+	}
+	return nil
 }
 
 // shardCoverage works out which shards of "I/N" were merged and which are

@@ -92,187 +92,254 @@ func buildTimeline(c Case) (*svgTimeline, []timelineRow) {
 		return nil, nil
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].TsNs < evs[j].TsNs })
-	var faultNs, convNs int64
-	haveFault, haveConv := false, false
+	ax := newTimelineAxis(c, evs)
+	lanes := newTimelineLanes(ax, evs)
+	rows := lanes.drawEvents(evs)
+	tl := lanes.tl
+	drawFaultLines(tl, ax, c, evs)
+	drawConvergence(tl, ax)
+	drawTimeTicks(tl, ax)
+	if !ax.haveConv && ax.haveFault {
+		tl.Notes = append(tl.Notes, svgNote{X: tlWidth - tlRight, Y: 21, Anchor: "end", Class: "lbl-never", Text: "never converged"})
+	}
+	return tl, rows
+}
+
+// timelineAxis maps a case's timestamps to x positions and to labels
+// relative to the fault (or to the first event when no fault is known).
+type timelineAxis struct {
+	t0, t1              int64
+	span, plotW         float64
+	ref                 int64
+	faultNs, convNs     int64
+	haveFault, haveConv bool
+}
+
+// newTimelineAxis finds the fault and convergence instants (from the events,
+// else from the injections and the measured convergence time) and spans the
+// axis over the events and both instants. evs is sorted by time.
+func newTimelineAxis(c Case, evs []TimelineEvent) *timelineAxis {
+	ax := &timelineAxis{}
 	for _, e := range evs {
-		if e.Kind == "fault" && !haveFault {
-			faultNs, haveFault = e.TsNs, true
+		if e.Kind == "fault" && !ax.haveFault {
+			ax.faultNs, ax.haveFault = e.TsNs, true
 		}
-		if e.Kind == "converged" && !haveConv {
-			convNs, haveConv = e.TsNs, true
+		if e.Kind == "converged" && !ax.haveConv {
+			ax.convNs, ax.haveConv = e.TsNs, true
 		}
 	}
-	if !haveFault {
+	if !ax.haveFault {
 		for _, inj := range c.Injections {
 			if inj.ActualNs != 0 {
-				faultNs, haveFault = inj.ActualNs, true
+				ax.faultNs, ax.haveFault = inj.ActualNs, true
 				break
 			}
 		}
 	}
-	if !haveConv && haveFault && c.ConvergeMs >= 0 && !math.IsNaN(c.ConvergeMs) && c.ConvergeMs < 1e12 {
-		convNs, haveConv = faultNs+int64(c.ConvergeMs*1e6), true
+	if !ax.haveConv && ax.haveFault && c.ConvergeMs >= 0 && !math.IsNaN(c.ConvergeMs) && c.ConvergeMs < 1e12 {
+		ax.convNs, ax.haveConv = ax.faultNs+int64(c.ConvergeMs*1e6), true
 	}
-	t0, t1 := evs[0].TsNs, evs[len(evs)-1].TsNs
+	ax.t0, ax.t1 = evs[0].TsNs, evs[len(evs)-1].TsNs
 	for _, ts := range []struct {
 		ok bool
 		ns int64
-	}{{haveFault, faultNs}, {haveConv, convNs}} {
+	}{{ax.haveFault, ax.faultNs}, {ax.haveConv, ax.convNs}} {
 		if ts.ok {
-			t0, t1 = min(t0, ts.ns), max(t1, ts.ns)
+			ax.t0, ax.t1 = min(ax.t0, ts.ns), max(ax.t1, ts.ns)
 		}
 	}
-	span := float64(t1) - float64(t0)
-	if span < 1e6 {
-		span = 1e6 // at least 1 ms, so a single event does not divide by zero
+	ax.span = float64(ax.t1) - float64(ax.t0)
+	if ax.span < 1e6 {
+		ax.span = 1e6 // at least 1 ms, so a single event does not divide by zero
 	}
-	plotW := tlWidth - tlLeft - tlRight
-	x := func(ns int64) float64 { return tlLeft + (float64(ns)-float64(t0))/span*plotW }
-	ref := t0
-	if haveFault {
-		ref = faultNs
+	ax.plotW = tlWidth - tlLeft - tlRight
+	ax.ref = ax.t0
+	if ax.haveFault {
+		ax.ref = ax.faultNs
 	}
-	rel := func(ns int64) string {
-		d := (float64(ns) - float64(ref)) / 1e6
-		if d == 0 {
-			return "0"
-		}
-		if d < 0 {
-			return "-" + FormatMs(-d)
-		}
-		return "+" + FormatMs(d)
-	}
+	return ax
+}
 
-	// Lanes in order of first appearance of a phase of that process.
-	laneOf := map[string]int{}
-	var laneNames []string
+func (ax *timelineAxis) x(ns int64) float64 {
+	return tlLeft + (float64(ns)-float64(ax.t0))/ax.span*ax.plotW
+}
+
+func (ax *timelineAxis) rel(ns int64) string {
+	d := (float64(ns) - float64(ax.ref)) / 1e6
+	if d == 0 {
+		return "0"
+	}
+	if d < 0 {
+		return "-" + FormatMs(-d)
+	}
+	return "+" + FormatMs(d)
+}
+
+// timelineLanes draws the per-process lanes: each phase is a band that lasts
+// until the process's next phase, restart or fault.
+type timelineLanes struct {
+	ax        *timelineAxis
+	tl        *svgTimeline
+	laneOf    map[string]int
+	names     []string
+	lastPhase map[string]TimelineEvent
+	bandIdx   map[string]int
+}
+
+// newTimelineLanes opens one lane per process, in order of the first
+// appearance of a phase or restart of that process, and sizes the figure.
+func newTimelineLanes(ax *timelineAxis, evs []TimelineEvent) *timelineLanes {
+	l := &timelineLanes{ax: ax, laneOf: map[string]int{}, lastPhase: map[string]TimelineEvent{}, bandIdx: map[string]int{}}
 	for _, e := range evs {
 		if e.Kind == "phase" || e.Kind == "restart" {
 			p := orDefault(e.Proc, "?")
-			if _, ok := laneOf[p]; !ok {
-				laneOf[p] = len(laneNames)
-				laneNames = append(laneNames, p)
+			if _, ok := l.laneOf[p]; !ok {
+				l.laneOf[p] = len(l.names)
+				l.names = append(l.names, p)
 			}
 		}
 	}
-	if len(laneNames) == 0 {
-		laneNames = []string{"events"}
-		laneOf["events"] = 0
+	if len(l.names) == 0 {
+		l.names = []string{"events"}
+		l.laneOf["events"] = 0
 	}
-	tl := &svgTimeline{W: tlWidth}
-	tl.H = tlTop + float64(len(laneNames))*tlLaneH + tlBottom
-	tl.AxisY = tlTop + float64(len(laneNames))*tlLaneH
-	laneY := func(i int) float64 { return tlTop + float64(i)*tlLaneH + tlLaneH/2 }
-	for i, n := range laneNames {
-		tl.Lanes = append(tl.Lanes, svgLane{Y: laneY(i), Label: n})
+	l.tl = &svgTimeline{W: tlWidth}
+	l.tl.H = tlTop + float64(len(l.names))*tlLaneH + tlBottom
+	l.tl.AxisY = tlTop + float64(len(l.names))*tlLaneH
+	for i, n := range l.names {
+		l.tl.Lanes = append(l.tl.Lanes, svgLane{Y: l.y(i), Label: n})
 	}
+	return l
+}
 
-	lastPhase := map[string]TimelineEvent{}
-	bandIdx := map[string]int{}
-	closeBand := func(p string, end int64) {
-		prev, ok := lastPhase[p]
-		if !ok {
-			return
-		}
-		i := laneOf[p]
-		w := math.Max(x(end)-x(prev.TsNs), 0.5)
-		cls := fmt.Sprintf("band band%d", bandIdx[p]%2)
-		bandIdx[p]++
-		band := svgRect{X: x(prev.TsNs), Y: laneY(i) - 7, W: w, H: 14, Class: cls,
-			Title: fmt.Sprintf("%s %s %s, lasted %s", rel(prev.TsNs), p, prev.Point, FormatMs(float64(end-prev.TsNs)/1e6))}
-		if prev.Note != "" {
-			band.Title += ": " + truncate(prev.Note, 100)
-		}
-		// Name the phase inside its band when it fits (~5.6 px a glyph at
-		// the label's size); otherwise the tooltip and the table carry it.
-		if fit := int((w - 8) / 5.6); fit >= 6 {
-			band.Label = prev.Point
-			if len(band.Label) > fit {
-				band.Label = truncate(band.Label, fit-1)
-			}
-		}
-		tl.Bands = append(tl.Bands, band)
+func (l *timelineLanes) y(i int) float64 { return tlTop + float64(i)*tlLaneH + tlLaneH/2 }
+
+// closeBand ends process p's current phase at end and draws its band.
+func (l *timelineLanes) closeBand(p string, end int64) {
+	prev, ok := l.lastPhase[p]
+	if !ok {
+		return
 	}
+	ax := l.ax
+	i := l.laneOf[p]
+	w := math.Max(ax.x(end)-ax.x(prev.TsNs), 0.5)
+	cls := fmt.Sprintf("band band%d", l.bandIdx[p]%2)
+	l.bandIdx[p]++
+	band := svgRect{X: ax.x(prev.TsNs), Y: l.y(i) - 7, W: w, H: 14, Class: cls,
+		Title: fmt.Sprintf("%s %s %s, lasted %s", ax.rel(prev.TsNs), p, prev.Point, FormatMs(float64(end-prev.TsNs)/1e6))}
+	if prev.Note != "" {
+		band.Title += ": " + truncate(prev.Note, 100)
+	}
+	// Name the phase inside its band when it fits (~5.6 px a glyph at
+	// the label's size); otherwise the tooltip and the table carry it.
+	if fit := int((w - 8) / 5.6); fit >= 6 {
+		band.Label = prev.Point
+		if len(band.Label) > fit {
+			band.Label = truncate(band.Label, fit-1)
+		}
+	}
+	l.tl.Bands = append(l.tl.Bands, band)
+}
+
+// drawEvents draws the phases and restarts in their lanes and returns every
+// event as a table row.
+func (l *timelineLanes) drawEvents(evs []TimelineEvent) []timelineRow {
+	ax, tl := l.ax, l.tl
 	var rows []timelineRow
 	for _, e := range evs {
-		rows = append(rows, timelineRow{Rel: rel(e.TsNs), Kind: e.Kind, Proc: e.Proc, Point: e.Point, VM: e.VM, Note: e.Note})
+		rows = append(rows, timelineRow{Rel: ax.rel(e.TsNs), Kind: e.Kind, Proc: e.Proc, Point: e.Point, VM: e.VM, Note: e.Note})
 		p := orDefault(e.Proc, "?")
-		title := strings.TrimSpace(fmt.Sprintf("%s %s %s %s", rel(e.TsNs), p, e.Point, truncate(e.Note, 100)))
+		title := strings.TrimSpace(fmt.Sprintf("%s %s %s %s", ax.rel(e.TsNs), p, e.Point, truncate(e.Note, 100)))
 		switch e.Kind {
 		case "phase":
-			closeBand(p, e.TsNs)
-			lastPhase[p] = e
+			l.closeBand(p, e.TsNs)
+			l.lastPhase[p] = e
 			// The phase's band carries its tooltip (point, time, duration).
-			tl.Marks = append(tl.Marks, svgMark{X: x(e.TsNs), Y: laneY(laneOf[p]), Class: "phase"})
+			tl.Marks = append(tl.Marks, svgMark{X: ax.x(e.TsNs), Y: l.y(l.laneOf[p]), Class: "phase"})
 		case "fault":
 			// A fault that names its victim process ends that process's
 			// phase there: a SIGKILLed process is in no phase afterwards.
-			if _, ok := lastPhase[e.Proc]; ok && e.Proc != "" {
-				closeBand(e.Proc, e.TsNs)
-				delete(lastPhase, e.Proc)
+			if _, ok := l.lastPhase[e.Proc]; ok && e.Proc != "" {
+				l.closeBand(e.Proc, e.TsNs)
+				delete(l.lastPhase, e.Proc)
 			}
 		case "restart":
-			closeBand(p, e.TsNs)
-			delete(lastPhase, p)
-			tl.Marks = append(tl.Marks, svgMark{X: x(e.TsNs), Y: laneY(laneOf[p]), Class: "restart", Title: "restart: " + title})
-			tl.VLines = append(tl.VLines, svgVLine{X: x(e.TsNs), Y1: tlTop, Y2: tl.AxisY, Class: "vrestart", Title: "restart: " + title})
+			l.closeBand(p, e.TsNs)
+			delete(l.lastPhase, p)
+			tl.Marks = append(tl.Marks, svgMark{X: ax.x(e.TsNs), Y: l.y(l.laneOf[p]), Class: "restart", Title: "restart: " + title})
+			tl.VLines = append(tl.VLines, svgVLine{X: ax.x(e.TsNs), Y1: tlTop, Y2: tl.AxisY, Class: "vrestart", Title: "restart: " + title})
 		}
 	}
 	// A process's last phase lasts until its last sign of life on the
 	// timeline; draw it as a short stub so it is visible.
-	for _, p := range laneNames {
-		if e, ok := lastPhase[p]; ok {
-			closeBand(p, e.TsNs+int64(span/100))
+	for _, p := range l.names {
+		if e, ok := l.lastPhase[p]; ok {
+			l.closeBand(p, e.TsNs+int64(ax.span/100))
 		}
 	}
-	label := func(xv float64) (float64, string) {
-		if xv > tlWidth-tlRight-120 {
-			return xv - 4, "end"
-		}
-		return xv + 4, "start"
+	return rows
+}
+
+// timelineLabel places a vertical line's label right of the line, or left
+// of it near the right edge.
+func timelineLabel(xv float64) (float64, string) {
+	if xv > tlWidth-tlRight-120 {
+		return xv - 4, "end"
 	}
-	// Every fault gets a red line; the first (the reference of the time
-	// axis) is labelled. A fault known only from the injections stands alone.
+	return xv + 4, "start"
+}
+
+// drawFaultLines gives every fault a red line; the first (the reference of
+// the time axis) is labelled. A fault known only from the injections stands
+// alone.
+func drawFaultLines(tl *svgTimeline, ax *timelineAxis, c Case, evs []TimelineEvent) {
 	faults := 0
 	for _, e := range evs {
 		if e.Kind != "fault" {
 			continue
 		}
-		t := fmt.Sprintf("fault %s: %s (landed in %s)", rel(e.TsNs), orDefault(e.Note, c.Fault), orDefault(e.Point, c.LandedPhase))
-		v := svgVLine{X: x(e.TsNs), Y1: 12, Y2: tl.AxisY, Class: "vfault", Title: t}
+		t := fmt.Sprintf("fault %s: %s (landed in %s)", ax.rel(e.TsNs), orDefault(e.Note, c.Fault), orDefault(e.Point, c.LandedPhase))
+		v := svgVLine{X: ax.x(e.TsNs), Y1: 12, Y2: tl.AxisY, Class: "vfault", Title: t}
 		if faults == 0 {
-			v.LabelX, v.Anchor = label(v.X)
+			v.LabelX, v.Anchor = timelineLabel(v.X)
 			v.Label, v.LabelY = truncate("fault "+orDefault(c.Fault, e.Note), 48), 10
 		}
 		faults++
 		tl.VLines = append(tl.VLines, v)
 	}
-	if faults == 0 && haveFault {
-		lx, anchor := label(x(faultNs))
-		tl.VLines = append(tl.VLines, svgVLine{X: x(faultNs), Y1: 12, Y2: tl.AxisY, Class: "vfault", Label: truncate("fault "+c.Fault, 48),
+	if faults == 0 && ax.haveFault {
+		lx, anchor := timelineLabel(ax.x(ax.faultNs))
+		tl.VLines = append(tl.VLines, svgVLine{X: ax.x(ax.faultNs), Y1: 12, Y2: tl.AxisY, Class: "vfault", Label: truncate("fault "+c.Fault, 48),
 			LabelX: lx, LabelY: 10, Anchor: anchor, Title: fmt.Sprintf("fault %s (%s) landed in %s", c.Fault, c.Trigger, c.LandedPhase)})
 	}
-	if haveConv {
-		lx, anchor := label(x(convNs))
-		tl.VLines = append(tl.VLines, svgVLine{X: x(convNs), Y1: 12, Y2: tl.AxisY, Class: "vconv", Label: "converged " + rel(convNs),
-			LabelX: lx, LabelY: 21, Anchor: anchor, Title: "stable state reached " + rel(convNs) + " after the fault"})
-		if haveFault && convNs > faultNs {
-			tl.Window = &svgRect{X: x(faultNs), Y: tlTop, W: x(convNs) - x(faultNs), H: tl.AxisY - tlTop, Class: "window",
-				Title: "fault → converged: " + FormatMs(float64(convNs-faultNs)/1e6)}
-		}
+}
+
+// drawConvergence marks the convergence point and shades the fault →
+// converged window.
+func drawConvergence(tl *svgTimeline, ax *timelineAxis) {
+	if !ax.haveConv {
+		return
 	}
-	step := niceStep(span / 8)
-	for k := math.Ceil((float64(t0) - float64(ref)) / step); ; k++ {
-		ns := float64(ref) + k*step
-		if ns > float64(t1)+1 || len(tl.Ticks) > 12 {
+	lx, anchor := timelineLabel(ax.x(ax.convNs))
+	tl.VLines = append(tl.VLines, svgVLine{X: ax.x(ax.convNs), Y1: 12, Y2: tl.AxisY, Class: "vconv", Label: "converged " + ax.rel(ax.convNs),
+		LabelX: lx, LabelY: 21, Anchor: anchor, Title: "stable state reached " + ax.rel(ax.convNs) + " after the fault"})
+	if ax.haveFault && ax.convNs > ax.faultNs {
+		tl.Window = &svgRect{X: ax.x(ax.faultNs), Y: tlTop, W: ax.x(ax.convNs) - ax.x(ax.faultNs), H: tl.AxisY - tlTop, Class: "window",
+			Title: "fault → converged: " + FormatMs(float64(ax.convNs-ax.faultNs)/1e6)}
+	}
+}
+
+// drawTimeTicks puts at most 13 round-numbered ticks on the time axis,
+// counted from the reference instant.
+func drawTimeTicks(tl *svgTimeline, ax *timelineAxis) {
+	step := niceStep(ax.span / 8)
+	for k := math.Ceil((float64(ax.t0) - float64(ax.ref)) / step); ; k++ {
+		ns := float64(ax.ref) + k*step
+		if ns > float64(ax.t1)+1 || len(tl.Ticks) > 12 {
 			break
 		}
-		tl.Ticks = append(tl.Ticks, svgTick{X: x(int64(ns)), Label: rel(int64(ns))})
+		tl.Ticks = append(tl.Ticks, svgTick{X: ax.x(int64(ns)), Label: ax.rel(int64(ns))})
 	}
-	if !haveConv && haveFault {
-		tl.Notes = append(tl.Notes, svgNote{X: tlWidth - tlRight, Y: 21, Anchor: "end", Class: "lbl-never", Text: "never converged"})
-	}
-	return tl, rows
 }
 
 type svgBar struct {

@@ -49,17 +49,7 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clone %s: %w", s.ID, err)
 	}
-	cfg := meta.Config
-	if o.NICs >= 0 {
-		cfg.NICs = o.NICs
-	}
-	// A clone under the name the snapshot was taken from (a wake) is the
-	// same guest, whose RAM still holds that name's address: in tap mode it
-	// must get the same slots, even in a store that never saw the name.
-	var prefer []NIC
-	if o.Name != "" && o.Name == meta.SourceName {
-		prefer = meta.NICs
-	}
+	cfg, prefer := cloneConfig(o, meta)
 	rec, ops, err := m.reserve(ctx, o.Name, cfg, meta.SSHPort, meta.Fake, prefer)
 	if err != nil {
 		return nil, err
@@ -69,40 +59,9 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if err := hit(ctx, "vm.clone.reserved", rec.ID); err != nil {
 		return nil, m.abandon(ctx, rec, err)
 	}
-	if err := m.cloneFiles(rec, s.Dir); err != nil {
-		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
-	}
-	m.logf("clone %s: files copied", rec.ID)
-	if err := hit(ctx, "vm.clone.files-copied", rec.ID); err != nil {
-		return nil, m.abandon(ctx, rec, err)
-	}
-	pid, c, err := m.launchVMM(ctx, rec.ID, nil)
+	pid, nics, err := m.cloneRestore(ctx, rec, s.Dir)
 	if err != nil {
-		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
-	}
-	m.logf("clone %s: VMM %d launched", rec.ID, pid)
-	if err := hit(ctx, "vm.clone.vmm-launched", rec.ID); err != nil {
-		return nil, m.abandon(ctx, rec, err)
-	}
-	actx, cancel := context.WithTimeout(ctx, apiTimeout())
-	defer cancel()
-	if err := c.Restore(actx, chapi.RestoreConfig{SourceURL: "file://" + m.restoreDir(rec.ID)}); err != nil {
-		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: restore: %w%s", rec.ID, err, logTail(m.vmRunDir(rec.ID)+"/vmm.log")))
-	}
-	m.logf("clone %s: restored", rec.ID)
-	if err := hit(ctx, "vm.clone.restored", rec.ID); err != nil {
-		return nil, m.abandon(ctx, rec, err)
-	}
-	nics, err := replaceNICs(actx, c, rec.Network)
-	if err != nil {
-		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
-	}
-	if err := c.Resume(actx, true); err != nil {
-		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: resume: %w", rec.ID, err))
-	}
-	m.logf("clone %s: resumed", rec.ID)
-	if err := hit(ctx, "vm.clone.resumed", rec.ID); err != nil {
-		return nil, m.abandon(ctx, rec, err)
+		return nil, err
 	}
 	out, err := m.setVM(ctx, rec.ID, func(v *VM) { v.State, v.Pid, v.Network = StateRunning, pid, nics })
 	if err != nil {
@@ -115,6 +74,66 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// cloneConfig is the clone's config (the snapshot's, with --nics applied)
+// and the NIC slots it should prefer.
+func cloneConfig(o CloneOptions, meta *snapMeta) (VMConfig, []NIC) {
+	cfg := meta.Config
+	if o.NICs >= 0 {
+		cfg.NICs = o.NICs
+	}
+	// A clone under the name the snapshot was taken from (a wake) is the
+	// same guest, whose RAM still holds that name's address: in tap mode it
+	// must get the same slots, even in a store that never saw the name.
+	var prefer []NIC
+	if o.Name != "" && o.Name == meta.SourceName {
+		prefer = meta.NICs
+	}
+	return cfg, prefer
+}
+
+// cloneRestore brings the reserved VM rec up from the snapshot in snapDir:
+// files copied, VMM launched, vm.restore, NICs replaced, vm.resume. It
+// returns the VMM's pid and the VM's NICs; on failure the placeholder is
+// already abandoned and the error says why.
+func (m *Manager) cloneRestore(ctx context.Context, rec *VM, snapDir string) (int, []NIC, error) {
+	if err := m.cloneFiles(rec, snapDir); err != nil {
+		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+	}
+	m.logf("clone %s: files copied", rec.ID)
+	if err := hit(ctx, "vm.clone.files-copied", rec.ID); err != nil {
+		return 0, nil, m.abandon(ctx, rec, err)
+	}
+	pid, c, err := m.launchVMM(ctx, rec.ID, nil)
+	if err != nil {
+		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+	}
+	m.logf("clone %s: VMM %d launched", rec.ID, pid)
+	if err := hit(ctx, "vm.clone.vmm-launched", rec.ID); err != nil {
+		return 0, nil, m.abandon(ctx, rec, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, apiTimeout())
+	defer cancel()
+	if err := c.Restore(actx, chapi.RestoreConfig{SourceURL: "file://" + m.restoreDir(rec.ID)}); err != nil {
+		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: restore: %w%s", rec.ID, err, logTail(m.vmRunDir(rec.ID)+"/vmm.log")))
+	}
+	m.logf("clone %s: restored", rec.ID)
+	if err := hit(ctx, "vm.clone.restored", rec.ID); err != nil {
+		return 0, nil, m.abandon(ctx, rec, err)
+	}
+	nics, err := replaceNICs(actx, c, rec.Network)
+	if err != nil {
+		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+	}
+	if err := c.Resume(actx, true); err != nil {
+		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: resume: %w", rec.ID, err))
+	}
+	m.logf("clone %s: resumed", rec.ID)
+	if err := hit(ctx, "vm.clone.resumed", rec.ID); err != nil {
+		return 0, nil, m.abandon(ctx, rec, err)
+	}
+	return pid, nics, nil
 }
 
 // cloneFiles copies a snapshot into VM id's dirs: its own disk, and a

@@ -48,20 +48,35 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	if err := m.unpauseIfOwnerless(ctx, v.ID); err != nil {
 		return 0, fmt.Errorf("exec: %w", err)
 	}
+	cfg, err := m.sshConfig(v, &o)
+	if err != nil {
+		return 0, err
+	}
+	client, err := m.sshConnect(ctx, v, cfg, o.Timeout)
+	if err != nil {
+		return 0, err
+	}
+	defer client.Close()
+	return runSSH(ctx, client, v.ID, argv, stdout, stderr)
+}
+
+// sshConfig is the SSH client config of an exec into v: the identity's key,
+// the pinned host key, and o's user and connect timeout (defaults filled in).
+func (m *Manager) sshConfig(v *VM, o *ExecOptions) (*ssh.ClientConfig, error) {
 	if m.cfg.Identity == "" {
-		return 0, fmt.Errorf("exec: no SSH identity (set --identity or VMCTL_SSH_KEY)")
+		return nil, fmt.Errorf("exec: no SSH identity (set --identity or VMCTL_SSH_KEY)")
 	}
 	keyPEM, err := os.ReadFile(m.cfg.Identity)
 	if err != nil {
-		return 0, fmt.Errorf("exec: identity: %w", err)
+		return nil, fmt.Errorf("exec: identity: %w", err)
 	}
 	signer, err := ssh.ParsePrivateKey(keyPEM)
 	if err != nil {
-		return 0, fmt.Errorf("exec: identity %s: %w", m.cfg.Identity, err)
+		return nil, fmt.Errorf("exec: identity %s: %w", m.cfg.Identity, err)
 	}
 	hostKey, err := m.hostKeyCallback(v)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if o.User == "" {
 		o.User = "root"
@@ -69,28 +84,37 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
 	}
+	return &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey, Timeout: o.Timeout}, nil
+}
+
+// sshConnect dials v's first NIC and completes the SSH handshake, both
+// within timeout.
+func (m *Manager) sshConnect(ctx context.Context, v *VM, cfg *ssh.ClientConfig, timeout time.Duration) (*ssh.Client, error) {
 	addr := v.Network[0].Address()
-	cfg := &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey, Timeout: o.Timeout}
-	dctx, dcancel := context.WithTimeout(ctx, o.Timeout)
+	dctx, dcancel := context.WithTimeout(ctx, timeout)
 	conn, err := m.dialGuest(dctx, addr)
 	dcancel()
 	if err != nil {
-		return 0, fmt.Errorf("exec %s: dial %s: %w", v.ID, addr, err)
+		return nil, fmt.Errorf("exec %s: dial %s: %w", v.ID, addr, err)
 	}
 	// The handshake gets the connect budget too: a guest that accepts but
 	// never answers (paused, wedged) must not hang the verb.
-	_ = conn.SetDeadline(time.Now().Add(o.Timeout))
+	_ = conn.SetDeadline(time.Now().Add(timeout))
 	sc, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
 	if err != nil {
 		conn.Close()
-		return 0, fmt.Errorf("exec %s: ssh %s: %w", v.ID, addr, err)
+		return nil, fmt.Errorf("exec %s: ssh %s: %w", v.ID, addr, err)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	client := ssh.NewClient(sc, chans, reqs)
-	defer client.Close()
+	return ssh.NewClient(sc, chans, reqs), nil
+}
+
+// runSSH runs argv in a session of client and returns its exit status; the
+// end of ctx closes the client, which ends the session.
+func runSSH(ctx context.Context, client *ssh.Client, id string, argv []string, stdout, stderr io.Writer) (int, error) {
 	sess, err := client.NewSession()
 	if err != nil {
-		return 0, fmt.Errorf("exec %s: session: %w", v.ID, err)
+		return 0, fmt.Errorf("exec %s: session: %w", id, err)
 	}
 	defer sess.Close()
 	sess.Stdout, sess.Stderr = stdout, stderr
@@ -111,7 +135,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	case errors.As(err, &ee):
 		return ee.ExitStatus(), nil
 	default:
-		return 0, fmt.Errorf("exec %s: %w", v.ID, err)
+		return 0, fmt.Errorf("exec %s: %w", id, err)
 	}
 }
 

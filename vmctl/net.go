@@ -50,17 +50,9 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 	c := chapi.New(m.apiSocket(v.ID))
 	actx, cancel := context.WithTimeout(ctx, apiTimeout())
 	defer cancel()
-	info, err := c.Info(actx)
+	info, err := m.netVMMInfo(actx, c, v.ID)
 	if err != nil {
-		return nil, fmt.Errorf("net %s: %w", v.ID, err)
-	}
-	if info.State == chapi.StatePaused {
-		if err := m.convergeOrphanedPause(actx, c, v.ID); err != nil {
-			return nil, err
-		}
-		if info, err = c.Info(actx); err != nil {
-			return nil, fmt.Errorf("net %s: %w", v.ID, err)
-		}
+		return nil, err
 	}
 	port := 22
 	if len(v.Network) > 0 {
@@ -72,48 +64,96 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
+	have, remove := diffNICs(want.Network, info.Config.Net)
+	ejecting, err := m.netRemove(ctx, actx, c, v.ID, want.Ejecting, remove)
+	if err != nil {
+		return nil, err
+	}
+	add, err := m.netAdd(ctx, actx, c, v.ID, want.Network, have, ejecting)
+	if err != nil {
+		return nil, err
+	}
+	return m.setVM(ctx, v.ID, func(r *VM) {
+		r.Config.NICs, r.Ejecting = n, nil
+		r.Network = renamedNICs(r.Network, add)
+	})
+}
+
+// netVMMInfo reads the VMM's info, first converging an orphaned pause.
+func (m *Manager) netVMMInfo(actx context.Context, c *chapi.Client, id string) (chapi.VmInfo, error) {
+	info, err := c.Info(actx)
+	if err != nil {
+		return info, fmt.Errorf("net %s: %w", id, err)
+	}
+	if info.State == chapi.StatePaused {
+		if err := m.convergeOrphanedPause(actx, c, id); err != nil {
+			return info, err
+		}
+		if info, err = c.Info(actx); err != nil {
+			return info, fmt.Errorf("net %s: %w", id, err)
+		}
+	}
+	return info, nil
+}
+
+// diffNICs compares the NICs the record wants with those the VMM has: have
+// holds the wanted ids the VMM already has as wanted, remove the VMM's
+// others.
+func diffNICs(want []NIC, vmm []chapi.NetConfig) (have map[string]bool, remove []string) {
 	wanted := map[string]NIC{}
-	for _, nic := range want.Network {
+	for _, nic := range want {
 		wanted[nic.ID] = nic
 	}
-	have := map[string]bool{}
-	var remove []string
-	for _, cur := range info.Config.Net {
+	have = map[string]bool{}
+	for _, cur := range vmm {
 		if w, ok := wanted[cur.ID]; ok && sameNIC(w, cur) {
 			have[cur.ID] = true
 			continue
 		}
 		remove = append(remove, cur.ID)
 	}
+	return have, remove
+}
+
+// netRemove unplugs the VMM's NICs listed in remove; it returns every id
+// whose eject is still owed (the record's earlier ones and these).
+func (m *Manager) netRemove(ctx, actx context.Context, c *chapi.Client, id string, pending, remove []string) ([]string, error) {
 	// The ids go into the record before the VMM is asked: an eject the
 	// guest has not acked when this verb dies or times out is waited for
 	// by the next run, which no longer sees the device in the config.
-	ejecting := append(slices.Clone(want.Ejecting), remove...)
+	ejecting := append(slices.Clone(pending), remove...)
 	if len(remove) > 0 {
-		if _, err := m.setVM(ctx, v.ID, func(r *VM) { r.Ejecting = ejecting }); err != nil {
+		if _, err := m.setVM(ctx, id, func(r *VM) { r.Ejecting = ejecting }); err != nil {
 			return nil, err
 		}
 	}
-	for _, id := range remove {
-		if err := c.RemoveDevice(actx, id); err != nil {
-			return nil, fmt.Errorf("net %s: remove %s: %w", v.ID, id, err)
+	for _, dev := range remove {
+		if err := c.RemoveDevice(actx, dev); err != nil {
+			return nil, fmt.Errorf("net %s: remove %s: %w", id, dev, err)
 		}
 	}
-	m.logf("net %s: removed", v.ID)
-	if err := hit(ctx, "vm.net.removed", v.ID); err != nil {
+	m.logf("net %s: removed", id)
+	if err := hit(ctx, "vm.net.removed", id); err != nil {
 		return nil, err
 	}
+	return ejecting, nil
+}
+
+// netAdd waits for the ejects to be acked, then plugs the wanted NICs the
+// VMM does not have; it returns them as added (ids possibly moved).
+func (m *Manager) netAdd(ctx, actx context.Context, c *chapi.Client, id string, want []NIC, have map[string]bool, ejecting []string) ([]NIC, error) {
 	// CH keeps an unplugged device in its tree until the guest acks the
 	// eject; saving or re-adding before that carries the half-gone device
 	// into the snapshot or collides on its id.
 	if err := waitEjected(actx, c, ejecting, ejectBudget()); err != nil {
-		return nil, fmt.Errorf("net %s: %w", v.ID, err)
+		return nil, fmt.Errorf("net %s: %w", id, err)
 	}
-	if info, err = c.Info(actx); err != nil {
-		return nil, fmt.Errorf("net %s: %w", v.ID, err)
+	info, err := c.Info(actx)
+	if err != nil {
+		return nil, fmt.Errorf("net %s: %w", id, err)
 	}
 	var add []NIC
-	for _, nic := range want.Network {
+	for _, nic := range want {
 		if !have[nic.ID] {
 			add = append(add, nic)
 		}
@@ -121,17 +161,14 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 	add = uniqueNICs(info.DeviceTree, add)
 	for _, nic := range add {
 		if _, err := c.AddNet(actx, netConfig(nic)); err != nil {
-			return nil, fmt.Errorf("net %s: add %s: %w", v.ID, nic.ID, err)
+			return nil, fmt.Errorf("net %s: add %s: %w", id, nic.ID, err)
 		}
 	}
-	m.logf("net %s: added", v.ID)
-	if err := hit(ctx, "vm.net.added", v.ID); err != nil {
+	m.logf("net %s: added", id)
+	if err := hit(ctx, "vm.net.added", id); err != nil {
 		return nil, err
 	}
-	return m.setVM(ctx, v.ID, func(r *VM) {
-		r.Config.NICs, r.Ejecting = n, nil
-		r.Network = renamedNICs(r.Network, add)
-	})
+	return add, nil
 }
 
 // renamedNICs records the ids the VMM was given (uniqueNICs may have moved

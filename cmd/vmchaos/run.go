@@ -72,14 +72,20 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 }
 
+// runCmd holds run's flags: the shared runFlags, the manager-layer flags and
+// run's own.
+type runCmd struct {
+	f                runFlags
+	mf               managerFlags
+	filter, shard    string
+	parallel, repeat int
+	list             bool
+	load             string
+	maxInjErr        time.Duration
+}
+
 func newRunCmd() *cobra.Command {
-	var f runFlags
-	var mf managerFlags
-	var filter, shard string
-	var parallel, repeat int
-	var list bool
-	var load string
-	var maxInjErr time.Duration
+	var o runCmd
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "Run the scenario catalogue (or the cases a label filter selects) and write the reports",
@@ -94,98 +100,122 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
   vmchaos run --list --label-filter 'fault:stop'
   vmchaos run --shard 2/4 --report-dir out/shard2`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if mf.selected(filter) {
-				return mf.run(cmd, &f, filter, shard, list)
-			}
-			cases, err := selectCases(f.backend, filter, shard)
-			if err != nil {
-				return err
-			}
-			if list {
-				return listCases(cmd.OutOrStdout(), cases)
-			}
-			if len(cases) == 0 {
-				return fmt.Errorf("no case matches --label-filter %q (shard %q)", filter, shard)
-			}
-			if code, done := inPrivateMountNS(&f, cases); done {
-				os.Exit(code)
-			}
-			bugs, err := regressFromEnv()
-			if err != nil {
-				return err
-			}
-			if repeat < 1 {
-				return fmt.Errorf("--repeat %d: want N >= 1", repeat)
-			}
-			hogs, err := runner.ParseLoad(load)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			dir := f.dir("run")
-			f.repeat = repeat
-			r, err := f.runner(ctx, dir, os.Stderr, bugs)
-			if err != nil {
-				return runInfraError{err}
-			}
-			// the hog runs for the run's duration and ends with it
-			hog := runner.StartLoad(ctx, hogs)
-			defer hog.Stop()
-			sup := r.Supervisor()
-			if note := r.SupervisorNote(); note != "" {
-				sup += " (" + note + ")"
-			}
-			fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d%s → %s\n",
-				len(cases), f.backend, sup, f.scale, f.seed, repeatLoadNote(repeat, load), dir)
-			var runErr error
-			f.meter.Start("run", len(cases), parallel)
-			if parallel > 1 {
-				runErr = suite.RunParallel(ctx, r, cases, parallel, dir, f.seed)
-			} else {
-				runErr = suite.Run(ctx, r, cases, filter, dir, f.seed)
-			}
-			f.meter.Stop()
-			if spins := hog.Stop(); hogs > 0 && spins == 0 {
-				fmt.Fprintln(os.Stderr, "warning: --load: the CPU hog never completed a spin round")
-			}
-			r.Results().Filter, r.Results().Shard = filter, shard
-			if repeat > 1 {
-				r.Results().Repeat = repeat
-			}
-			r.Results().Load = load
-			res, werr := r.WriteAll()
-			if cerr := r.Close(); cerr != nil {
-				fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
-			}
-			if res != nil {
-				res.Filter, res.Shard = filter, shard
-				res.Dir = dir
-				_ = reports.WriteAll(dir, res)
-				reports.Summary(cmd.OutOrStdout(), res)
-			}
-			if runErr != nil {
-				return runErr
-			}
-			if werr != nil {
-				return fmt.Errorf("write reports: %w", werr)
-			}
-			gopt := reports.DefaultGateOptions()
-			gopt.MaxInjectionError = maxInjErr
-			return reports.Gate(res, nil, gopt).Err()
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
-	f.add(c)
-	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "exit 2 (inconclusive) when the p99 of |actual − requested| over the run's timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off; see report gate)")
-	mf.add(c)
-	c.Flags().StringVar(&filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
-	c.Flags().StringVar(&shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
-	c.Flags().IntVar(&parallel, "parallel", 1, "cases run at once; >1 runs worker goroutines outside Ginkgo's scheduler and writes the same ginkgo.json (default 1: timing-sensitive cases on 2 cores)")
-	c.Flags().BoolVar(&list, "list", false, "list the selected cases with their labels and exit")
-	c.Flags().IntVar(&repeat, "repeat", 1, "run every case N times, each on a fresh stack; a case whose verdicts differ is reported flaky (not a pass). Composes with --shard, e.g. --repeat 5 --shard 1/2")
-	c.Flags().StringVar(&load, "load", "", "run under a bounded CPU hog for the run's duration: cpu=N spins N cores (e.g. cpu=1), torn down with the run")
+	o.add(c)
 	return c
+}
+
+func (o *runCmd) add(c *cobra.Command) {
+	o.f.add(c)
+	c.Flags().DurationVar(&o.maxInjErr, "max-injection-error", 0, "exit 2 (inconclusive) when the p99 of |actual − requested| over the run's timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off; see report gate)")
+	o.mf.add(c)
+	c.Flags().StringVar(&o.filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
+	c.Flags().StringVar(&o.shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
+	c.Flags().IntVar(&o.parallel, "parallel", 1, "cases run at once; >1 runs worker goroutines outside Ginkgo's scheduler and writes the same ginkgo.json (default 1: timing-sensitive cases on 2 cores)")
+	c.Flags().BoolVar(&o.list, "list", false, "list the selected cases with their labels and exit")
+	c.Flags().IntVar(&o.repeat, "repeat", 1, "run every case N times, each on a fresh stack; a case whose verdicts differ is reported flaky (not a pass). Composes with --shard, e.g. --repeat 5 --shard 1/2")
+	c.Flags().StringVar(&o.load, "load", "", "run under a bounded CPU hog for the run's duration: cpu=N spins N cores (e.g. cpu=1), torn down with the run")
+}
+
+// run selects the cases, runs them (under the CPU hog of --load), writes
+// the reports and returns the gate's verdict as the exit status.
+func (o *runCmd) run(cmd *cobra.Command) error {
+	f := &o.f
+	if o.mf.selected(o.filter) {
+		return o.mf.run(cmd, f, o.filter, o.shard, o.list)
+	}
+	cases, err := selectCases(f.backend, o.filter, o.shard)
+	if err != nil {
+		return err
+	}
+	if o.list {
+		return listCases(cmd.OutOrStdout(), cases)
+	}
+	if len(cases) == 0 {
+		return fmt.Errorf("no case matches --label-filter %q (shard %q)", o.filter, o.shard)
+	}
+	if code, done := inPrivateMountNS(f, cases); done {
+		os.Exit(code)
+	}
+	bugs, err := regressFromEnv()
+	if err != nil {
+		return err
+	}
+	if o.repeat < 1 {
+		return fmt.Errorf("--repeat %d: want N >= 1", o.repeat)
+	}
+	hogs, err := runner.ParseLoad(o.load)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	dir := f.dir("run")
+	f.repeat = o.repeat
+	r, err := f.runner(ctx, dir, os.Stderr, bugs)
+	if err != nil {
+		return runInfraError{err}
+	}
+	// the hog runs for the run's duration and ends with it
+	hog := runner.StartLoad(ctx, hogs)
+	defer hog.Stop()
+	runErr := o.runCases(ctx, r, cases, dir)
+	if spins := hog.Stop(); hogs > 0 && spins == 0 {
+		fmt.Fprintln(os.Stderr, "warning: --load: the CPU hog never completed a spin round")
+	}
+	res, werr := o.writeReports(cmd, r, dir)
+	if runErr != nil {
+		return runErr
+	}
+	if werr != nil {
+		return fmt.Errorf("write reports: %w", werr)
+	}
+	gopt := reports.DefaultGateOptions()
+	gopt.MaxInjectionError = o.maxInjErr
+	return reports.Gate(res, nil, gopt).Err()
+}
+
+// runCases announces the run on stderr and runs the cases through the suite,
+// in parallel workers when --parallel asks for them.
+func (o *runCmd) runCases(ctx context.Context, r *runner.Runner, cases []scenarios.Case, dir string) error {
+	f := &o.f
+	sup := r.Supervisor()
+	if note := r.SupervisorNote(); note != "" {
+		sup += " (" + note + ")"
+	}
+	fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d%s → %s\n",
+		len(cases), f.backend, sup, f.scale, f.seed, repeatLoadNote(o.repeat, o.load), dir)
+	var runErr error
+	f.meter.Start("run", len(cases), o.parallel)
+	if o.parallel > 1 {
+		runErr = suite.RunParallel(ctx, r, cases, o.parallel, dir, f.seed)
+	} else {
+		runErr = suite.Run(ctx, r, cases, o.filter, dir, f.seed)
+	}
+	f.meter.Stop()
+	return runErr
+}
+
+// writeReports records the run's selection in its results, writes every
+// report, tears the runner down and prints the summary.
+func (o *runCmd) writeReports(cmd *cobra.Command, r *runner.Runner, dir string) (*reports.Results, error) {
+	r.Results().Filter, r.Results().Shard = o.filter, o.shard
+	if o.repeat > 1 {
+		r.Results().Repeat = o.repeat
+	}
+	r.Results().Load = o.load
+	res, werr := r.WriteAll()
+	if cerr := r.Close(); cerr != nil {
+		fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
+	}
+	if res != nil {
+		res.Filter, res.Shard = o.filter, o.shard
+		res.Dir = dir
+		_ = reports.WriteAll(dir, res)
+		reports.Summary(cmd.OutOrStdout(), res)
+	}
+	return res, werr
 }
 
 func repeatLoadNote(repeat int, load string) string {

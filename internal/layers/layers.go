@@ -72,7 +72,7 @@ var Rules = []Rule{
 		From: Product, Allow: Product, Deny: Harness,
 	},
 	{
-		Name: "wire types → anything",
+		Name: "wire types → beyond std",
 		Why:  "the wire types are the contract; readers link them without linking the product",
 		From: Wire, Allow: Wire, StdOnly: true,
 	},

@@ -1,6 +1,6 @@
 // Package api holds the shapes of the node agent's HTTP API (PUT/GET/DELETE
 // /v1/vms/{name}, GET /v1/vms over <state-dir>/agent.sock) and the files it
-// publishes in its state dir (docs/architecture.md §5): the contract between
+// publishes in its state dir (docs/architecture.md §6): the contract between
 // the agent and its clients. It imports only the standard library, so a
 // client (the scenario stack, the checker) never links the agent itself.
 package api

@@ -1,9 +1,9 @@
-// Package api holds the JSON shapes vmctl's verbs print and the exact strings
-// embedders match on (docs/architecture.md §4): the wire contract between
-// vmctl and whoever reads it (nodeagent, the scenario stack, the manager
-// adapter). It imports only the standard library, so a reader of vmctl's
-// output never links vmctl itself, and a change to vmctl's internals cannot
-// move what its readers see.
+// Package api holds the JSON shapes vmctl's verbs print and the exact
+// strings embedders match on (docs/architecture.md §4.2, §4.5): the wire
+// contract between vmctl and whoever reads it (nodeagent, the scenario stack,
+// the manager adapter). It imports only the standard library, so a reader of
+// vmctl's output never links vmctl itself, and a change to vmctl's internals
+// cannot move what its readers see.
 package api
 
 import (

@@ -83,6 +83,12 @@ var Rules = []Rule{
 		Deny: productInternals, Except: Wire,
 	},
 	{
+		Name: "agent → vmctl internals",
+		Why:  "the agent drives vmctl as child processes; it reads vmctl's output, not its library",
+		From: []string{"nodeagent/...", "cmd/nodeagent"},
+		Deny: []string{"vmctl/...", "cmd/vmctl"}, Except: []string{"vmctl/api"},
+	},
+	{
 		Name: "fakech → product",
 		Why:  "the fake VMM stands in for cloud-hypervisor and knows nothing of the manager that drives it",
 		From: []string{"fakech/..."}, Deny: productInternals,

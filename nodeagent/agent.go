@@ -19,13 +19,14 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/nodeagent/api"
 	"golang.org/x/sys/unix"
 )
 
 // Files inside the state dir.
 const (
-	SocketName      = "agent.sock"
-	MetricsAddrName = "metrics.addr"
+	SocketName      = api.SocketName
+	MetricsAddrName = api.MetricsAddrName
 	lockName        = "agent.lock"
 )
 

@@ -1,55 +1,32 @@
 package nodeagent
 
-import "time"
+import "github.com/vmchaos/vmchaos/nodeagent/api"
 
-// Intent is the body of PUT /v1/vms/{name}: what the caller wants for a VM.
-type Intent struct {
-	Snapshot  string `json:"snapshot"`  // source snapshot for create (id or name)
-	Hibernate bool   `json:"hibernate"` // true: hibernated; false: ready
-}
+// The HTTP API's shapes are the agent's wire contract, defined in
+// nodeagent/api so that clients never import the agent. The names below keep
+// the package's own code reading as before.
 
 // Lifecycle values of Status.Lifecycle.
 const (
-	LifecycleCreating    = "creating"
-	LifecycleReady       = "ready"
-	LifecycleHibernating = "hibernating"
-	LifecycleHibernated  = "hibernated"
-	LifecycleDeleting    = "deleting"
-	LifecycleFailed      = "failed"
+	LifecycleCreating    = api.LifecycleCreating
+	LifecycleReady       = api.LifecycleReady
+	LifecycleHibernating = api.LifecycleHibernating
+	LifecycleHibernated  = api.LifecycleHibernated
+	LifecycleDeleting    = api.LifecycleDeleting
+	LifecycleFailed      = api.LifecycleFailed
 )
 
 // PostClone values of Status.PostClone.
 const (
-	PostCloneRunning = "running"
-	PostCloneDone    = "done"
-	PostCloneFailed  = "failed"
+	PostCloneRunning = api.PostCloneRunning
+	PostCloneDone    = api.PostCloneDone
+	PostCloneFailed  = api.PostCloneFailed
 )
 
-// Status is the durable status markers of one VM.
-type Status struct {
-	Lifecycle          string    `json:"lifecycle"`
-	ObservedGeneration int64     `json:"observed_generation"`
-	Message            string    `json:"message,omitempty"`
-	PostClone          string    `json:"post_clone,omitempty"`
-	VMID               string    `json:"vm_id,omitempty"`
-	Address            string    `json:"address,omitempty"` // guest SSH address ip:port
-	FailedReason       string    `json:"failed_reason,omitempty"`
-	FailedAttempts     int       `json:"failed_attempts,omitempty"`
-	UpdatedAt          time.Time `json:"updated_at"`
-}
-
-// VMView is the body of GET /v1/vms/{name} and one element of GET /v1/vms.
-type VMView struct {
-	Name       string `json:"name"`
-	Intent     Intent `json:"intent"`
-	Generation int64  `json:"generation"`
-	Deleted    bool   `json:"deleted,omitempty"` // a DELETE was accepted and is in progress
-	Status     Status `json:"status"`
-	Op         string `json:"op,omitempty"`   // operation owed or in flight (create|wake|hibernate|delete)
-	Step       string `json:"step,omitempty"` // last durable step of Op
-}
-
-// APIError is the JSON body of every 4xx/5xx answer.
-type APIError struct {
-	Error string `json:"error"`
-}
+// Bodies of the HTTP API (see nodeagent/api for each).
+type (
+	Intent   = api.Intent
+	Status   = api.Status
+	VMView   = api.VMView
+	APIError = api.APIError
+)

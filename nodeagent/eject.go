@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/vmchaos/vmchaos/timescale"
-	"github.com/vmchaos/vmchaos/vmctl"
+	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // ejectRetries bounds how often a NIC change is re-run while the guest has
@@ -14,7 +14,7 @@ import (
 const ejectRetries = 3
 
 func isEjectPending(err error) bool {
-	return strings.Contains(childMessage(err), vmctl.ErrEjectPending.Error())
+	return strings.Contains(childMessage(err), vmctl.EjectPending)
 }
 
 // netNICs runs `vm net VM --nics n`. CH keeps an unplugged NIC in its device

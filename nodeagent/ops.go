@@ -8,7 +8,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
-	"github.com/vmchaos/vmchaos/vmctl"
+	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // doCreate runs create (clone from the intent's snapshot) or wake (clone from

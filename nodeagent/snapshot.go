@@ -16,7 +16,7 @@ import (
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
-	"github.com/vmchaos/vmchaos/vmctl"
+	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // saveSnapshot saves the VM's hibernate snapshot under the VM's name. When

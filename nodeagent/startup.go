@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/timescale"
-	"github.com/vmchaos/vmchaos/vmctl"
+	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // startup converges after a restart, in the order of ARCHITECTURE §6:

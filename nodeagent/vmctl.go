@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
-	"github.com/vmchaos/vmchaos/vmctl"
+	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // ChildError is a vmctl child that did not exit 0.

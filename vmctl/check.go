@@ -13,18 +13,6 @@ import (
 	"github.com/vmchaos/vmchaos/timescale"
 )
 
-// Violation is one broken store invariant with its evidence.
-type Violation struct {
-	Invariant string `json:"invariant"`
-	Evidence  string `json:"evidence"`
-}
-
-// CheckReport is the output of `vmctl check`.
-type CheckReport struct {
-	OK         bool        `json:"ok"`
-	Violations []Violation `json:"violations"`
-}
-
 // Check verifies the store's consistency invariants, read-only except for
 // momentary try-locks (released at once): indexes loadable and consistent,
 // no tombstone, no creating record without a live ops-lock holder, no pending
@@ -34,7 +22,7 @@ type CheckReport struct {
 func (m *Manager) Check(ctx context.Context) CheckReport {
 	var rep CheckReport
 	add := func(inv, format string, a ...any) {
-		rep.Violations = append(rep.Violations, Violation{inv, fmt.Sprintf(format, a...)})
+		rep.Violations = append(rep.Violations, Violation{Invariant: inv, Evidence: fmt.Sprintf(format, a...)})
 	}
 	vx, err := m.loadVMs()
 	if err != nil {

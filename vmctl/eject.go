@@ -11,16 +11,13 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/timescale"
+	"github.com/vmchaos/vmchaos/vmctl/api"
 )
-
-// MsgEjectPending is the §4.5-style message of a NIC change that asked the
-// guest to eject a device which has not acked within the budget.
-const MsgEjectPending = `eject pending: the guest has not released %s (still in the VMM's device tree after %v); re-run vm net to wait again`
 
 // ErrEjectPending marks a vm net that timed out waiting for the guest to
 // ack an eject. The VM record keeps the ids (VM.Ejecting), so re-running the
 // verb waits for the same devices.
-var ErrEjectPending = errors.New("eject pending")
+var ErrEjectPending = errors.New(api.EjectPending)
 
 // ejectBudget is how long vm net waits for the guest to ack an eject. A
 // Linux guest acks a PCI hot-unplug within about a second.
@@ -83,7 +80,7 @@ func waitEjected(ctx context.Context, c *chapi.Client, ids []string, budget time
 			if info.State == chapi.StatePaused {
 				what += " (the VMM is Paused: no eject completes while paused)"
 			}
-			return fmt.Errorf("%w: %s", ErrEjectPending, strings.TrimPrefix(what, "eject pending: "))
+			return fmt.Errorf("%w: %s", ErrEjectPending, strings.TrimPrefix(what, api.EjectPending+": "))
 		}
 		if err := timescale.SleepRaw(ctx, poll); err != nil {
 			return err

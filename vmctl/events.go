@@ -15,13 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Event kinds of `vm status --event`.
-const (
-	EventAdded    = "ADDED"
-	EventModified = "MODIFIED"
-	EventDeleted  = "DELETED"
-)
-
 // StatusEvents emits one StatusEvent per change between passes, until ctx
 // ends or emit fails. A pass runs every interval and also whenever the VM
 // index changes (inotify on its directory, debounced), as the field's manager

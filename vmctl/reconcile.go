@@ -63,17 +63,6 @@ func (m *Manager) ReconcileStaleCreate(ctx context.Context, ref string) (StaleCr
 	return res, nil
 }
 
-// PassReport lists what one supervision pass did.
-type PassReport struct {
-	Collected   []string `json:"collected,omitempty"`    // ownerless creating records deleted
-	Busy        []string `json:"busy,omitempty"`         // creating records with a live owner
-	Converged   []string `json:"converged,omitempty"`    // running records whose VMM died, now stopped
-	Adopted     []string `json:"adopted,omitempty"`      // stopped records whose VMM is alive (a start died before its commit), now running
-	RolledVMs   []string `json:"rolled_vms,omitempty"`   // VM tombstones completed
-	RolledSnaps []string `json:"rolled_snaps,omitempty"` // snapshot tombstones completed
-	Errors      []string `json:"errors,omitempty"`
-}
-
 // DaemonPass runs one supervision pass: collect ownerless creating records
 // (the reconcile-stale-create code path), record dead VMMs as stopped with
 // reason unexpected-exit, roll tombstoned deletes forward. Records some live
@@ -259,16 +248,6 @@ func (m *Manager) Daemon(ctx context.Context, interval time.Duration) error {
 			return nil
 		}
 	}
-}
-
-// GCReport lists what gc removed.
-type GCReport struct {
-	PassReport
-	Pending  []string `json:"pending,omitempty"` // stale pending snapshots removed
-	Staging  []string `json:"staging,omitempty"` // staging dirs of dead builds removed
-	Orphans  []string `json:"orphans,omitempty"` // unreferenced VM dirs (and their VMMs) removed
-	TempFile []string `json:"temp_files,omitempty"`
-	Cgroups  []string `json:"cgroups,omitempty"` // empty per-VM cgroups of unreferenced ids removed
 }
 
 // collectDeadStaging removes the staging dirs of builds that died before

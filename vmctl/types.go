@@ -2,143 +2,72 @@ package vmctl
 
 import (
 	"fmt"
-	"net"
-	"strconv"
-	"time"
+
+	"github.com/vmchaos/vmchaos/vmctl/api"
 )
 
-// VM states stored in the index. "stopped (stale)" is display-only: a running
-// record whose VMM is dead is shown that way by list/inspect/status and never
-// written back.
+// The records vmctl stores and prints are its wire contract, defined in
+// vmctl/api so that readers of vmctl's output never import vmctl. The names
+// below keep the package's own code reading as before.
+
+// VM states stored in the index (api.StateStale is display-only).
 const (
-	StateCreating = "creating"
-	StateCreated  = "created"
-	StateRunning  = "running"
-	StateStopped  = "stopped"
-	StateError    = "error"
-	StateStale    = "stopped (stale)"
+	StateCreating = api.StateCreating
+	StateCreated  = api.StateCreated
+	StateRunning  = api.StateRunning
+	StateStopped  = api.StateStopped
+	StateError    = api.StateError
+	StateStale    = api.StateStale
 )
 
 // Snapshot record states.
 const (
-	SnapPending = "pending"
-	SnapReady   = "ready"
+	SnapPending = api.SnapPending
+	SnapReady   = api.SnapReady
 )
-
-// VMConfig is what the VM was created with.
-type VMConfig struct {
-	CPU     int    `json:"cpu"`
-	Memory  int64  `json:"memory"`  // bytes
-	Storage int64  `json:"storage"` // bytes
-	NICs    int    `json:"nics"`
-	Image   string `json:"image"`
-}
-
-// NIC is one network interface of a VM and the guest address behind it.
-type NIC struct {
-	ID      string `json:"id"`
-	MAC     string `json:"mac"`
-	IP      string `json:"ip"`
-	Mask    string `json:"mask,omitempty"`
-	SSHPort int    `json:"ssh_port,omitempty"`
-	// Tap mode only (real cloud-hypervisor): the TAP device and its host
-	// side address, which CH's --net ip= sets; IP above stays the guest's.
-	Tap    string `json:"tap,omitempty"`
-	HostIP string `json:"host_ip,omitempty"`
-}
-
-// Address is the guest's SSH address "ip:port".
-func (n NIC) Address() string {
-	p := n.SSHPort
-	if p == 0 {
-		p = 22
-	}
-	return net.JoinHostPort(n.IP, strconv.Itoa(p))
-}
-
-// VM is the record stored in the index and the shape `vm inspect -o json`
-// and `vm list -o json` print (State may read "stopped (stale)" there, and
-// VMMState is filled only when inspect asked the VMM).
-type VM struct {
-	ID      string   `json:"id"`
-	Name    string   `json:"name"`
-	State   string   `json:"state"`
-	Config  VMConfig `json:"config"`
-	RunDir  string   `json:"run_dir"`
-	Pid     int      `json:"pid"`
-	Network []NIC    `json:"network"`
-	// Ejecting: NIC ids vm net asked the VMM to unplug whose eject the
-	// guest had not acked yet (CH keeps them in its device tree until then).
-	Ejecting    []string  `json:"ejecting,omitempty"`
-	SnapshotIDs []string  `json:"snapshot_ids,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
-	VMMState    string    `json:"vmm_state,omitempty"`
-}
-
-// GuestAddress returns the first NIC's SSH address, or "" with no NIC.
-func (v VM) GuestAddress() string {
-	if len(v.Network) == 0 {
-		return ""
-	}
-	return v.Network[0].Address()
-}
-
-// Snapshot is a snapshot record as stored and as `snapshot list/inspect -o json`
-// print it.
-type Snapshot struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	State     string    `json:"state"` // pending | ready
-	VMID      string    `json:"vm_id"`
-	Dir       string    `json:"dir"`
-	Size      int64     `json:"size"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-// Tombstone marks a delete in progress; a converger rolls it forward.
-type Tombstone struct {
-	ID     string    `json:"id"`
-	Name   string    `json:"name"`
-	Dirs   []string  `json:"dirs"`
-	Pid    int       `json:"pid,omitempty"`
-	Since  time.Time `json:"since"`
-	Reason string    `json:"reason,omitempty"`
-	IPs    []string  `json:"ips,omitempty"` // guest addresses still held until the delete completes
-}
-
-// StaleCreateResult is the output of `vm reconcile-stale-create -o json`.
-type StaleCreateResult struct {
-	ID      string `json:"id"`
-	Outcome string `json:"outcome"` // busy | not-found | not-creating | collected
-}
 
 // Outcomes of reconcile-stale-create.
 const (
-	OutcomeBusy        = "busy"
-	OutcomeNotFound    = "not-found"
-	OutcomeNotCreating = "not-creating"
-	OutcomeCollected   = "collected"
+	OutcomeBusy        = api.OutcomeBusy
+	OutcomeNotFound    = api.OutcomeNotFound
+	OutcomeNotCreating = api.OutcomeNotCreating
+	OutcomeCollected   = api.OutcomeCollected
 )
 
-// StatusEvent is one line of `vm status --event --format json`.
-type StatusEvent struct {
-	Event string `json:"event"` // ADDED | MODIFIED | DELETED
-	VM    VM     `json:"vm"`
-}
-
-// Exact strings embedders match on (ARCHITECTURE §4.5). Defined once here.
+// Event kinds of `vm status --event`.
 const (
-	MsgVMNameExists      = `vm name %q already exists (id: %s)`
-	MsgSnapNameExists    = `snapshot name %q already exists (held by %s)`
-	MsgSnapNameInUse     = `snapshot name %q already in use by %s`
-	MsgSnapInUse         = `snapshot %s is in use by an active clone/restore/export`
-	MsgVMPaused          = `vm is paused (snapshot or hibernate in flight); retry after it completes`
-	MsgVMNotRunningState = `vm %s is %s: vm not running`
-	MsgVMNotRunningPid   = `vm %s pid %d not cloud-hypervisor: vm not running`
-	MsgVMNotFound        = `vm not found`
-	MsgSnapshotNotFound  = `snapshot not found`
+	EventAdded    = api.EventAdded
+	EventModified = api.EventModified
+	EventDeleted  = api.EventDeleted
+)
+
+// Records and verb outputs (see vmctl/api for each).
+type (
+	VMConfig          = api.VMConfig
+	NIC               = api.NIC
+	VM                = api.VM
+	Snapshot          = api.Snapshot
+	Tombstone         = api.Tombstone
+	StaleCreateResult = api.StaleCreateResult
+	StatusEvent       = api.StatusEvent
+	Violation         = api.Violation
+	CheckReport       = api.CheckReport
+	PassReport        = api.PassReport
+	GCReport          = api.GCReport
+)
+
+// Exact strings embedders match on (docs/architecture.md §4.5).
+const (
+	MsgVMNameExists      = api.MsgVMNameExists
+	MsgSnapNameExists    = api.MsgSnapNameExists
+	MsgSnapNameInUse     = api.MsgSnapNameInUse
+	MsgSnapInUse         = api.MsgSnapInUse
+	MsgVMPaused          = api.MsgVMPaused
+	MsgVMNotRunningState = api.MsgVMNotRunningState
+	MsgVMNotRunningPid   = api.MsgVMNotRunningPid
+	MsgVMNotFound        = api.MsgVMNotFound
+	MsgSnapshotNotFound  = api.MsgSnapshotNotFound
+	MsgEjectPending      = api.MsgEjectPending
 )
 
 // Errorf formats one of the Msg constants.

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"github.com/vmchaos/vmchaos/vmctl"
+	"github.com/vmchaos/vmchaos/vmctl/api"
 )
 
 func addOutputFlag(c *cobra.Command, out *string) {
@@ -42,7 +42,7 @@ func printJSON(w io.Writer, v any) error {
 	return err
 }
 
-func ips(v *vmctl.VM) string {
+func ips(v *api.VM) string {
 	var s []string
 	for _, n := range v.Network {
 		s = append(s, n.IP)
@@ -53,7 +53,7 @@ func ips(v *vmctl.VM) string {
 	return strings.Join(s, ",")
 }
 
-func printVMs(w io.Writer, out string, vms []*vmctl.VM) error {
+func printVMs(w io.Writer, out string, vms []*api.VM) error {
 	if out == "json" {
 		// Compact: a list of 1,000 VMs is parsed by programs, not read.
 		return json.NewEncoder(w).Encode(vms)
@@ -66,7 +66,7 @@ func printVMs(w io.Writer, out string, vms []*vmctl.VM) error {
 	return tw.Flush()
 }
 
-func printVM(w io.Writer, out string, v *vmctl.VM) error {
+func printVM(w io.Writer, out string, v *api.VM) error {
 	if out == "json" {
 		return printJSON(w, v)
 	}
@@ -85,7 +85,7 @@ func printVM(w io.Writer, out string, v *vmctl.VM) error {
 	return tw.Flush()
 }
 
-func printSnaps(w io.Writer, out string, ss []*vmctl.Snapshot) error {
+func printSnaps(w io.Writer, out string, ss []*api.Snapshot) error {
 	if out == "json" {
 		return printJSON(w, ss)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/vmctl/api"
 )
 
 // Adapter drives one case's vmctl store (root, run dir) through the vmctl
@@ -103,16 +104,10 @@ func (a *Adapter) EventCommand() []string {
 	return []string{a.opts.Bin, "vm", "status", "--event", "--format", "json", "-n", "1"}
 }
 
-// ParseEvent decodes {"event":..., "vm":{inspect shape}}.
+// ParseEvent decodes one api.StatusEvent ({"event":..., "vm":{inspect
+// shape}}).
 func (a *Adapter) ParseEvent(line []byte) (manager.Event, error) {
-	var w struct {
-		Event string `json:"event"`
-		VM    struct {
-			ID    string `json:"id"`
-			Name  string `json:"name"`
-			State string `json:"state"`
-		} `json:"vm"`
-	}
+	var w api.StatusEvent
 	if err := json.Unmarshal(line, &w); err != nil {
 		return manager.Event{}, fmt.Errorf("vmctl event: %w (%.200q)", err, line)
 	}

@@ -1,7 +1,9 @@
 // Package vmctl is the manager adapter of the bundled vmctl (ARCHITECTURE
 // §14). It reads vmctl only as a user can: the binary's `-o json` verbs, the
-// lock files and socket paths its docs fix (§4.1, §4.3); it never imports
-// the vmctl library.
+// lock files and socket paths its docs fix (docs/architecture.md §4.1,
+// §4.3). It decodes those outputs with vmctl's wire types (vmctl/api) and
+// turns them into the manager's observations; it never imports the vmctl
+// library.
 package vmctl
 
 import (
@@ -10,10 +12,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/vmctl/api"
 )
 
 // Exec runs the vmctl binary with args (the way the stack runs it: its env,
@@ -41,37 +43,20 @@ func NewObserver(exec Exec, root, runDir string) *Observer {
 // Name is "vmctl".
 func (o *Observer) Name() string { return "vmctl" }
 
-// vmWire is the part of `vm list -o json` the checker reads.
-type vmWire struct {
-	ID      string `json:"id"`
-	Name    string `json:"name"`
-	State   string `json:"state"`
-	Pid     int    `json:"pid"`
-	Reason  string `json:"reason"`
-	Network []struct {
-		IP      string `json:"ip"`
-		SSHPort int    `json:"ssh_port"`
-	} `json:"network"`
-}
-
 // VMs is `vm list -o json`.
 func (o *Observer) VMs(ctx context.Context) ([]manager.VM, error) {
-	var ws []vmWire
+	var ws []api.VM
 	if err := o.json(ctx, &ws, "vm", "list", "-o", "json"); err != nil {
 		return nil, err
 	}
 	out := make([]manager.VM, 0, len(ws))
 	for _, w := range ws {
 		if w.ID == "" {
-			return nil, fmt.Errorf("vmctl vm list: a record without an id (%+v)", w)
+			return nil, fmt.Errorf("vmctl vm list: a record without an id (name %q)", w.Name)
 		}
 		v := manager.VM{ID: w.ID, Name: w.Name, State: w.State, PID: w.Pid, Reason: w.Reason}
 		if len(w.Network) > 0 && w.Network[0].IP != "" {
-			port := w.Network[0].SSHPort
-			if port == 0 {
-				port = 22
-			}
-			v.Address = w.Network[0].IP + ":" + strconv.Itoa(port)
+			v.Address = w.Network[0].Address()
 		}
 		out = append(out, v)
 	}
@@ -80,16 +65,18 @@ func (o *Observer) VMs(ctx context.Context) ([]manager.VM, error) {
 
 // Snapshots is `snapshot list -o json`.
 func (o *Observer) Snapshots(ctx context.Context) ([]manager.Snapshot, error) {
-	var ss []manager.Snapshot
-	if err := o.json(ctx, &ss, "snapshot", "list", "-o", "json"); err != nil {
+	var ws []api.Snapshot
+	if err := o.json(ctx, &ws, "snapshot", "list", "-o", "json"); err != nil {
 		return nil, err
 	}
-	for _, s := range ss {
-		if s.ID == "" {
-			return nil, fmt.Errorf("vmctl snapshot list: a record without an id (%+v)", s)
+	out := make([]manager.Snapshot, 0, len(ws))
+	for _, w := range ws {
+		if w.ID == "" {
+			return nil, fmt.Errorf("vmctl snapshot list: a record without an id (name %q)", w.Name)
 		}
+		out = append(out, manager.Snapshot{ID: w.ID, Name: w.Name, State: w.State, VMID: w.VMID})
 	}
-	return ss, nil
+	return out, nil
 }
 
 // Check is `vmctl check`: it prints its JSON report and exits 1 when a
@@ -113,10 +100,12 @@ func (o *Observer) Check(ctx context.Context) (manager.CheckReport, error) {
 	return rep, nil
 }
 
+// decodeReport reads an api.CheckReport strictly: a report that lacks ok or
+// violations is missing data, not a clean store.
 func decodeReport(b []byte, rep *manager.CheckReport) error {
 	var raw struct {
-		OK         *bool                `json:"ok"`
-		Violations *[]manager.Violation `json:"violations"`
+		OK         *bool            `json:"ok"`
+		Violations *[]api.Violation `json:"violations"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return fmt.Errorf("decode: %w (%.200q)", err, b)
@@ -124,7 +113,10 @@ func decodeReport(b []byte, rep *manager.CheckReport) error {
 	if raw.OK == nil || raw.Violations == nil {
 		return fmt.Errorf("decode: no ok/violations in %.200q", b)
 	}
-	rep.OK, rep.Violations = *raw.OK, *raw.Violations
+	rep.OK, rep.Violations = *raw.OK, make([]manager.Violation, 0, len(*raw.Violations))
+	for _, v := range *raw.Violations {
+		rep.Violations = append(rep.Violations, manager.Violation{Invariant: v.Invariant, Evidence: v.Evidence})
+	}
 	if rep.OK != (len(rep.Violations) == 0) {
 		return fmt.Errorf("decode: ok=%v with %d violation(s)", rep.OK, len(rep.Violations))
 	}

@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"github.com/vmchaos/vmchaos/manager"
-	"github.com/vmchaos/vmchaos/nodeagent"
+	agentapi "github.com/vmchaos/vmchaos/nodeagent/api"
 	"github.com/vmchaos/vmchaos/reports"
 )
 
@@ -44,7 +44,7 @@ type Ack struct {
 // every name acknowledged before cutNs: a PUT must be there, not deleted,
 // at its generation or later; a DELETE must be gone or still deleting.
 // listErr (the list could not be read) fails it: no data, no pass.
-func AckedIntentsKeptInvariant(acks []Ack, cutNs int64, listed []nodeagent.VMView, listErr error) reports.Invariant {
+func AckedIntentsKeptInvariant(acks []Ack, cutNs int64, listed []agentapi.VMView, listErr error) reports.Invariant {
 	inv := reports.Invariant{Name: AckedIntentsKept}
 	if listErr != nil {
 		inv.Evidence = fmt.Sprintf("the rebooted agent's intents could not be listed: %v", listErr)
@@ -56,7 +56,7 @@ func AckedIntentsKeptInvariant(acks []Ack, cutNs int64, listed []nodeagent.VMVie
 			last[a.Name] = a
 		}
 	}
-	views := map[string]nodeagent.VMView{}
+	views := map[string]agentapi.VMView{}
 	for _, v := range listed {
 		views[v.Name] = v
 	}

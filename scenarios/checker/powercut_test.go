@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmchaos/vmchaos/nodeagent"
+	agentapi "github.com/vmchaos/vmchaos/nodeagent/api"
 )
 
 func TestAckedIntentsKeptJudgesEveryAckBeforeTheCut(t *testing.T) {
@@ -15,18 +15,18 @@ func TestAckedIntentsKeptJudgesEveryAckBeforeTheCut(t *testing.T) {
 		{Name: "c", Delete: true, AtNs: 30},
 		{Name: "late", Generation: 1, AtNs: 200}, // after the cut: not owed
 	}
-	kept := []nodeagent.VMView{{Name: "a", Generation: 1}, {Name: "b", Generation: 3}, {Name: "c", Generation: 1, Deleted: true}}
+	kept := []agentapi.VMView{{Name: "a", Generation: 1}, {Name: "b", Generation: 3}, {Name: "c", Generation: 1, Deleted: true}}
 	cases := []struct {
 		name   string
-		listed []nodeagent.VMView
+		listed []agentapi.VMView
 		err    error
 		ok     bool
 		want   string
 	}{
 		{"all kept", kept, nil, true, "3 intent change(s)"},
 		{"a PUT lost", kept[1:], nil, false, "a: PUT acknowledged"},
-		{"a generation rolled back", []nodeagent.VMView{kept[0], {Name: "b", Generation: 1}, kept[2]}, nil, false, "generation 2 acknowledged"},
-		{"a DELETE undone", []nodeagent.VMView{kept[0], kept[1], {Name: "c", Generation: 1}}, nil, false, "c: DELETE acknowledged"},
+		{"a generation rolled back", []agentapi.VMView{kept[0], {Name: "b", Generation: 1}, kept[2]}, nil, false, "generation 2 acknowledged"},
+		{"a DELETE undone", []agentapi.VMView{kept[0], kept[1], {Name: "c", Generation: 1}}, nil, false, "c: DELETE acknowledged"},
 		{"a DELETE finished", kept[:2], nil, true, ""},
 		{"no list", nil, errors.New("connection refused"), false, "could not be listed"},
 	}

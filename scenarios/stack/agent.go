@@ -12,7 +12,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/vmchaos/vmchaos/nodeagent"
+	agentapi "github.com/vmchaos/vmchaos/nodeagent/api"
 )
 
 // AgentClient speaks the agent's intent API (HTTP over <state>/agent.sock).
@@ -69,7 +69,7 @@ func (c *AgentClient) do(ctx context.Context, method, path string, body, out any
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if resp.StatusCode >= 400 {
-		var ae nodeagent.APIError
+		var ae agentapi.APIError
 		_ = json.Unmarshal(b, &ae)
 		if ae.Error == "" {
 			ae.Error = string(bytes.TrimSpace(b))
@@ -88,7 +88,7 @@ func (c *AgentClient) do(ctx context.Context, method, path string, body, out any
 }
 
 // Put sets the intent of name.
-func (c *AgentClient) Put(ctx context.Context, name string, in nodeagent.Intent) error {
+func (c *AgentClient) Put(ctx context.Context, name string, in agentapi.Intent) error {
 	return c.do(ctx, http.MethodPut, "/v1/vms/"+url.PathEscape(name), in, nil)
 }
 
@@ -98,25 +98,25 @@ func (c *AgentClient) Delete(ctx context.Context, name string) error {
 }
 
 // Get returns one VM's view; ErrNotFound when the agent forgot it.
-func (c *AgentClient) Get(ctx context.Context, name string) (nodeagent.VMView, error) {
-	var v nodeagent.VMView
+func (c *AgentClient) Get(ctx context.Context, name string) (agentapi.VMView, error) {
+	var v agentapi.VMView
 	err := c.do(ctx, http.MethodGet, "/v1/vms/"+url.PathEscape(name), nil, &v)
 	return v, err
 }
 
 // List returns every VM the agent knows.
-func (c *AgentClient) List(ctx context.Context) ([]nodeagent.VMView, error) {
+func (c *AgentClient) List(ctx context.Context) ([]agentapi.VMView, error) {
 	var raw json.RawMessage
 	if err := c.do(ctx, http.MethodGet, "/v1/vms", nil, &raw); err != nil {
 		return nil, err
 	}
 	// Accept both a bare array and {"vms":[...]}.
-	var vs []nodeagent.VMView
+	var vs []agentapi.VMView
 	if err := json.Unmarshal(raw, &vs); err == nil {
 		return vs, nil
 	}
 	var wrap struct {
-		VMs []nodeagent.VMView `json:"vms"`
+		VMs []agentapi.VMView `json:"vms"`
 	}
 	if err := json.Unmarshal(raw, &wrap); err != nil {
 		return nil, fmt.Errorf("agent list: decode: %w", err)

@@ -13,13 +13,13 @@ import (
 	"syscall"
 
 	"github.com/vmchaos/vmchaos/failpoint"
-	"github.com/vmchaos/vmchaos/vmctl"
+	vmctlapi "github.com/vmchaos/vmchaos/vmctl/api"
 )
 
 // Event is one line of the event stream, stamped when the harness read it.
 type Event struct {
 	TsNs int64
-	vmctl.StatusEvent
+	vmctlapi.StatusEvent
 }
 
 // Observer runs `vmctl vm status --event --format json -n SECONDS` (with the
@@ -65,7 +65,7 @@ func (s *Stack) StartObserver(interval float64) (*Observer, error) {
 		for sc.Scan() {
 			ts := failpoint.Now()
 			logf.Write(append(append([]byte{}, sc.Bytes()...), '\n'))
-			var ev vmctl.StatusEvent
+			var ev vmctlapi.StatusEvent
 			if json.Unmarshal(sc.Bytes(), &ev) != nil {
 				continue
 			}

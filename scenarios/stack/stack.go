@@ -24,8 +24,9 @@ import (
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/ledger"
+	agentapi "github.com/vmchaos/vmchaos/nodeagent/api"
 	"github.com/vmchaos/vmchaos/realch"
-	"github.com/vmchaos/vmchaos/vmctl"
+	vmctlapi "github.com/vmchaos/vmchaos/vmctl/api"
 )
 
 // Backends NewRun accepts.
@@ -142,7 +143,7 @@ func (r *Run) buildBase(ctx context.Context) error {
 		}
 	}
 	defer s.killLeftovers()
-	var vm vmctl.VM
+	var vm vmctlapi.VM
 	if err := s.VmctlJSON(ctx, &vm, "vm", "run", "--name", "base-src", "-o", "json", r.Image); err != nil {
 		return fmt.Errorf("stack: base snapshot: %w", err)
 	}
@@ -316,7 +317,7 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 	if r.Real != nil {
 		s.Ledger.Dial = r.Real.Dial // guests sit on TAPs inside the run's namespace
 	}
-	s.Agent = NewAgentClient(filepath.Join(s.State, "agent.sock"))
+	s.Agent = NewAgentClient(filepath.Join(s.State, agentapi.SocketName))
 	s.built = true
 	return s, nil
 }
@@ -415,31 +416,31 @@ func (s *Stack) VmctlJSON(ctx context.Context, out any, args ...string) error {
 }
 
 // ListVMs returns `vm list -o json`.
-func (s *Stack) ListVMs(ctx context.Context) ([]vmctl.VM, error) {
-	var vms []vmctl.VM
+func (s *Stack) ListVMs(ctx context.Context) ([]vmctlapi.VM, error) {
+	var vms []vmctlapi.VM
 	err := s.VmctlJSON(ctx, &vms, "vm", "list", "-o", "json")
 	return vms, err
 }
 
 // ListSnapshots returns `snapshot list -o json`.
-func (s *Stack) ListSnapshots(ctx context.Context) ([]vmctl.Snapshot, error) {
-	var ss []vmctl.Snapshot
+func (s *Stack) ListSnapshots(ctx context.Context) ([]vmctlapi.Snapshot, error) {
+	var ss []vmctlapi.Snapshot
 	err := s.VmctlJSON(ctx, &ss, "snapshot", "list", "-o", "json")
 	return ss, err
 }
 
 // VMByName finds the record of name in `vm list`.
-func (s *Stack) VMByName(ctx context.Context, name string) (vmctl.VM, bool, error) {
+func (s *Stack) VMByName(ctx context.Context, name string) (vmctlapi.VM, bool, error) {
 	vms, err := s.ListVMs(ctx)
 	if err != nil {
-		return vmctl.VM{}, false, err
+		return vmctlapi.VM{}, false, err
 	}
 	for _, v := range vms {
 		if v.Name == name {
 			return v, true, nil
 		}
 	}
-	return vmctl.VM{}, false, nil
+	return vmctlapi.VM{}, false, nil
 }
 
 // agentSpec is the nodeagent unit of this stack.

@@ -89,6 +89,7 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 	if err := failpoint.Init("fakech"); err != nil {
 		return chainExit("fakech configuration", err.Error())
 	}
+	defer failpoint.Close() // a clean exit accounts for its trace
 	log, err := newLogger(opts.LogFile, opts.Verbosity, stderr)
 	if err != nil {
 		return chainExit("Error creating log file", osErrText(err))

@@ -54,7 +54,7 @@ func (cr *caseRun) injectWhileDown(ctx context.Context, first reports.Injection)
 		}
 		if rec.ActualNs > 0 {
 			var why string
-			rec.LastPhase, why = judgeWhileDown(cr.st.Trace.Sorted(), first, rec.ActualNs, procState)
+			rec.LastPhase, why = judgeWhileDown(cr.st.Trace.Events(), first, rec.ActualNs, procState)
 			if rec.Err == "" {
 				rec.Err = why
 			}
@@ -72,7 +72,7 @@ func (cr *caseRun) injectWhileDown(ctx context.Context, first reports.Injection)
 
 // judgeWhileDown judges a while-down fault at tsNs against the agent-down
 // window that first opened: the phase it hit and, when it did not land, why.
-// evs is the trace in time order; state reads a pid's /proc state. An agent
+// evs is the trace in arrival order; state reads a pid's /proc state. An agent
 // that was up is a miss; "no agent start in between" read from a trace that
 // may have lost a datagram in between proves nothing (the lost one may be
 // that start), so it does not land either.

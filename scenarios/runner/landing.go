@@ -52,16 +52,9 @@ var operationStarts = map[string]bool{
 // when pid > 0) and had not closed yet (Close was not hit after the open and
 // at or before the fault; with Close "", the opener made no further phase).
 // Steady state: no operation began between fromNs and the fault. evs must be
-// sorted by time. A fault that missed names the phase it hit. A trace that
-// lost datagrams between fromNs and the fault proves neither: not landed,
-// with the loss as the reason (the lost one may be the opener, the closer
-// or an operation's start).
+// sorted by time. A fault that missed names the phase it hit.
 func judgeLanding(evs []failpoint.Event, w phaseWindow, fromNs, faultNs int64, pid int) landing {
 	l := landing{Phase: stackPhaseAt(evs, faultNs)}
-	if lost := traceLost(evs, fromNs, faultNs); lost != "" {
-		l.Why = fmt.Sprintf("landing in %s not proven: %s", w, lost)
-		return l
-	}
 	if w.Steady {
 		for _, e := range evs {
 			if e.TsNs < fromNs || e.TsNs > faultNs {

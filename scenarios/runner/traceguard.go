@@ -15,15 +15,35 @@ import (
 // window may hold a lost datagram does not pass.
 
 // traceLost is the trace-loss guard of a judgement over [fromNs, toNs] of
-// evs (a whole trace, in time or arrival order): "" when no datagram may
-// have been lost in that window, else the loss (injector.LostBetween,
-// sequence gaps per emitting process), for the judgement to refuse to pass.
+// evs (a whole trace in arrival order: in stamp order a datagram stamped
+// before it took its number, a failpoint.signal, would read as a gap): ""
+// when no datagram may have been lost in that window, else the loss
+// (injector.LostBetween, sequence gaps per emitting process), for the
+// judgement to refuse to pass.
 func traceLost(evs []failpoint.Event, fromNs, toNs int64) string {
 	ls := injector.LostBetween(evs, fromNs, toNs)
 	if len(ls) == 0 {
 		return ""
 	}
 	return "the trace is incomplete in the window judged: " + checker.Losses(ls).Error()
+}
+
+// landing is judgeLanding over the case's trace behind the trace-loss
+// guard (guardedLanding).
+func (cr *caseRun) landing(w phaseWindow, fromNs, faultNs int64, pid int) landing {
+	return guardedLanding(cr.st.Trace.Events(), cr.st.Trace.Sorted(), w, fromNs, faultNs, pid)
+}
+
+// guardedLanding is judgeLanding (over sorted, the trace in time order)
+// refused when arrival (the same trace in arrival order) may have lost a
+// datagram between fromNs and the fault: not landed, with the loss as the
+// reason, for the lost one may be the opener, the closer or an operation's
+// start. The phase it hit is still named.
+func guardedLanding(arrival, sorted []failpoint.Event, w phaseWindow, fromNs, faultNs int64, pid int) landing {
+	if lost := traceLost(arrival, fromNs, faultNs); lost != "" {
+		return landing{Phase: stackPhaseAt(sorted, faultNs), Why: "landing in " + w.String() + " not proven: " + lost}
+	}
+	return judgeLanding(sorted, w, fromNs, faultNs, pid)
 }
 
 // restartsUnproven is the guard of NoUnexpectedRestart, which counts agent

@@ -49,7 +49,7 @@ func TestJudgeLandingRefusesLossInItsWindow(t *testing.T) {
 			seqEv(180, "vmctl", 3, 3, "store.commit.after-rename")}, phaseWindow{Steady: true}, false, "vmctl pid 3: datagrams #1..#2 lost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := judgeLanding(tc.evs, tc.w, msNs(50), msNs(200), 0)
+			l := guardedLanding(tc.evs, tc.evs, tc.w, msNs(50), msNs(200), 0)
 			if l.Landed != tc.landed || !strings.Contains(l.Why, tc.why) {
 				t.Fatalf("landed %v (%s), want %v (%q)", l.Landed, l.Why, tc.landed, tc.why)
 			}
@@ -125,5 +125,26 @@ func TestNoUnexpectedRestartRefusesLossSinceArming(t *testing.T) {
 				t.Fatalf("guarded invariant %+v", inv)
 			}
 		})
+	}
+}
+
+// TestGuardReadsArrivalOrder: a failpoint.signal datagram is stamped when
+// its timer fired, before it took its number, so in stamp order it can come
+// before a datagram numbered earlier. The guard reads the arrival order, in
+// which the numbers of a process never go back: no loss, the fault lands.
+func TestGuardReadsArrivalOrder(t *testing.T) {
+	arrival := []failpoint.Event{
+		seqEv(100, "vmctl", 2, 1, "snapshot.save.locked"),
+		seqEv(160, "vmctl", 2, 2, "snapshot.save.paused"),
+		seqEv(150, "vmctl", 2, 3, failpoint.SignalPoint),
+		seqEv(300, "vmctl", 2, 4, "snapshot.save.finalized"),
+	}
+	sorted := []failpoint.Event{arrival[0], arrival[2], arrival[1], arrival[3]}
+	w := phaseWindow{Open: "snapshot.save.locked", Close: "snapshot.save.finalized"}
+	if l := guardedLanding(arrival, sorted, w, msNs(50), msNs(200), 0); !l.Landed {
+		t.Fatalf("not landed: %s", l.Why)
+	}
+	if lost := traceLost(sorted, msNs(50), msNs(200)); lost == "" {
+		t.Fatal("stamp order should read as a gap (why the guard must not use it)")
 	}
 }

@@ -94,6 +94,7 @@ type state struct {
 	ctlDir  string
 	actions map[string][]*rule
 	seq     uint64    // last datagram sequence number; under sendMu
+	firstNs int64     // ts_ns of datagram #1 (0: none sent yet); under sendMu
 	timer   *sigTimer // fires signal(SIG,DELAY) actions; nil without any
 }
 
@@ -140,10 +141,14 @@ func Configure(proc, tracePath, spec, ctlDir string) error {
 	}
 	if tracePath != "" {
 		// A missing harness socket must not break the stack under test:
-		// the hit still runs its action, the datagram is dropped.
+		// the hit still runs its action, the datagram is dropped. But the
+		// harness must learn that this process sends nothing: a judgement
+		// that reads the trace would take its silence for "no such phase".
 		c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: tracePath, Net: "unixgram"})
 		if err == nil {
 			st.trace = c
+		} else {
+			reportDialFailure(st, tracePath, err)
 		}
 	}
 	if old := current.Swap(st); old != nil {
@@ -266,6 +271,10 @@ func (st *state) sendArmed(ev *Event, armed func(ts int64, seq uint64)) int64 {
 	st.seq++
 	ev.Seq = st.seq
 	stamp := ev.TsNs == 0
+	if st.seq == 1 {
+		// the trace end (Close) names this stream by its first stamp
+		defer func() { st.firstNs = ev.TsNs }()
+	}
 	b, err := json.Marshal(ev)
 	if err != nil {
 		if stamp {
@@ -328,6 +337,8 @@ func (r *rule) run(ctx context.Context, st *state, name, vm, op string, hitSeq u
 	case actSleep:
 		time.Sleep(time.Duration(r.arg) * time.Millisecond)
 	case actExit:
+		// a clean exit: the trace end says how many datagrams were sent
+		Close()
 		os.Exit(r.arg)
 	case actKill:
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -385,81 +396,98 @@ func ParseSpec(spec string) ([]*rule, error) {
 		if part == "" {
 			continue
 		}
-		name, act, ok := strings.Cut(part, "=")
-		name, act = strings.TrimSpace(name), strings.TrimSpace(act)
-		if !ok || name == "" || act == "" {
-			return nil, fmt.Errorf("%s: %q: want name=action", EnvFailpoints, part)
-		}
-		r := &rule{point: name}
-		// "@vm=" is a suffix only after the action's closing paren, so an
-		// error message may contain it.
-		if i := strings.LastIndex(act, "@vm="); i >= 0 && i > strings.LastIndex(act, ")") {
-			r.vm = act[i+4:]
-			act = act[:i]
-			if r.vm == "" {
-				return nil, fmt.Errorf("%s: %q: empty @vm=", EnvFailpoints, part)
-			}
-		}
-		// "N*" is a count only when N is all digits, so an error message may
-		// contain '*'.
-		if n, rest, ok := strings.Cut(act, "*"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
-			var lim int
-			if _, err := fmt.Sscanf(n, "%d", &lim); err != nil || lim <= 0 || fmt.Sprint(lim) != n {
-				return nil, fmt.Errorf("%s: %q: bad count %q", EnvFailpoints, part, n)
-			}
-			r.limit, act = lim, rest
-		}
-		verb, arg, hasArg := strings.Cut(act, "(")
-		if hasArg {
-			if !strings.HasSuffix(arg, ")") {
-				return nil, fmt.Errorf("%s: %q: unclosed (", EnvFailpoints, part)
-			}
-			arg = strings.TrimSuffix(arg, ")")
-		}
-		num := func() error {
-			var v int
-			if _, err := fmt.Sscanf(arg, "%d", &v); err != nil || fmt.Sprint(v) != arg || v < 0 {
-				return fmt.Errorf("%s: %q: want a non-negative integer in ()", EnvFailpoints, part)
-			}
-			r.arg = v
-			return nil
-		}
-		switch {
-		case verb == "pause" && !hasArg:
-			r.action = actPause
-		case verb == "kill" && !hasArg:
-			r.action = actKill
-		case verb == "sleep" && hasArg:
-			r.action = actSleep
-			if err := num(); err != nil {
-				return nil, err
-			}
-		case verb == "exit" && hasArg:
-			r.action = actExit
-			if err := num(); err != nil {
-				return nil, err
-			}
-			if r.arg > 255 {
-				return nil, fmt.Errorf("%s: %q: exit code > 255", EnvFailpoints, part)
-			}
-		case verb == "signal" && hasArg:
-			r.action = actSignal
-			var err error
-			if r.sig, r.delay, r.once, err = parseSignalArg(arg); err != nil {
-				return nil, fmt.Errorf("%s: %q: %w", EnvFailpoints, part, err)
-			}
-		case verb == "error" && hasArg:
-			r.action = actError
-			r.msg = arg
-			if r.msg == "" {
-				r.msg = "failpoint " + name
-			}
-		default:
-			return nil, fmt.Errorf("%s: %q: unknown action %q (want pause, sleep(ms), exit(code), kill, error(msg), signal(SIG,DELAY))", EnvFailpoints, part, act)
+		r, err := parseRule(part)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// parseRule parses one "name=[N*]action[@vm=<id>]".
+func parseRule(part string) (*rule, error) {
+	name, act, ok := strings.Cut(part, "=")
+	name, act = strings.TrimSpace(name), strings.TrimSpace(act)
+	if !ok || name == "" || act == "" {
+		return nil, fmt.Errorf("%s: %q: want name=action", EnvFailpoints, part)
+	}
+	r := &rule{point: name}
+	// "@vm=" is a suffix only after the action's closing paren, so an
+	// error message may contain it.
+	if i := strings.LastIndex(act, "@vm="); i >= 0 && i > strings.LastIndex(act, ")") {
+		r.vm = act[i+4:]
+		act = act[:i]
+		if r.vm == "" {
+			return nil, fmt.Errorf("%s: %q: empty @vm=", EnvFailpoints, part)
+		}
+	}
+	// "N*" is a count only when N is all digits, so an error message may
+	// contain '*'.
+	if n, rest, ok := strings.Cut(act, "*"); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+		var lim int
+		if _, err := fmt.Sscanf(n, "%d", &lim); err != nil || lim <= 0 || fmt.Sprint(lim) != n {
+			return nil, fmt.Errorf("%s: %q: bad count %q", EnvFailpoints, part, n)
+		}
+		r.limit, act = lim, rest
+	}
+	if err := r.parseAction(part, act); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// parseAction sets r's action from act, one of pause, kill, sleep(ms),
+// exit(code), signal(SIG,DELAY[,once=TOKEN]), error(msg); part is the
+// whole rule, for errors.
+func (r *rule) parseAction(part, act string) error {
+	verb, arg, hasArg := strings.Cut(act, "(")
+	if hasArg {
+		if !strings.HasSuffix(arg, ")") {
+			return fmt.Errorf("%s: %q: unclosed (", EnvFailpoints, part)
+		}
+		arg = strings.TrimSuffix(arg, ")")
+	}
+	num := func() error {
+		var v int
+		if _, err := fmt.Sscanf(arg, "%d", &v); err != nil || fmt.Sprint(v) != arg || v < 0 {
+			return fmt.Errorf("%s: %q: want a non-negative integer in ()", EnvFailpoints, part)
+		}
+		r.arg = v
+		return nil
+	}
+	switch {
+	case verb == "pause" && !hasArg:
+		r.action = actPause
+	case verb == "kill" && !hasArg:
+		r.action = actKill
+	case verb == "sleep" && hasArg:
+		r.action = actSleep
+		return num()
+	case verb == "exit" && hasArg:
+		r.action = actExit
+		if err := num(); err != nil {
+			return err
+		}
+		if r.arg > 255 {
+			return fmt.Errorf("%s: %q: exit code > 255", EnvFailpoints, part)
+		}
+	case verb == "signal" && hasArg:
+		r.action = actSignal
+		var err error
+		if r.sig, r.delay, r.once, err = parseSignalArg(arg); err != nil {
+			return fmt.Errorf("%s: %q: %w", EnvFailpoints, part, err)
+		}
+	case verb == "error" && hasArg:
+		r.action = actError
+		r.msg = arg
+		if r.msg == "" {
+			r.msg = "failpoint " + r.point
+		}
+	default:
+		return fmt.Errorf("%s: %q: unknown action %q (want pause, sleep(ms), exit(code), kill, error(msg), signal(SIG,DELAY))", EnvFailpoints, part, act)
+	}
+	return nil
 }
 
 // Release releases a parked point by creating <dir>/<name>.release.

@@ -78,6 +78,7 @@ func run(opts *Options, compat Compat, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer failpoint.Close() // a clean exit accounts for its trace
 	log, err := newLogger(opts.LogFile, opts.Verbosity, stderr)
 	if err != nil {
 		return chainExit("Error creating log file", osErrText(err))

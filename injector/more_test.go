@@ -233,9 +233,11 @@ func TestLostReportsADroppedDatagram(t *testing.T) {
 	if _, err := tr.WaitPoint(ctx, 0, fmt.Sprintf("p%d", sent), 1, ""); err != nil {
 		t.Fatal(err)
 	}
-	want := []Loss{{Proc: "vmctl", Pid: os.Getpid(), First: 2, Last: 2}}
+	evs := tr.Events()
+	// #2 was sent between #1 and #3, as their stamps say
+	want := []Loss{{Proc: "vmctl", Pid: os.Getpid(), First: 2, Last: 2, AfterNs: evs[0].TsNs, BeforeNs: evs[1].TsNs}}
 	if got := tr.Lost(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("Lost() = %v, want %v", got, want)
+		t.Fatalf("Lost() = %+v, want %+v", got, want)
 	}
 	var seqs []uint64
 	for _, e := range tr.Events() {
@@ -257,10 +259,12 @@ func TestLostInGapsRestartsAndOldEmitters(t *testing.T) {
 		ev("vmctl", 7, 6), ev("vmctl", 7, 3), // restart under pid 7: 1..2 of it lost
 		ev("vmctl", 9, 1), ev("vmctl", 9, 2), // whole
 	})
+	// every datagram is stamped 1: each run lies between its neighbours'
+	// stamps (after 0: the run began at #1)
 	want := []Loss{
-		{Proc: "vmctl", Pid: 7, First: 3, Last: 4},
-		{Proc: "nodeagent", Pid: 7, First: 1, Last: 1},
-		{Proc: "vmctl", Pid: 7, First: 1, Last: 2},
+		{Proc: "vmctl", Pid: 7, First: 3, Last: 4, AfterNs: 1, BeforeNs: 1},
+		{Proc: "nodeagent", Pid: 7, First: 1, Last: 1, BeforeNs: 1},
+		{Proc: "vmctl", Pid: 7, First: 1, Last: 2, BeforeNs: 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("LostIn = %v, want %v", got, want)

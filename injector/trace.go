@@ -441,6 +441,33 @@ func (t *Trace) post(f func()) {
 	_, _ = unix.Write(t.wake, one[:])
 }
 
+// Drain returns once every datagram queued on the socket when it was
+// called is in the trace: a check at teardown (TailLost) must not take a
+// datagram still in the socket for a lost one. It runs the read on the
+// reader thread, which owns the socket.
+func (t *Trace) Drain(ctx context.Context) error {
+	done := make(chan struct{})
+	t.post(func() {
+		buf := make([]byte, 1<<16)
+		for {
+			n, err := recvDatagram(t.fd, buf)
+			if err != nil {
+				break // EAGAIN: drained
+			}
+			t.ingest(buf[:n])
+		}
+		close(done)
+	})
+	select {
+	case <-done:
+		return nil
+	case <-t.done:
+		return ErrTraceClosed
+	case <-ctx.Done():
+		return fmt.Errorf("trace drain: %w", ctx.Err())
+	}
+}
+
 // Close stops reading and removes the socket file. Waiters get ErrTraceClosed.
 func (t *Trace) Close() error {
 	t.mu.Lock()

@@ -129,6 +129,12 @@ func (m *Manager) SnapshotSave(ctx context.Context, ref, name string) (*Snapshot
 	// the VM (free to run now) or a gc in the instant before the lease took
 	// it leaves nothing to move, which fails this save and nothing else.
 	if err := os.Rename(capDir, m.stagingFor(sid)); err != nil {
+		// The lease is held, so no other save or gc owns the capture: it is
+		// this save's debris (a full copy of guest memory), removed here
+		// rather than left for the next save or gc.
+		if rerr := os.RemoveAll(capDir); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove capture: %w", rerr))
+		}
 		return nil, fmt.Errorf("save snapshot %s: move capture to staging: %w", sid, err)
 	}
 	m.logf("save %s: leased", sid)
@@ -394,18 +400,39 @@ func (m *Manager) SnapshotRemove(ctx context.Context, ref string) error {
 	return m.finishSnapDelete(ctx, tomb)
 }
 
-// finishInterruptedSnapDelete completes the tombstoned delete of ref (id or
-// name) left by a snapshot rm that died; with no tombstone it returns
+// finishInterruptedSnapDelete completes the tombstoned deletes of ref (id
+// or name) left by snapshot rms that died. A name can carry more than one
+// such delete (a save of the name after each interrupted rm gives it a new
+// id); all of them are finished, as vm rm does. With no tombstone it returns
 // notFound.
 func (m *Manager) finishInterruptedSnapDelete(ctx context.Context, ref string, notFound error) error {
-	ix, err := m.loadSnaps()
-	if err != nil {
-		return err
+	seen := map[string]bool{} // tombstones of ref already looked at
+	finished := 0
+	for {
+		ix, err := m.loadSnaps()
+		if err != nil {
+			return err
+		}
+		tomb, found := nextTombstone(ix.Tombstones, ref, seen)
+		if !found {
+			if finished == 0 {
+				return notFound
+			}
+			return nil
+		}
+		if tomb == nil {
+			continue
+		}
+		if err := m.finishSnapTombstoned(ctx, tomb); err != nil {
+			return err
+		}
+		finished++
 	}
-	tomb := findTombstone(ix.Tombstones, ref)
-	if tomb == nil {
-		return notFound
-	}
+}
+
+// finishSnapTombstoned finishes one interrupted snapshot delete under its
+// lease; a held lease (a finisher or builder of that id is alive) refuses.
+func (m *Manager) finishSnapTombstoned(ctx context.Context, tomb *Tombstone) error {
 	lease, err := lockFile(ctx, m.leasePath(tomb.ID), exclusive, false)
 	if errors.Is(err, ErrLocked) {
 		return fmt.Errorf("rm: "+MsgSnapInUse, tomb.ID)

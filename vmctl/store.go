@@ -221,6 +221,20 @@ func findTombstone(tombs map[string]*Tombstone, ref string) *Tombstone {
 	return nil
 }
 
+// nextTombstone picks a tombstone of ref (an id or the deleted record's
+// name) not in seen, marks it seen and returns a copy of it (nil, true when
+// its id is not one we could have written); false once every tombstone of
+// ref was seen. A finisher loops on it to finish every delete of a name.
+func nextTombstone(tombs map[string]*Tombstone, ref string, seen map[string]bool) (*Tombstone, bool) {
+	for id, t := range tombs {
+		if !seen[id] && (id == ref || t.Name == ref) {
+			seen[id] = true
+			return findTombstone(map[string]*Tombstone{id: t}, id), true
+		}
+	}
+	return nil, false
+}
+
 // dropTombstone is the update that ends a delete; a finisher that lost the
 // race to another one has nothing to commit.
 func dropTombstone(tombs map[string]*Tombstone, id string) error {

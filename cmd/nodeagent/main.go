@@ -44,6 +44,7 @@ Example:
 			if err := failpoint.Init("nodeagent"); err != nil {
 				return err
 			}
+			defer failpoint.Close() // a clean exit accounts for its trace
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

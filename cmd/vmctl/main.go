@@ -41,6 +41,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
+	// The verb is over: the trace end accounts for every datagram sent.
+	failpoint.Close()
 	var st exitStatus
 	switch {
 	case err == nil:

@@ -68,6 +68,17 @@ func traceGuard(in *Input) []string {
 	return nil
 }
 
+// TraceGuard is traceGuard for an invariant judged outside the checker
+// (the runner's no-unexpected-restart): with loss (a TraceLoss error) it
+// returns invariant name failed with the guard's evidence, and true.
+func TraceGuard(name string, loss error) (reports.Invariant, bool) {
+	g := traceGuard(&Input{TraceLoss: loss})
+	if g == nil {
+		return reports.Invariant{}, false
+	}
+	return result(name, g), true
+}
+
 // NoFailedWriteInvariant: the agent never wrote lifecycle failed after the fault.
 func NoFailedWriteInvariant(in *Input, events []failpoint.Event, faultNs int64) reports.Invariant {
 	if g := traceGuard(in); g != nil {

@@ -53,12 +53,10 @@ func (cr *caseRun) injectWhileDown(ctx context.Context, first reports.Injection)
 			rec.Fault, rec.ActualNs, rec.Err, rec.VictimPID = in.Fault.String(), in.ActualNs, in.Err, in.VictimPID
 		}
 		if rec.ActualNs > 0 {
-			rec.LastPhase = agentDown
-			if why := cr.agentUp(first, rec.ActualNs); why != "" {
-				rec.LastPhase = "agent up"
-				if rec.Err == "" {
-					rec.Err = "after its window " + agentDown + " closed: " + why
-				}
+			var why string
+			rec.LastPhase, why = judgeWhileDown(cr.st.Trace.Events(), first, rec.ActualNs, procState)
+			if rec.Err == "" {
+				rec.Err = why
 			}
 		}
 		rec.Landed = rec.ActualNs > 0 && rec.Err == ""
@@ -72,17 +70,33 @@ func (cr *caseRun) injectWhileDown(ctx context.Context, first reports.Injection)
 	return out
 }
 
+// judgeWhileDown judges a while-down fault at tsNs against the agent-down
+// window that first opened: the phase it hit and, when it did not land, why.
+// evs is the trace in arrival order; state reads a pid's /proc state. An agent
+// that was up is a miss; "no agent start in between" read from a trace that
+// may have lost a datagram in between proves nothing (the lost one may be
+// that start), so it does not land either.
+func judgeWhileDown(evs []failpoint.Event, first reports.Injection, tsNs int64, state func(int) byte) (phase, why string) {
+	if up := agentUp(evs, first, tsNs, state); up != "" {
+		return "agent up", "after its window " + agentDown + " closed: " + up
+	}
+	if lost := traceLost(evs, first.ActualNs, tsNs); lost != "" {
+		return agentDown, agentDown + " not proven: " + lost
+	}
+	return agentDown, ""
+}
+
 // agentUp says why the agent was not down at tsNs after the first fault
 // ("" when it was): an agent process started in between, or the frozen
 // agent was running again.
-func (cr *caseRun) agentUp(first reports.Injection, tsNs int64) string {
-	for _, e := range cr.st.Trace.Sorted() {
+func agentUp(evs []failpoint.Event, first reports.Injection, tsNs int64, state func(int) byte) string {
+	for _, e := range evs {
 		if e.Point == "agent.started" && e.TsNs > first.ActualNs && e.TsNs <= tsNs {
 			return fmt.Sprintf("agent pid %d started %s before", e.Pid, ms(tsNs-e.TsNs))
 		}
 	}
 	if strings.HasPrefix(first.Fault, "sigstop") && first.VictimPID > 0 {
-		if st := procState(first.VictimPID); st != 'T' && st != 't' {
+		if st := state(first.VictimPID); st != 'T' && st != 't' {
 			return fmt.Sprintf("the frozen agent (pid %d) was in state %q, not stopped", first.VictimPID, st)
 		}
 	}

@@ -155,7 +155,7 @@ func (cr *caseRun) land(out *reports.Injection, w phaseWindow, fromNs int64, pid
 		out.Landed = false
 		return
 	}
-	l := judgeLanding(cr.st.Trace.Sorted(), w, fromNs, out.ActualNs, pid)
+	l := cr.landing(w, fromNs, out.ActualNs, pid)
 	out.LastPhase = l.Phase
 	out.Landed = out.Err == "" && l.Landed
 	if out.Err == "" && !l.Landed {

@@ -594,6 +594,9 @@ func (s *Stack) Close(ctx context.Context) error {
 	if err := copyDir(s.LogDir, filepath.Join(s.CaseDir, "logs")); err != nil {
 		errs = append(errs, "copy logs: "+err.Error())
 	}
+	if err := s.traceAccounting(ctx); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if s.Trace != nil {
 		if err := s.Trace.WriteJSONL(filepath.Join(s.CaseDir, "trace.jsonl")); err != nil {
 			errs = append(errs, err.Error())

@@ -161,7 +161,7 @@ func (in *Injector) armable(f Fault) (FaultKind, error) {
 		return nil, fmt.Errorf("fault %s: %w", f.Kind, ErrNodeFault)
 	}
 	if err := k.Available(Host{Sup: in.sup}); err != nil {
-		return nil, fmt.Errorf("fault %s: %w", f.Kind, err)
+		return nil, err // names the kind
 	}
 	return k, nil
 }

@@ -89,6 +89,8 @@ func (in *Injector) armInVictim(k FaultKind, f Fault, t Trigger, pre *victim) (*
 	return pre, nil
 }
 
+// runInVictim waits for the victim's own failpoint.signal datagram, checks
+// it and the process that sent it against f, and reads where it landed.
 func (in *Injector) runInVictim(ctx context.Context, k FaultKind, f Fault, t Trigger, cfg armCfg, pre *victim) (inj Injection) {
 	inj = pendingRecord(f, t, cfg)
 	inj.InVictim = true

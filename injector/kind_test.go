@@ -10,6 +10,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
 )
 
 // TestFaultKindsRegistry walks the one list of fault kinds: each has a
@@ -153,5 +156,72 @@ func TestPowerCutIsTheNodes(t *testing.T) {
 	t.Cleanup(func() { _ = sup.Close() })
 	if _, err := New(sup, nil, Options{}).Arm(context.Background(), Fault{Kind: FaultPowerCut}, MustParseTrigger("at p + 1ms")); !errors.Is(err, ErrNodeFault) {
 		t.Errorf("Arm(power-cut) = %v, want ErrNodeFault", err)
+	}
+}
+
+// TestSigstopContinuesAfterStopForAndSigcontResumes: a sigstop with StopFor
+// freezes the unit's main process and its SIGCONT comes StopFor later (the
+// kind's afterSignal); one without StopFor stays frozen until a sigcont.
+func TestSigstopContinuesAfterStopForAndSigcontResumes(t *testing.T) {
+	s := newStack(t, KindBuiltin)
+	s.loopUnit(t, "svc", "vm-s", "s.tick", 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	main, _ := s.sup.MainPID(ctx, "svc")
+	stopFor := 200 * time.Millisecond
+	a, err := s.inj.Arm(ctx, Fault{Kind: FaultSigstop, Unit: "svc", StopFor: stopFor}, MustParseTrigger("at s.tick + 0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := a.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inj.Landed || inj.VictimPID != main {
+		t.Fatalf("sigstop: %+v (main %d)", inj, main)
+	}
+	// The next tick of the main process after the stop comes once it was
+	// continued, StopFor after the signal.
+	next := nextTickAfter(ctx, t, s, main, inj.ActualNs)
+	if next.TsNs < inj.ActualNs+int64(stopFor) {
+		t.Fatalf("main ticked at %d, before the SIGCONT due at %d", next.TsNs, inj.ActualNs+int64(stopFor))
+	}
+	// Without StopFor it stays stopped until a sigcont.
+	frozen := s.inj.Inject(ctx, Fault{Kind: FaultSigstop, Unit: "svc"})
+	if !frozen.Landed {
+		t.Fatalf("sigstop without StopFor: %+v", frozen)
+	}
+	waitState(ctx, t, main, 'T')
+	cont := s.inj.Inject(ctx, Fault{Kind: FaultSigcont, Unit: "svc"})
+	if !cont.Landed {
+		t.Fatalf("sigcont: %+v", cont)
+	}
+	if next := nextTickAfter(ctx, t, s, main, cont.ActualNs); next.Pid != main {
+		t.Fatalf("tick after sigcont from pid %d, want %d", next.Pid, main)
+	}
+}
+
+// nextTickAfter is the first s.tick of pid stamped after ns.
+func nextTickAfter(ctx context.Context, t *testing.T, s *stack, pid int, ns int64) failpoint.Event {
+	t.Helper()
+	h, err := s.tr.Wait(ctx, 0, 1, func(e *failpoint.Event) bool { return e.Point == "s.tick" && e.Pid == pid && e.TsNs > ns })
+	if err != nil {
+		t.Fatalf("no tick of pid %d after %d: %v", pid, ns, err)
+	}
+	return h.Event
+}
+
+// waitState waits until pid's /proc state is st.
+func waitState(ctx context.Context, t *testing.T, pid int, st byte) {
+	t.Helper()
+	for {
+		if s, err := readStat(pid); err == nil && s.state == st {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pid %d never reached state %c", pid, st)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }

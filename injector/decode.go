@@ -64,11 +64,10 @@ func decodeEvent(b []byte, in interner) (failpoint.Event, error) {
 // decodeFast decodes `{"key":value,...}` with the Event keys, plain ASCII
 // strings and unsigned integers; ok=false on anything else.
 func decodeFast(b []byte, in interner) (ev failpoint.Event, ok bool) {
-	i := 0
 	if len(b) < 2 || b[0] != '{' {
 		return ev, false
 	}
-	i = 1
+	i := 1
 	if b[i] == '}' {
 		return ev, i+1 == len(b)
 	}
@@ -77,61 +76,7 @@ func decodeFast(b []byte, in interner) (ev failpoint.Event, ok bool) {
 		if !ok || j >= len(b) || b[j] != ':' {
 			return ev, false
 		}
-		i = j + 1
-		switch string(key) {
-		case "ts_ns", "seq", "pid":
-			n, j, ok := unsignedInt(b, i)
-			if !ok {
-				return ev, false
-			}
-			switch string(key) {
-			case "ts_ns":
-				ev.TsNs = int64(n)
-			case "seq":
-				ev.Seq = n
-			default:
-				if n > 1<<31-1 { // an int on every platform ParseEvent runs on
-					return ev, false
-				}
-				ev.Pid = int(n)
-			}
-			i = j
-		case "proc", "point", "vm", "op":
-			s, j, ok := plainString(b, i)
-			if !ok {
-				return ev, false
-			}
-			v := in.get(s)
-			switch string(key) {
-			case "proc":
-				ev.Proc = v
-			case "point":
-				ev.Point = v
-			case "vm":
-				ev.VM = v
-			default:
-				ev.Op = v
-			}
-			i = j
-		case "attrs":
-			j, ok := skipObject(b, i)
-			if !ok {
-				return ev, false
-			}
-			// Into the map so far: a repeated "attrs" merges, as in
-			// ParseEvent. (A local, so ev itself stays on the stack.)
-			m := ev.Attrs
-			if !flatAttrs(b[i:j], in, &m) {
-				if err := json.Unmarshal(b[i:j], &m); err != nil {
-					return ev, false
-				}
-			}
-			ev.Attrs = m
-			i = j
-		default:
-			return ev, false
-		}
-		if i >= len(b) {
+		if i, ok = decodeField(b, j+1, key, in, &ev); !ok || i >= len(b) {
 			return ev, false
 		}
 		switch b[i] {
@@ -143,6 +88,64 @@ func decodeFast(b []byte, in interner) (ev failpoint.Event, ok bool) {
 			return ev, false
 		}
 	}
+}
+
+// decodeField decodes the value of key, which starts at b[i], into ev and
+// returns the index right after it; false for a key or value decodeFast
+// leaves to ParseEvent.
+func decodeField(b []byte, i int, key []byte, in interner, ev *failpoint.Event) (int, bool) {
+	switch string(key) {
+	case "ts_ns", "seq", "pid":
+		n, j, ok := unsignedInt(b, i)
+		if !ok {
+			return j, false
+		}
+		switch string(key) {
+		case "ts_ns":
+			ev.TsNs = int64(n)
+		case "seq":
+			ev.Seq = n
+		default:
+			if n > 1<<31-1 { // an int on every platform ParseEvent runs on
+				return j, false
+			}
+			ev.Pid = int(n)
+		}
+		return j, true
+	case "proc", "point", "vm", "op":
+		s, j, ok := plainString(b, i)
+		if !ok {
+			return j, false
+		}
+		v := in.get(s)
+		switch string(key) {
+		case "proc":
+			ev.Proc = v
+		case "point":
+			ev.Point = v
+		case "vm":
+			ev.VM = v
+		default:
+			ev.Op = v
+		}
+		return j, true
+	case "attrs":
+		j, ok := skipObject(b, i)
+		if !ok {
+			return j, false
+		}
+		// Into the map so far: a repeated "attrs" merges, as in
+		// ParseEvent. (A local, so the event itself stays on the stack.)
+		m := ev.Attrs
+		if !flatAttrs(b[i:j], in, &m) {
+			if err := json.Unmarshal(b[i:j], &m); err != nil {
+				return j, false
+			}
+		}
+		ev.Attrs = m
+		return j, true
+	}
+	return i, false
 }
 
 // flatAttrs decodes an attrs object whose values are all plain strings or

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
@@ -44,10 +45,11 @@ func VictimSpecOnce(f Fault, t Trigger, token string) (string, error) {
 // that hits t's point (see InVictim); "" with the reason when f and t do not
 // qualify.
 func VictimSpec(f Fault, t Trigger) (string, error) {
-	sig, ok := faultSignal[f.Kind]
-	if !ok {
+	k, err := LookupFaultKind(f.Kind)
+	if err != nil || k.traits().signal == 0 {
 		return "", fmt.Errorf("fault %s: not a signal to the process that hits the point", f.Kind)
 	}
+	sig := k.traits().signal
 	if t.Kind != TriggerAt || t.N > 1 {
 		return "", fmt.Errorf("trigger %s: in-victim arming needs `at POINT + OFFSET` at the first hit", t)
 	}
@@ -61,17 +63,42 @@ func VictimSpec(f Fault, t Trigger) (string, error) {
 	return spec, nil
 }
 
-func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg armCfg, pre *victim) (inj Injection) {
-	inj = Injection{Fault: f, Trigger: t, IntendedPhase: t.Point, InVictim: true}
-	if len(cfg.intend) > 0 {
-		inj.IntendedPhase = strings.Join(cfg.intend, "|")
+// armInVictim checks that f on t can be armed in the victim and opens what
+// must be identified now: the victim's identity is checked against it when
+// it fires, when it may already be gone.
+func (in *Injector) armInVictim(k FaultKind, f Fault, t Trigger, pre *victim) (*victim, error) {
+	if _, err := VictimSpec(f, t); err != nil {
+		return pre, fmt.Errorf("arm %s: %w", t, err)
 	}
+	switch k.traits().rule {
+	case victimMain:
+		if pre == nil {
+			return nil, fmt.Errorf("arm %s in the victim: unit %s has no main process now", t, f.Unit)
+		}
+	case victimVMM:
+		// A VM's VMM that runs now is identified now, like a main process:
+		// once it killed itself its argv and pid mapping are gone.
+		if f.VM != "" {
+			v, err := in.vmmVictim(f.VM)
+			if err != nil {
+				return pre, fmt.Errorf("arm %s in the victim: %w", t, err)
+			}
+			return v, nil
+		}
+	}
+	return pre, nil
+}
+
+// runInVictim waits for the victim's own failpoint.signal datagram, checks
+// it and the process that sent it against f, and reads where it landed.
+func (in *Injector) runInVictim(ctx context.Context, k FaultKind, f Fault, t Trigger, cfg armCfg, pre *victim) (inj Injection) {
+	inj = pendingRecord(f, t, cfg)
+	inj.InVictim = true
 	defer pre.close()
 	if _, err := VictimSpec(f, t); err != nil {
 		inj.Err = "in-victim: " + err.Error()
 		return inj
 	}
-	sig := faultSignal[f.Kind]
 	// The main process's pid as it sees itself (innermost NSpid), read now:
 	// once it has signalled itself /proc may no longer have it.
 	selfPID := 0
@@ -80,39 +107,70 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 			selfPID = ns[len(ns)-1]
 		}
 	}
-	fired := func(e *failpoint.Event) bool {
-		return e.Point == failpoint.SignalPoint && e.Attrs["point"] == t.Point && (t.VM == "" || e.VM == t.VM) &&
-			(cfg.once == "" || e.Attrs["once"] == cfg.once)
-	}
 	// A hitter is identified at its first datagram after Arm (a vmctl
 	// sends some before the point, 20 ms for a clone), while it surely
 	// lives: by the time its signal — or even its hit, if delivery takes
 	// longer than the offset — is read it may be gone, and its pid with it.
 	var ids *procIDs
-	if f.Kind == FaultSigkillHitter {
+	if k.traits().rule == victimHitter {
 		ids = in.identify(ctx, cfg.from, cfg.hitterProc, cfg.allow, cfg.resolve)
 	}
 	// A VMM not running at Arm is identified at its hit.
 	var hitter chan hitterID
-	if f.Kind == FaultSigkillVMM && pre == nil {
-		hitter = make(chan hitterID, 1)
-		cancel, err := in.tr.onHitWaiter(cfg.from, 1, PointMatch(t.Point, t.VM), func(h Hit) *timed {
-			host, err := in.vmmHost(ctx, f, &h)
-			hitter <- hitterID{h.Event.Pid, host, err}
-			return nil
-		})
-		if err != nil {
+	if k.traits().rule == victimVMM && pre == nil {
+		var cancel func()
+		var err error
+		if hitter, cancel, err = in.identifyVMMAtHit(ctx, f, t, cfg); err != nil {
 			inj.Err = "trigger: " + err.Error()
 			return inj
 		}
 		defer cancel()
 	}
-	h, err := in.tr.Wait(ctx, cfg.from, 1, fired)
+	h, err := in.tr.Wait(ctx, cfg.from, 1, selfSignalled(t, cfg))
 	if err != nil {
 		inj.Err = "trigger: " + err.Error()
 		return inj
 	}
 	fe := h.Event
+	in.readSelfSignal(&inj, fe, t, k.traits().signal)
+	switch {
+	case inj.Err != "":
+	case ids != nil:
+		inj.VictimPID, inj.Err = ids.of(ctx, in.tr, fe, h.Index)
+	case hitter != nil:
+		inj.VictimPID, inj.Err = hitterOfSelf(ctx, fe, hitter)
+	default:
+		inj.VictimPID, inj.Err = in.victimOfSelf(ctx, k, f, fe, pre, selfPID)
+	}
+	in.settleInVictim(ctx, k, f, cfg, pre, fe, &inj)
+	return inj
+}
+
+// identifyVMMAtHit identifies the process that hits t's point as the VM's
+// VMM, on the trace reader thread as the hit arrives.
+func (in *Injector) identifyVMMAtHit(ctx context.Context, f Fault, t Trigger, cfg armCfg) (chan hitterID, func(), error) {
+	hitter := make(chan hitterID, 1)
+	cancel, err := in.tr.onHitWaiter(cfg.from, 1, PointMatch(t.Point, t.VM), func(h Hit) *timed {
+		host, err := in.vmmHost(ctx, f, &h)
+		hitter <- hitterID{h.Event.Pid, host, err}
+		return nil
+	})
+	return hitter, cancel, err
+}
+
+// selfSignalled matches the failpoint.signal datagram of a victim armed
+// with t's spec (and cfg's once token).
+func selfSignalled(t Trigger, cfg armCfg) func(*failpoint.Event) bool {
+	return func(e *failpoint.Event) bool {
+		return e.Point == failpoint.SignalPoint && e.Attrs["point"] == t.Point && (t.VM == "" || e.VM == t.VM) &&
+			(cfg.once == "" || e.Attrs["once"] == cfg.once)
+	}
+}
+
+// readSelfSignal fills the record from the victim's failpoint.signal
+// datagram fe and checks it against the fault: the right signal, the
+// right delay, due at its hit + offset.
+func (in *Injector) readSelfSignal(inj *Injection, fe failpoint.Event, t Trigger, sig syscall.Signal) {
 	late, _ := fe.Attrs["late_ns"].(float64)
 	delay, _ := fe.Attrs["delay_ns"].(float64)
 	hitSeq, _ := fe.Attrs["hit_seq"].(float64)
@@ -128,24 +186,20 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 	}
 	switch {
 	case fe.Attrs["signal"] != failpoint.SignalName(sig):
-		inj.Err = fmt.Sprintf("in-victim: the process fired SIG%v, the fault is %s", fe.Attrs["signal"], f.Kind)
+		inj.Err = fmt.Sprintf("in-victim: the process fired SIG%v, the fault is %s", fe.Attrs["signal"], inj.Fault.Kind)
 	case time.Duration(delay) != t.Offset:
 		inj.Err = fmt.Sprintf("in-victim: the process was armed with a delay of %s, the trigger asks %s", time.Duration(delay), FormatOffset(t.Offset))
 	case inj.TriggerNs != 0 && inj.TriggerNs+int64(t.Offset) != inj.RequestedNs:
 		inj.Err = "in-victim: the signal's due time is not its hit + offset"
 	}
-	switch {
-	case inj.Err != "":
-	case ids != nil:
-		inj.VictimPID, inj.Err = ids.of(ctx, in.tr, fe, h.Index)
-	case hitter != nil:
-		inj.VictimPID, inj.Err = hitterOfSelf(ctx, fe, hitter)
-	default:
-		inj.VictimPID, inj.Err = in.victimOfSelf(ctx, f, fe, pre, selfPID)
-	}
-	// Let datagrams sent before the signal arrive, then read where the
-	// operation was when the fault landed.
-	if isKill(f.Kind) && pre != nil && inj.VictimPID == pre.fd.PID {
+}
+
+// settleInVictim lets datagrams sent before the signal arrive (and a
+// killed victim die), then reads where the operation was when the fault
+// landed, runs the kind's follow-up (sigstop: the SIGCONT after StopFor)
+// and judges the landing.
+func (in *Injector) settleInVictim(ctx context.Context, k FaultKind, f Fault, cfg armCfg, pre *victim, fe failpoint.Event, inj *Injection) {
+	if k.traits().kills && pre != nil && inj.VictimPID == pre.fd.PID {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_ = pre.fd.WaitExit(wctx)
 		cancel()
@@ -154,14 +208,13 @@ func (in *Injector) runInVictim(ctx context.Context, f Fault, t Trigger, cfg arm
 	if e, ok := in.tr.LastOf(fe.Pid, inj.ActualNs); ok {
 		inj.LastPhase = e.Point
 	}
-	if inj.Err == "" && f.Kind == FaultSigstop && f.StopFor > 0 && pre != nil {
-		in.contLater(pre.fd.Proc, inj.ActualNs+int64(f.StopFor))
+	if inj.Err == "" && pre != nil {
+		k.afterSignal(in, f, pre.fd.Proc, inj.ActualNs)
 	}
 	inj.Landed = inj.Err == "" && inj.LastPhase != ""
 	if len(cfg.intend) > 0 {
 		inj.Landed = inj.Landed && slices.Contains(cfg.intend, inj.LastPhase)
 	}
-	return inj
 }
 
 // vmmHost is the host pid of the process that sent hit when it is the VM's
@@ -210,14 +263,14 @@ func hitterOfSelf(ctx context.Context, fe failpoint.Event, hitter <-chan hitterI
 
 // victimOfSelf checks that the process that signalled itself is f's victim
 // and returns its host pid.
-func (in *Injector) victimOfSelf(ctx context.Context, f Fault, fe failpoint.Event, pre *victim, selfPID int) (int, string) {
-	if f.Kind == FaultSigkillVMM && pre != nil {
+func (in *Injector) victimOfSelf(ctx context.Context, k FaultKind, f Fault, fe failpoint.Event, pre *victim, selfPID int) (int, string) {
+	if k.traits().rule == victimVMM && pre != nil {
 		if selfPID == 0 || selfPID != fe.Pid {
 			return 0, fmt.Sprintf("in-victim: pid %d (as it sees itself) that hit %s is not vm %s's VMM at Arm (host pid %d)", fe.Pid, fe.Attrs["point"], f.VM, pre.fd.PID)
 		}
 		return pre.fd.PID, ""
 	}
-	if needsMain(f.Kind) {
+	if k.traits().rule == victimMain {
 		if pre == nil {
 			return 0, fmt.Sprintf("in-victim: unit %s had no main process at Arm", f.Unit)
 		}

@@ -58,6 +58,9 @@ func SandboxPreflight() string {
 	return ""
 }
 
+// newSandbox boots the sandbox: its record first (a runner killed from
+// then on leaves what the next run cleans up from), then the namespaced
+// init, then the manager answering on the proxied private bus.
 func newSandbox(ctx context.Context, stateDir string) (Supervisor, error) {
 	if why := SandboxPreflight(); why != "" {
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, why)
@@ -91,38 +94,9 @@ func newSandbox(ctx context.Context, stateDir string) (Supervisor, error) {
 		rec.remove()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		return fail(err)
-	}
-	cgfd, err := syscall.Open(cg, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	cmd, err := startSandboxInit(D, cg)
 	if err != nil {
 		return fail(err)
-	}
-	logf, err := os.OpenFile(filepath.Join(D, "sandbox.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		syscall.Close(cgfd)
-		return fail(err)
-	}
-	cmd := &exec.Cmd{
-		Path: "/bin/sh", Args: []string{"sh", filepath.Join(D, "inner.sh")},
-		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		Stdout: logf, Stderr: logf,
-		SysProcAttr: &syscall.SysProcAttr{
-			Setsid: true,
-			// PID 1 of a new pid namespace, born inside <cgroup2>/<name> ...
-			Cloneflags:  syscall.CLONE_NEWPID,
-			UseCgroupFD: true, CgroupFD: cgfd,
-			// ... then its own cgroup namespace rooted there, and mount/uts/ipc
-			// namespaces; with CLONE_NEWNS here Go also makes / rprivate, so
-			// no mount propagates back to the host.
-			Unshareflags: syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
-		},
-	}
-	err = cmd.Start()
-	syscall.Close(cgfd)
-	logf.Close()
-	if err != nil {
-		return fail(fmt.Errorf("start namespaced init: %w", err))
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -143,9 +117,55 @@ func newSandbox(ctx context.Context, stateDir string) (Supervisor, error) {
 		case <-time.After(10 * time.Second):
 		}
 	}
+	conn, err := waitSandboxBus(ctx, D, exited, killInit)
+	if err != nil {
+		return fail(err)
+	}
+	SandboxStarted = time.Since(t0)
+	return sandboxSup(conn, rec, D, initPID, killInit), nil
+}
 
-	// Wait for the proxied private bus socket, then for the manager to finish
-	// booting its tiny target.
+// startSandboxInit starts inner.sh (which execs systemd) as PID 1 of new
+// namespaces, born in the cgroup cg it creates.
+func startSandboxInit(D, cg string) (*exec.Cmd, error) {
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		return nil, err
+	}
+	cgfd, err := syscall.Open(cg, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(cgfd)
+	logf, err := os.OpenFile(filepath.Join(D, "sandbox.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := &exec.Cmd{
+		Path: "/bin/sh", Args: []string{"sh", filepath.Join(D, "inner.sh")},
+		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Stdout: logf, Stderr: logf,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid: true,
+			// PID 1 of a new pid namespace, born inside <cgroup2>/<name> ...
+			Cloneflags:  syscall.CLONE_NEWPID,
+			UseCgroupFD: true, CgroupFD: cgfd,
+			// ... then its own cgroup namespace rooted there, and mount/uts/ipc
+			// namespaces; with CLONE_NEWNS here Go also makes / rprivate, so
+			// no mount propagates back to the host.
+			Unshareflags: syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start namespaced init: %w", err)
+	}
+	return cmd, nil
+}
+
+// waitSandboxBus waits for the proxied private bus socket, then for the
+// manager to finish booting its tiny target; on a timeout it kills the
+// init (killInit).
+func waitSandboxBus(ctx context.Context, D string, exited <-chan error, killInit func()) (*sd.Conn, error) {
 	sock := filepath.Join(D, "bus", "private")
 	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -159,10 +179,10 @@ func newSandbox(ctx context.Context, stateDir string) (Supervisor, error) {
 		select {
 		case err := <-exited:
 			b, _ := os.ReadFile(filepath.Join(D, "sandbox.log"))
-			return fail(fmt.Errorf("namespaced systemd exited (%v): %s", err, strings.TrimSpace(string(b))))
+			return nil, fmt.Errorf("namespaced systemd exited (%v): %s", err, strings.TrimSpace(string(b)))
 		case <-bctx.Done():
 			killInit()
-			return fail(fmt.Errorf("systemd did not come up: %w (see %s)", bctx.Err(), filepath.Join(D, "systemd.log")))
+			return nil, fmt.Errorf("systemd did not come up: %w (see %s)", bctx.Err(), filepath.Join(D, "systemd.log"))
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
@@ -170,18 +190,22 @@ func newSandbox(ctx context.Context, stateDir string) (Supervisor, error) {
 		st, err := conn.SystemStateContext(bctx)
 		if err == nil {
 			if v, _ := st.Value.Value().(string); v == "running" || v == "degraded" {
-				break
+				return conn, nil
 			}
 		}
 		if bctx.Err() != nil {
 			conn.Close()
 			killInit()
-			return fail(fmt.Errorf("systemd did not reach running: %w", bctx.Err()))
+			return nil, fmt.Errorf("systemd did not reach running: %w", bctx.Err())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	SandboxStarted = time.Since(t0)
+}
 
+// sandboxSup is the supervisor over the booted sandbox: its scope is the
+// sandbox's pid namespace, and its teardown kills the namespace's PID 1.
+func sandboxSup(conn *sd.Conn, rec *Record, D string, initPID int, killInit func()) *dbusSup {
+	cg := rec.Cgroup
 	s := &dbusSup{kind: KindSandbox, conn: conn, rec: rec, cgRoot: cg, self: os.Getpid(), units: map[string]UnitSpec{},
 		managerPID: initPID}
 	ns := rec.PidNS
@@ -202,7 +226,7 @@ func newSandbox(ctx context.Context, stateDir string) (Supervisor, error) {
 		removeRecordsOfNS(Registry(), ns) // runs made inside died with the namespace
 		return errors.Join(errs...)
 	}
-	return s, nil
+	return s
 }
 
 // dialPrivate connects to systemd's private peer-to-peer protocol at path:

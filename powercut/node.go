@@ -27,6 +27,11 @@ type Node struct {
 	mounts   []*lazyfs.Mounted
 }
 
+// A Node is what the injector's power-cut kind cuts (injector.Node): the
+// kind lives in the injector's one list of fault kinds, and the lazy
+// filesystems here, so powercut imports injector and never the reverse.
+var _ injector.Node = (*Node)(nil)
+
 // Mount makes each durable dir (created if missing) a lazy filesystem.
 func Mount(durable, volatile []string) (*Node, error) {
 	return MountIn(durable, volatile, nil)

@@ -368,13 +368,26 @@ func Validate(bugNames []string) error {
 	return nil
 }
 
-// FaultKinds are the fault kinds a scenario may use: the injector's, plus
-// "failpoint" (a VMCHAOS_FAILPOINTS action is the fault), "sigkill-direct"
-// (SIGKILL of a vmctl process the harness started itself) and "none" (the
-// scenario only checks a path, e.g. a clean wake).
-var FaultKinds = map[string]bool{"sigkill-main": true, "stop": true, "restart": true, "kill-all": true,
-	"sigkill-child": true, "sigkill-vmm": true, "sigstop": true, "sigcont": true,
-	"failpoint": true, "sigkill-direct": true, "none": true}
+// FaultKinds are the fault kinds a scenario may use: every kind of the
+// injector's one list (injector.FaultKinds, power-cut included) but
+// sigkill-hitter, which a scenario asks for as "sigkill-direct" (SIGKILL of
+// a vmctl process the harness started itself: the runner vouches for it);
+// plus "failpoint" (a VMCHAOS_FAILPOINTS action is the fault) and "none"
+// (the scenario only checks a path, e.g. a clean wake).
+var FaultKinds = scenarioFaultKinds()
+
+func scenarioFaultKinds() map[string]bool {
+	kinds := map[string]bool{"failpoint": true, FaultSigkillDirect: true, "none": true}
+	for _, k := range injector.FaultKinds {
+		if k.Name() != injector.FaultSigkillHitter {
+			kinds[k.Name()] = true
+		}
+	}
+	return kinds
+}
+
+// FaultSigkillDirect is the scenario's name of injector.FaultSigkillHitter.
+const FaultSigkillDirect = "sigkill-direct"
 
 // StepKinds are the step kinds the runner implements.
 var StepKinds = map[string]bool{StepCreate: true, StepHibernate: true, StepWake: true, StepDelete: true,

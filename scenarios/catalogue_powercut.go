@@ -6,16 +6,17 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/injector"
 )
 
 // FaultPowerCut is the power cut of the whole node (issue #22): every
 // process of the stack stopped and killed at once, every write that was not
 // durable lost (the stack's state on lazy filesystems), then a reboot: the
-// units start again and the agent's startup convergence runs.
-const FaultPowerCut = "power-cut"
+// units start again and the agent's startup convergence runs. Its kind is
+// injector's, in the one list of kinds (FaultKinds comes from it).
+const FaultPowerCut = injector.FaultPowerCut
 
 func init() {
-	FaultKinds[FaultPowerCut] = true
 	Catalogue = append(Catalogue, powerCutScenarios()...)
 	Catalogue = append(Catalogue, powerCutTriggerScenarios...)
 }

@@ -2,16 +2,19 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/injector"
 )
 
 func init() { register(newPointsCmd) }
 
 func newPointsCmd() *cobra.Command {
 	var proc, coverage string
+	var kinds bool
 	c := &cobra.Command{
 		Use:   "points",
 		Short: "Print the failpoint catalogue: every named phase and what has/has not happened there",
@@ -37,11 +40,15 @@ Each optionally prefixed "N*" (the first N hits only) and suffixed "@vm=ID" (tha
   VMCHAOS_FAILPOINTS='vm.clone.reserved=1*signal(KILL,59ms)@vm=web-1'`,
 		Example: `  vmchaos points
   vmchaos points --proc vmctl
+  vmchaos points --kinds
   vmchaos points --coverage vmchaos-results/chaos-20261201-120000/results.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if coverage != "" {
 				return printCoverage(cmd.OutOrStdout(), coverage)
+			}
+			if kinds {
+				return printFaultKinds(cmd.OutOrStdout())
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "POINT\tPROC\tOP\tHAPPENED\tNOT YET")
@@ -56,5 +63,16 @@ Each optionally prefixed "N*" (the first N hits only) and suffixed "@vm=ID" (tha
 	}
 	c.Flags().StringVar(&proc, "proc", "", "only points of this process (vmctl, nodeagent, fakech)")
 	c.Flags().StringVar(&coverage, "coverage", "", "print the phase-coverage map of a run instead: for every failpoint, which fault kinds landed there and which applicable ones never did (the results.json of a run or a merge), e.g. out/results.json")
+	c.Flags().BoolVar(&kinds, "kinds", false, "print the fault kinds instead (the injector's one list, power-cut included): what each does and when it counts as landed")
 	return c
+}
+
+// printFaultKinds prints every fault kind of the injector's one list.
+func printFaultKinds(out io.Writer) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tWHAT IT DOES\tLANDED WHEN")
+	for _, k := range injector.FaultKinds {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", k.Name(), k.Describe(), k.Landed())
+	}
+	return w.Flush()
 }

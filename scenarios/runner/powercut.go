@@ -194,7 +194,8 @@ func (cr *caseRun) cutPower(ctx context.Context, trig, parked string, pl *cutPla
 	if pl == nil {
 		rec.ActualNs = failpoint.Now() // the SIGSTOP of every process follows at once
 	}
-	err := node.Cut(cctx, procs)
+	// the power-cut kind of the injector's one list, on this case's node
+	_, err := injector.FaultKindPowerCut.Inject(cctx, injector.Target{Node: node, Procs: procs})
 	if parked != "" {
 		_ = failpoint.Release(cr.st.CtlDir, parked)
 	}

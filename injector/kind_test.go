@@ -1,0 +1,227 @@
+package injector
+
+import (
+	"context"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
+)
+
+// TestFaultKindsRegistry walks the one list of fault kinds: each has a
+// unique name, a one-line description and landing rule, answers Available
+// on this host, is found by name, and lives in its own file.
+func TestFaultKindsRegistry(t *testing.T) {
+	sup, err := newBuiltin(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sup.Close() })
+	files := kindFiles(t)
+	seen := map[string]bool{}
+	for _, k := range FaultKinds {
+		t.Run(k.Name(), func(t *testing.T) {
+			name := k.Name()
+			if name == "" || seen[name] {
+				t.Fatalf("kind %T: name %q empty or listed twice", k, name)
+			}
+			seen[name] = true
+			for what, line := range map[string]string{"Describe": k.Describe(), "Landed": k.Landed()} {
+				if strings.TrimSpace(line) == "" || strings.Contains(line, "\n") {
+					t.Errorf("%s: %s is not one line: %q", name, what, line)
+				}
+			}
+			// With nothing on the host no kind can run, and it says why.
+			if err := k.Available(Host{}); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s: Available(no supervisor, no node) = %v, want an error naming the kind", name, err)
+			}
+			// A supervisor is all every kind but the node's needs here
+			// (pidfds: this host runs the injector's other tests).
+			err := k.Available(Host{Sup: sup})
+			if node := k.traits().node; node != (err != nil) {
+				t.Errorf("%s: Available(builtin supervisor) = %v (node kind: %v)", name, err, node)
+			}
+			if got, err := LookupFaultKind(name); err != nil || got != k {
+				t.Errorf("LookupFaultKind(%q) = %v, %v", name, got, err)
+			}
+			typ := reflect.TypeOf(k).Name()
+			if want := "kind_" + strings.ReplaceAll(name, "-", "_") + ".go"; files[typ] != want {
+				t.Errorf("%s: type %s is declared in %q, want its own file %s", name, typ, files[typ], want)
+			}
+		})
+	}
+	if len(seen) != len(FaultKindNames()) {
+		t.Errorf("FaultKindNames lists %d kinds, FaultKinds %d", len(FaultKindNames()), len(seen))
+	}
+}
+
+// kindFiles maps each type declared in this package to its file.
+func kindFiles(t *testing.T) map[string]string {
+	t.Helper()
+	paths, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	fs := token.NewFileSet()
+	for _, path := range paths {
+		f, err := parser.ParseFile(fs, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if ts, ok := n.(*ast.TypeSpec); ok {
+				out[ts.Name.Name] = path
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestUnknownFaultKindNamesTheKnownOnes: a fault of an unknown kind is
+// rejected by validation and by the injector, naming every known kind.
+func TestUnknownFaultKindNamesTheKnownOnes(t *testing.T) {
+	sup, err := newBuiltin(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sup.Close() })
+	f := Fault{Kind: "sigkill-everything", Unit: "u"}
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s accepted kind %q", what, f.Kind)
+		}
+		for _, k := range FaultKindNames() {
+			if !strings.Contains(err.Error(), k) {
+				t.Errorf("%s: %q does not name known kind %s", what, err, k)
+			}
+		}
+	}
+	check("Validate", f.Validate())
+	_, err = LookupFaultKind(f.Kind)
+	check("LookupFaultKind", err)
+	_, err = New(sup, nil, Options{}).Arm(context.Background(), f, MustParseTrigger("at p + 1ms"))
+	check("Arm", err)
+	if inj := New(sup, nil, Options{}).Inject(context.Background(), f); inj.Landed {
+		t.Errorf("Inject of an unknown kind landed: %+v", inj)
+	} else {
+		check("Inject", errors.New(inj.Err))
+	}
+}
+
+// fakeNode records the cut it was asked for.
+type fakeNode struct {
+	procs []Proc
+	err   error
+}
+
+func (n *fakeNode) Cut(_ context.Context, procs []Proc) error {
+	n.procs = procs
+	return n.err
+}
+
+// TestPowerCutIsTheNodes: the power-cut kind cuts the node it is handed
+// (the runner's powercut.Node) over the node's processes, and an Injector,
+// which arms faults on units, refuses it.
+func TestPowerCutIsTheNodes(t *testing.T) {
+	k, err := LookupFaultKind(FaultPowerCut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &fakeNode{err: errors.New("lazyfs gone")}
+	if err := k.Available(Host{Node: n}); err != nil {
+		t.Errorf("Available(node) = %v", err)
+	}
+	procs := []Proc{{PID: 1, Start: 2}, {PID: 3, Start: 4}}
+	at, err := k.Inject(context.Background(), Target{Node: n, Procs: procs})
+	if !errors.Is(err, n.err) || at == 0 || !reflect.DeepEqual(n.procs, procs) {
+		t.Errorf("Inject = %d, %v; cut %v, want the node's error at a stamp over %v", at, err, n.procs, procs)
+	}
+	if _, err := k.Inject(context.Background(), Target{Procs: procs}); err == nil {
+		t.Error("Inject without a node succeeded")
+	}
+	sup, err := newBuiltin(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sup.Close() })
+	if _, err := New(sup, nil, Options{}).Arm(context.Background(), Fault{Kind: FaultPowerCut}, MustParseTrigger("at p + 1ms")); !errors.Is(err, ErrNodeFault) {
+		t.Errorf("Arm(power-cut) = %v, want ErrNodeFault", err)
+	}
+}
+
+// TestSigstopContinuesAfterStopForAndSigcontResumes: a sigstop with StopFor
+// freezes the unit's main process and its SIGCONT comes StopFor later (the
+// kind's afterSignal); one without StopFor stays frozen until a sigcont.
+func TestSigstopContinuesAfterStopForAndSigcontResumes(t *testing.T) {
+	s := newStack(t, KindBuiltin)
+	s.loopUnit(t, "svc", "vm-s", "s.tick", 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	main, _ := s.sup.MainPID(ctx, "svc")
+	stopFor := 200 * time.Millisecond
+	a, err := s.inj.Arm(ctx, Fault{Kind: FaultSigstop, Unit: "svc", StopFor: stopFor}, MustParseTrigger("at s.tick + 0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := a.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inj.Landed || inj.VictimPID != main {
+		t.Fatalf("sigstop: %+v (main %d)", inj, main)
+	}
+	// The next tick of the main process after the stop comes once it was
+	// continued, StopFor after the signal.
+	next := nextTickAfter(ctx, t, s, main, inj.ActualNs)
+	if next.TsNs < inj.ActualNs+int64(stopFor) {
+		t.Fatalf("main ticked at %d, before the SIGCONT due at %d", next.TsNs, inj.ActualNs+int64(stopFor))
+	}
+	// Without StopFor it stays stopped until a sigcont.
+	frozen := s.inj.Inject(ctx, Fault{Kind: FaultSigstop, Unit: "svc"})
+	if !frozen.Landed {
+		t.Fatalf("sigstop without StopFor: %+v", frozen)
+	}
+	waitState(ctx, t, main, 'T')
+	cont := s.inj.Inject(ctx, Fault{Kind: FaultSigcont, Unit: "svc"})
+	if !cont.Landed {
+		t.Fatalf("sigcont: %+v", cont)
+	}
+	if next := nextTickAfter(ctx, t, s, main, cont.ActualNs); next.Pid != main {
+		t.Fatalf("tick after sigcont from pid %d, want %d", next.Pid, main)
+	}
+}
+
+// nextTickAfter is the first s.tick of pid stamped after ns.
+func nextTickAfter(ctx context.Context, t *testing.T, s *stack, pid int, ns int64) failpoint.Event {
+	t.Helper()
+	h, err := s.tr.Wait(ctx, 0, 1, func(e *failpoint.Event) bool { return e.Point == "s.tick" && e.Pid == pid && e.TsNs > ns })
+	if err != nil {
+		t.Fatalf("no tick of pid %d after %d: %v", pid, ns, err)
+	}
+	return h.Event
+}
+
+// waitState waits until pid's /proc state is st.
+func waitState(ctx context.Context, t *testing.T, pid int, st byte) {
+	t.Helper()
+	for {
+		if s, err := readStat(pid); err == nil && s.state == st {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pid %d never reached state %c", pid, st)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

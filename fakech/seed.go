@@ -12,7 +12,7 @@ import (
 )
 
 // seedAddrs reads the cloud-init NoCloud seed among cfg's disks (a FAT
-// volume holding network-config, as realch.BuildCIData writes it) and
+// volume holding network-config, as cidata.BuildCIData writes it) and
 // returns the static address network-config gives each MAC. A real guest
 // configures a TAP-only NIC from it; the fake guest listens there (loopback
 // only). Disks that are not such a seed are skipped.

@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"github.com/vmchaos/vmchaos/chapi"
-	"github.com/vmchaos/vmchaos/realch"
+	"github.com/vmchaos/vmchaos/cidata"
 )
 
 func TestSeedAddrsReadsRealchSeeds(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "cidata.img")
-	if err := realch.BuildCIData(p, realch.CloudInit{Hostname: "h", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA k"},
-		Interfaces: []realch.GuestInterface{{MAC: "52:54:00:AA:00:01", Address: "127.1.2.3/30"}, {MAC: "52:54:00:aa:00:02", Address: "10.0.0.2/24"}}}); err != nil {
+	if err := cidata.BuildCIData(p, cidata.CloudInit{Hostname: "h", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA k"},
+		Interfaces: []cidata.GuestInterface{{MAC: "52:54:00:AA:00:01", Address: "127.1.2.3/30"}, {MAC: "52:54:00:aa:00:02", Address: "10.0.0.2/24"}}}); err != nil {
 		t.Fatal(err)
 	}
 	got := seedAddrs(&chapi.VmConfig{Disks: []chapi.DiskConfig{{Path: "/nonexistent"}, {Path: p}}})
@@ -24,8 +24,8 @@ func TestSeedAddrsReadsRealchSeeds(t *testing.T) {
 // FuzzSeedFAT: arbitrary bytes as a seed volume never panic.
 func FuzzSeedFAT(f *testing.F) {
 	p := filepath.Join(f.TempDir(), "cidata.img")
-	if err := realch.BuildCIData(p, realch.CloudInit{Hostname: "h", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA k"},
-		Interfaces: []realch.GuestInterface{{MAC: "52:54:00:aa:00:01", Address: "127.1.2.3/30"}}}); err != nil {
+	if err := cidata.BuildCIData(p, cidata.CloudInit{Hostname: "h", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA k"},
+		Interfaces: []cidata.GuestInterface{{MAC: "52:54:00:aa:00:01", Address: "127.1.2.3/30"}}}); err != nil {
 		f.Fatal(err)
 	}
 	b, _ := os.ReadFile(p)

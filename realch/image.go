@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmchaos/vmchaos/cidata"
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/ledger/writerproto"
 )
@@ -434,7 +435,7 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 	}
 	info := &ImageInfo{
 		Recipe: imageRecipe, Key: key, Suite: o.Suite, Mirror: o.Mirror, PackagesIndex: index,
-		Requested: ImagePackages, Kernel: kver, Cmdline: DefaultCmdline, SizeMiB: o.SizeMiB,
+		Requested: ImagePackages, Kernel: kver, Cmdline: cidata.DefaultCmdline, SizeMiB: o.SizeMiB,
 		Packages: pkgs, Files: map[string]ImageFile{}, BuiltAt: time.Now().UTC().Truncate(time.Second),
 	}
 	if info.Files, err = describeOutputs(work); err != nil {
@@ -601,7 +602,7 @@ func installedPackages(ctx context.Context, root string) ([]PackageVersion, erro
 }
 
 // makeDisk writes a sparse raw disk: an MBR with one Linux partition at
-// 1 MiB (root=/dev/vda1, DefaultCmdline) holding an ext4 made from root by
+// 1 MiB (root=/dev/vda1, cidata.DefaultCmdline) holding an ext4 made from root by
 // mkfs.ext4 -d (no loop device, no mount). The file system's UUID and hash
 // seed come from the key and its timestamps from a fixed time, so the same
 // tree gives the same file system.

@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vmchaos/vmchaos/cidata"
 )
 
-// The guest agent reads exactly what BuildCIData writes: the plan it prints
+// The guest agent reads exactly what cidata.BuildCIData writes: the plan it prints
 // for a seed is what the guest then applies (hostname, root's keys, a static
 // address by MAC with its gateway, or DHCP on every NIC).
 func TestSeedAgentPlansWhatTheSeedSays(t *testing.T) {
@@ -24,17 +26,17 @@ func TestSeedAgentPlansWhatTheSeedSays(t *testing.T) {
 	key2 := `command="echo \"hi\"" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJy other`
 	cases := []struct {
 		name string
-		ci   CloudInit
+		ci   cidata.CloudInit
 		want []string
 	}{
-		{"static", CloudInit{Hostname: "vm-0", SSHAuthorizedKeys: []string{key1, key2}, Interfaces: []GuestInterface{
+		{"static", cidata.CloudInit{Hostname: "vm-0", SSHAuthorizedKeys: []string{key1, key2}, Interfaces: []cidata.GuestInterface{
 			{MAC: "52:54:00:1E:00:02", Address: "172.30.0.2/30", Gateway: "172.30.0.1", Nameservers: []string{"172.30.0.1"}},
 			{MAC: "52:54:00:1e:00:06", Address: "172.30.0.6/30"},
 		}}, []string{
 			"hostname vm-0", "key " + key1, "key " + key2,
 			"static 52:54:00:1e:00:02 172.30.0.2/30 172.30.0.1", "static 52:54:00:1e:00:06 172.30.0.6/30",
 		}},
-		{"dhcp", CloudInit{Hostname: "base-src", SSHAuthorizedKeys: []string{key1}}, []string{
+		{"dhcp", cidata.CloudInit{Hostname: "base-src", SSHAuthorizedKeys: []string{key1}}, []string{
 			"hostname base-src", "key " + key1, "dhcp",
 		}},
 	}

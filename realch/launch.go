@@ -2,11 +2,9 @@ package realch
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,19 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/cidata"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
-
-// NIC is one --net device. On a real CH, IP/Mask are the host side of the TAP
-// (CH assigns them to the tap); the guest's own address comes from the
-// cloud-init seed (GuestInterface). fakech reads IP as the loopback address
-// its fake guest listens on instead.
-type NIC struct {
-	Tap  string
-	MAC  string
-	IP   string
-	Mask string
-	ID   string // optional stable device id (CH assigns _net<N> otherwise)
-}
 
 // LaunchSpec is one VM to boot.
 type LaunchSpec struct {
@@ -41,13 +29,13 @@ type LaunchSpec struct {
 	Dir       string
 	CPUs      int    // default 1
 	MemoryMiB int    // default 512
-	Cmdline   string // kernel boot only; default DefaultCmdline
-	NICs      []NIC
+	Cmdline   string // kernel boot only; default cidata.DefaultCmdline
+	NICs      []vmnet.NIC
 	// CloudInit, when set, is written as the NoCloud seed and attached as a
 	// second, read-only disk.
-	CloudInit *CloudInit
+	CloudInit *cidata.CloudInit
 	// Netns, when set, runs the VMM inside that namespace (where its taps are).
-	Netns *Netns
+	Netns *vmnet.Netns
 	// ReadyTimeout bounds the wait for vmm.ping; default 30s (CH's own tests
 	// give 5s on an idle machine; runners are busy).
 	ReadyTimeout time.Duration
@@ -55,10 +43,6 @@ type LaunchSpec struct {
 	// CH's integration tests.
 	StopTimeout time.Duration
 }
-
-// DefaultCmdline boots a cloud image's first partition on the virtio disk
-// with the console on the legacy serial port (which --serial file= records).
-const DefaultCmdline = "console=ttyS0 root=/dev/vda1 rw"
 
 // File names inside LaunchSpec.Dir.
 const (
@@ -145,7 +129,7 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 	}
 	if spec.CloudInit != nil {
 		v.CIData = filepath.Join(dir, CIDataName)
-		if err := BuildCIData(v.CIData, *spec.CloudInit); err != nil {
+		if err := cidata.BuildCIData(v.CIData, *spec.CloudInit); err != nil {
 			v.removeFiles()
 			return nil, fmt.Errorf("launch: %w", err)
 		}
@@ -236,7 +220,7 @@ func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
 	} else {
 		cmdline := spec.Cmdline
 		if cmdline == "" {
-			cmdline = DefaultCmdline
+			cmdline = cidata.DefaultCmdline
 		}
 		args = append(args, "--kernel", env.Kernel, "--cmdline", cmdline)
 		if env.Initramfs != "" {
@@ -258,7 +242,7 @@ func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
 	if len(spec.NICs) > 0 {
 		args = append(args, "--net")
 		for i, n := range spec.NICs {
-			opt, err := n.option()
+			opt, err := n.Arg()
 			if err != nil {
 				return nil, fmt.Errorf("nic %d: %w", i, err)
 			}
@@ -282,28 +266,6 @@ func diskImageType(path string) string {
 		return "qcow2"
 	}
 	return "raw"
-}
-
-func (n NIC) option() (string, error) {
-	var kv []string
-	add := func(k, val string) error {
-		if strings.ContainsAny(val, ",= ") {
-			return fmt.Errorf("%s %q contains ',', '=' or a space", k, val)
-		}
-		if val != "" {
-			kv = append(kv, k+"="+val)
-		}
-		return nil
-	}
-	for _, p := range [][2]string{{"tap", n.Tap}, {"mac", n.MAC}, {"ip", n.IP}, {"mask", n.Mask}, {"id", n.ID}} {
-		if err := add(p[0], p[1]); err != nil {
-			return "", err
-		}
-	}
-	if len(kv) == 0 {
-		return "", errors.New("empty NIC")
-	}
-	return strings.Join(kv, ","), nil
 }
 
 // Client returns an API client for this VMM's socket.
@@ -428,37 +390,4 @@ func copyImage(src, dst string) error {
 		return err
 	}
 	return out.Close()
-}
-
-// PlanNIC gives VM number index its own point-to-point /30 out of pool (an
-// IPv4 CIDR of at least /30, e.g. 192.168.200.0/22): the host side of the
-// TAP gets .1 of the /30, the guest .2, a MAC derived from the guest address.
-// The NIC goes to Launch (or a manager's --net), the GuestInterface into the
-// cloud-init seed, and guest is the address the ledger dials.
-func PlanNIC(pool string, index int, tap string) (NIC, GuestInterface, string, error) {
-	_, ipn, err := net.ParseCIDR(pool)
-	if err != nil {
-		return NIC{}, GuestInterface{}, "", fmt.Errorf("plan nic: pool %q: %w", pool, err)
-	}
-	base := ipn.IP.To4()
-	ones, bits := ipn.Mask.Size()
-	if base == nil || bits != 32 || ones > 30 {
-		return NIC{}, GuestInterface{}, "", fmt.Errorf("plan nic: pool %q: want an IPv4 CIDR of /30 or larger", pool)
-	}
-	slots := 1 << (30 - ones)
-	if index < 0 || index >= slots {
-		return NIC{}, GuestInterface{}, "", fmt.Errorf("plan nic: index %d outside pool %s (%d /30 slots)", index, pool, slots)
-	}
-	n := binary.BigEndian.Uint32(base) + uint32(index)*4
-	host := make(net.IP, 4)
-	guest := make(net.IP, 4)
-	binary.BigEndian.PutUint32(host, n+1)
-	binary.BigEndian.PutUint32(guest, n+2)
-	// 52:54:00 is the locally administered prefix QEMU and CH users share;
-	// the last three bytes follow the guest address, so MACs are unique
-	// within any pool up to /8.
-	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", guest[1], guest[2], guest[3])
-	nic := NIC{Tap: tap, MAC: mac, IP: host.String(), Mask: "255.255.255.252"}
-	gi := GuestInterface{MAC: mac, Address: guest.String() + "/30", Gateway: host.String()}
-	return nic, gi, guest.String(), nil
 }

@@ -13,7 +13,8 @@ import (
 	"strings"
 
 	"github.com/vmchaos/vmchaos/chapi"
-	"github.com/vmchaos/vmchaos/realch"
+	"github.com/vmchaos/vmchaos/cidata"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
 
 // Network modes. fake: the VMM's --net ip= is the guest's own loopback
@@ -28,7 +29,7 @@ const (
 // Guest address modes in tap mode. static: the seed configures each NIC's
 // address by MAC; a guest restored from another VM's snapshot keeps that
 // VM's. dhcp: the seed turns DHCP on for every NIC, and the responder on the
-// TAP side (realch.ServeDHCP) hands each TAP's guest address out, so any
+// TAP side (vmnet.ServeDHCP) hands each TAP's guest address out, so any
 // restored guest takes the address of the TAP it is plugged into.
 const (
 	GuestNetStatic = "static"
@@ -106,13 +107,13 @@ func (m *Manager) slotOf(guest string) (int, bool) {
 	return int(off / 4), true
 }
 
-// tapNIC is NIC i of a VM on /30 slot: realch.PlanNIC's host side, guest
+// tapNIC is NIC i of a VM on /30 slot: vmnet.PlanNIC's host side, guest
 // address and MAC; the TAP is named after the /30 (vt + 8 hex digits), so
 // stores with disjoint pools never collide on a device name in one netns.
 func (m *Manager) tapNIC(i, slot, sshPort int) (NIC, error) {
 	base := binary.BigEndian.Uint32(m.pool.prefix.Addr().AsSlice()) + uint32(slot)*4
 	tap := fmt.Sprintf("vt%08x", base)
-	host, _, guest, err := realch.PlanNIC(m.pool.prefix.String(), slot, tap)
+	host, _, guest, err := vmnet.PlanNIC(m.pool.prefix.String(), slot, tap)
 	if err != nil {
 		return NIC{}, err
 	}
@@ -240,12 +241,12 @@ func guestHostname(v *VM) string {
 // seedConfig is v's cloud-init identity. The instance id follows the name
 // (realch's default, "vmchaos-" + host name), so a later cold boot of a
 // woken VM is the same instance to cloud-init and keeps its host keys.
-func (m *Manager) seedConfig(v *VM) (realch.CloudInit, error) {
+func (m *Manager) seedConfig(v *VM) (cidata.CloudInit, error) {
 	key, err := m.seedKey()
 	if err != nil {
-		return realch.CloudInit{}, err
+		return cidata.CloudInit{}, err
 	}
-	ci := realch.CloudInit{Hostname: guestHostname(v), SSHAuthorizedKeys: []string{key}}
+	ci := cidata.CloudInit{Hostname: guestHostname(v), SSHAuthorizedKeys: []string{key}}
 	if m.cfg.GuestNet == GuestNetDHCP {
 		return ci, nil // no interfaces: DHCP on every ethernet device
 	}
@@ -254,7 +255,7 @@ func (m *Manager) seedConfig(v *VM) (realch.CloudInit, error) {
 			continue
 		}
 		ones, _ := net.IPMask(net.ParseIP(n.Mask).To4()).Size()
-		gi := realch.GuestInterface{MAC: n.MAC, Address: n.IP + "/" + strconv.Itoa(ones)}
+		gi := cidata.GuestInterface{MAC: n.MAC, Address: n.IP + "/" + strconv.Itoa(ones)}
 		if i == 0 {
 			// One default route: through the first NIC's host side.
 			gi.Gateway = n.HostIP
@@ -273,7 +274,7 @@ func (m *Manager) writeSeed(v *VM) error {
 	if err := os.MkdirAll(m.vmDir(v.ID), 0o755); err != nil {
 		return err
 	}
-	return realch.BuildCIData(m.vmSeed(v.ID), ci)
+	return cidata.BuildCIData(m.vmSeed(v.ID), ci)
 }
 
 // dialGuest opens the TCP connection vm exec speaks SSH over: from inside
@@ -283,7 +284,7 @@ func (m *Manager) dialGuest(ctx context.Context, addr string) (net.Conn, error) 
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
 	}
-	ns, err := realch.OpenNetns(m.cfg.Netns)
+	ns, err := vmnet.OpenNetns(m.cfg.Netns)
 	if err != nil {
 		return nil, err
 	}

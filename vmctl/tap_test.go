@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmchaos/vmchaos/chapi"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/vmchaos/vmchaos/chapi"
 )
 
 const testSeedKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGm9lW0kz1ZxJ3n3m0k0fU1n0Hq8V1oQ0k3Yq8b1cQ0x run@vmchaos"
@@ -48,7 +49,7 @@ func reserveFor(t *testing.T, m *Manager, name string, n int, prefer []NIC) *VM 
 	return rec
 }
 
-// checkTapNIC asserts one NIC follows realch.PlanNIC inside pool: guest .2
+// checkTapNIC asserts one NIC follows vmnet.PlanNIC inside pool: guest .2
 // and host .1 of one /30, the TAP named after that /30, the MAC after the
 // guest address.
 func checkTapNIC(t *testing.T, pool string, i int, n NIC) {

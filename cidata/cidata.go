@@ -32,7 +32,8 @@ type CloudInit struct {
 	InstanceID string
 	Hostname   string
 	// SSHAuthorizedKeys go to the default user and, because the seed sets
-	// disable_root: false, to root (the ledger writes under /var/lib).
+	// disable_root: false, to root (the ledger writes under /var/lib). None:
+	// only keys the image already holds let anyone in.
 	SSHAuthorizedKeys []string
 	// SSHHostKey, when set, is the guest's ed25519 host key (an OpenSSH
 	// private key PEM). cloud-init installs it in place of generated keys,
@@ -75,9 +76,6 @@ func (c CloudInit) Files() (map[string][]byte, error) {
 	if !instanceRE.MatchString(id) {
 		return nil, fmt.Errorf("cidata: instance id %q: want [A-Za-z0-9._-], at most 128", id)
 	}
-	if len(c.SSHAuthorizedKeys) == 0 {
-		return nil, errors.New("cidata: no SSH authorized key: the ledger could not log in to the guest")
-	}
 	var ud strings.Builder
 	ud.WriteString("#cloud-config\n")
 	fmt.Fprintf(&ud, "hostname: %s\n", yamlString(c.Hostname))
@@ -85,7 +83,9 @@ func (c CloudInit) Files() (map[string][]byte, error) {
 	// Root login by key: the ledger writes /var/lib/vmchaos/ledger as root.
 	ud.WriteString("disable_root: false\n")
 	ud.WriteString("ssh_pwauth: false\n")
-	ud.WriteString("ssh_authorized_keys:\n")
+	if len(c.SSHAuthorizedKeys) > 0 {
+		ud.WriteString("ssh_authorized_keys:\n")
+	}
 	for _, k := range c.SSHAuthorizedKeys {
 		k = strings.TrimSpace(k)
 		if k == "" || strings.ContainsAny(k, "\r\n") {

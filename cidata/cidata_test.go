@@ -2,11 +2,18 @@ package cidata
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/vmchaos/vmchaos/cidata/cidatatest"
 )
@@ -200,7 +207,7 @@ func TestCloudInitRejectsBadInput(t *testing.T) {
 	bad := []func(*CloudInit){
 		func(c *CloudInit) { c.Hostname = "bad host" },
 		func(c *CloudInit) { c.Hostname = "" },
-		func(c *CloudInit) { c.SSHAuthorizedKeys = nil },
+		func(c *CloudInit) { c.SSHHostKey = []byte("not a key") },
 		func(c *CloudInit) { c.SSHAuthorizedKeys = []string{"ssh-ed25519 AAAA\nhostname: evil"} },
 		func(c *CloudInit) { c.Interfaces[0].MAC = "52:54:00" },
 		func(c *CloudInit) { c.Interfaces[0].Address = "192.168.249.2" },
@@ -219,6 +226,43 @@ func TestCloudInitRejectsBadInput(t *testing.T) {
 	f, err := c.Files()
 	if err != nil || !strings.Contains(string(f["network-config"]), "dhcp4: true") {
 		t.Fatalf("no interfaces: want DHCP: %q %v", f["network-config"], err)
+	}
+}
+
+// TestCloudInitHostKey: the host key goes to cloud-init's ssh_keys with its
+// public half, replacing the image's keys; without authorized keys the seed
+// has no ssh_authorized_keys at all; a key that is not ed25519 is refused.
+func TestCloudInitHostKey(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	blk, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testCloudInit()
+	c.SSHAuthorizedKeys = nil
+	c.SSHHostKey = pem.EncodeToMemory(blk)
+	f, err := c.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := ssh.NewSignerFromKey(priv)
+	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
+	ud := string(f["user-data"])
+	for _, want := range []string{"ssh_deletekeys: true\nssh_keys:\n", "  ed25519_private: " + yamlString(string(c.SSHHostKey)) + "\n", "  ed25519_public: \"" + pub + "\"\n"} {
+		if !strings.Contains(ud, want) {
+			t.Errorf("user-data lacks %q:\n%s", want, ud)
+		}
+	}
+	if strings.Contains(ud, "ssh_authorized_keys") {
+		t.Errorf("no keys, yet:\n%s", ud)
+	}
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if blk, err = ssh.MarshalPrivateKey(ec, ""); err != nil {
+		t.Fatal(err)
+	}
+	c.SSHHostKey = pem.EncodeToMemory(blk)
+	if _, err := c.Files(); err == nil || !strings.Contains(err.Error(), "want ssh-ed25519") {
+		t.Errorf("an ecdsa host key: %v", err)
 	}
 }
 

@@ -378,7 +378,7 @@ func (v *VMM) freshGuest(cfg *chapi.VmConfig) (*guest, error) {
 		return newGuest("", nil, bootTime), nil
 	}
 	p := cfg.Disks[0].Path
-	img, err := loadDisk(p)
+	img, n, err := loadDisk(p)
 	if errors.Is(err, errNotFake) {
 		v.log.warnf("disk %s is not a fake guest image: the guest has no files and no SSH server", p)
 		return newGuest("", nil, bootTime), nil
@@ -386,7 +386,10 @@ func (v *VMM) freshGuest(cfg *chapi.VmConfig) (*guest, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newGuest(p, img, bootTime), nil
+	g := newGuest(p, img, bootTime)
+	g.imgLen = n
+	g.cloudInit(readSeed(cfg))
+	return g, nil
 }
 
 func wrapHit(err error, ctx string) error {
@@ -694,7 +697,7 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	}
 	var g *guest
 	if len(cfg.Disks) > 0 {
-		img, err := loadDisk(cfg.Disks[0].Path)
+		img, n, err := loadDisk(cfg.Disks[0].Path)
 		switch {
 		case errors.Is(err, errNotFake):
 			g = restoreGuest("", nil, &mem)
@@ -702,6 +705,7 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 			return fail(err)
 		default:
 			g = restoreGuest(cfg.Disks[0].Path, img, &mem)
+			g.imgLen = n
 		}
 	} else {
 		g = restoreGuest("", nil, &mem)

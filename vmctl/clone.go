@@ -60,7 +60,7 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if o.Name != "" && o.Name == meta.SourceName {
 		prefer = meta.NICs
 	}
-	rec, ops, err := m.reserve(ctx, o.Name, cfg, meta.SSHPort, meta.Fake, prefer)
+	rec, ops, err := m.reserve(ctx, o.Name, cfg, prefer)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +69,7 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if err := hit(ctx, "vm.clone.reserved", rec.ID); err != nil {
 		return nil, m.abandon(ctx, rec, err)
 	}
-	if err := m.cloneFiles(rec, s.Dir); err != nil {
+	if err := m.cloneFiles(rec, s.Dir, meta); err != nil {
 		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
 	}
 	m.logf("clone %s: files copied", rec.ID)
@@ -123,13 +123,22 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 // A cloud-init seed disk (tap mode) is pointed at the clone's own seed,
 // written fresh for the clone's name and NICs: the restored guest does not
 // read it again, but a later cold boot of the clone does.
-func (m *Manager) cloneFiles(rec *VM, snapDir string) error {
+func (m *Manager) cloneFiles(rec *VM, snapDir string, meta *snapMeta) error {
 	id := rec.ID
 	rd := m.restoreDir(id)
 	if err := os.MkdirAll(rd, 0o755); err != nil {
 		return err
 	}
 	if err := copyFile(filepath.Join(snapDir, snapDiskFile), m.vmDisk(id)); err != nil {
+		return err
+	}
+	// The restored guest runs with the source's host key; a snapshot that
+	// carries none gets a new one, which its guest learns on a cold boot.
+	var hk []byte
+	if meta.HostKey != "" {
+		hk = []byte(meta.HostKey)
+	}
+	if err := m.writeHostKey(id, hk); err != nil {
 		return err
 	}
 	for _, f := range []string{"state.json", "memory-ranges"} {

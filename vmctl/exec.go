@@ -1,12 +1,13 @@
 package vmctl
 
 import (
-	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/durable"
-	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -25,9 +25,8 @@ type ExecOptions struct {
 }
 
 // Exec runs argv in the guest over SSH to its first NIC and returns the
-// command's exit status. The host key is pinned: for a fake image it is the
-// key inside the VM's disk; otherwise the first key seen is stored in the
-// VM's dir and required afterwards.
+// command's exit status. The host key is pinned: the one the VM's seed gave
+// the guest (hostKeyFile).
 func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, stderr io.Writer, o ExecOptions) (int, error) {
 	if len(argv) == 0 {
 		return 0, fmt.Errorf("%w: exec needs a command", ErrUsage)
@@ -136,36 +135,59 @@ func (m *Manager) unpauseIfOwnerless(ctx context.Context, id string) error {
 	return m.convergeOrphanedPause(actx, c, id)
 }
 
-func (m *Manager) hostKeyCallback(v *VM) (ssh.HostKeyCallback, error) {
-	disk := m.vmDisk(v.ID)
-	if guestimg.IsFakeImage(disk) {
-		img, err := guestimg.Load(disk)
+// guestSSHPort is where vm exec (and the agent's workload) reach every
+// guest's sshd: the port a real guest's listens on.
+const guestSSHPort = 22
+
+// hostKeyFile is the VM's SSH host key (ed25519, OpenSSH PEM) in its dir.
+// vmctl makes it at create, a clone takes its snapshot's (the restored guest
+// runs with it), and every seed hands it to the guest (cloud-init ssh_keys),
+// so vm exec pins the same key for every guest, fake or real.
+const hostKeyFile = "ssh_host_ed25519_key"
+
+func (m *Manager) vmHostKey(id string) string { return filepath.Join(m.vmDir(id), hostKeyFile) }
+
+// writeHostKey stores pemKey as VM id's host key, or a new key when pemKey is
+// nil. The caller syncs the VM dir.
+func (m *Manager) writeHostKey(id string, pemKey []byte) error {
+	if pemKey == nil {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
 		if err != nil {
-			return nil, fmt.Errorf("exec: %w", err)
+			return fmt.Errorf("host key: %w", err)
 		}
-		pk, err := img.HostPublicKey()
+		blk, err := ssh.MarshalPrivateKey(priv, "vmctl guest host key")
 		if err != nil {
-			return nil, fmt.Errorf("exec: %w", err)
+			return fmt.Errorf("host key: %w", err)
 		}
-		return ssh.FixedHostKey(pk), nil
+		pemKey = pem.EncodeToMemory(blk)
 	}
-	// Trust on first use, stored next to the VM's disk.
-	known := filepath.Join(m.vmDir(v.ID), "known_host_key")
-	return func(_ string, _ net.Addr, key ssh.PublicKey) error {
-		b, err := os.ReadFile(known)
-		if errors.Is(err, os.ErrNotExist) {
-			return durable.WriteFile(known, ssh.MarshalAuthorizedKey(key), 0o644)
-		}
-		if err != nil {
-			return err
-		}
-		pinned, _, _, _, err := ssh.ParseAuthorizedKey(b)
-		if err != nil {
-			return fmt.Errorf("pinned host key %s: %w", known, err)
-		}
-		if !bytes.Equal(pinned.Marshal(), key.Marshal()) {
-			return fmt.Errorf("guest host key changed (pinned in %s)", known)
-		}
-		return nil
-	}, nil
+	if err := os.MkdirAll(m.vmDir(id), 0o755); err != nil {
+		return fmt.Errorf("host key: %w", err)
+	}
+	if err := durable.WriteFile(m.vmHostKey(id), pemKey, 0o600); err != nil {
+		return fmt.Errorf("host key: %w", err)
+	}
+	return nil
+}
+
+// hostKey returns VM id's host key as PEM and its signer.
+func (m *Manager) hostKey(id string) ([]byte, ssh.Signer, error) {
+	b, err := os.ReadFile(m.vmHostKey(id))
+	if err != nil {
+		return nil, nil, fmt.Errorf("host key: %w", err)
+	}
+	s, err := ssh.ParsePrivateKey(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("host key %s: %w", m.vmHostKey(id), err)
+	}
+	return b, s, nil
+}
+
+// hostKeyCallback pins the host key v's seed gave its guest.
+func (m *Manager) hostKeyCallback(v *VM) (ssh.HostKeyCallback, error) {
+	_, s, err := m.hostKey(v.ID)
+	if err != nil {
+		return nil, fmt.Errorf("exec %s: %w", v.ID, err)
+	}
+	return ssh.FixedHostKey(s.PublicKey()), nil
 }

@@ -43,8 +43,9 @@ type Config struct {
 	// NetMode is NetModeFake (default: --net ip=<guest> on loopback) or
 	// NetModeTap (real CH: a TAP per NIC, guest address from a seed).
 	NetMode string
-	// SeedPubKey is the authorized_keys line (or a file holding it) the
-	// tap mode's cloud-init seed gives the guest.
+	// SeedPubKey is the authorized_keys line (or a file holding it) every
+	// guest's cloud-init seed gives it; the seed also carries the VM's host
+	// key, which vm exec pins.
 	SeedPubKey string
 	// Kernel, Cmdline, Initramfs boot a kernel directly instead of
 	// Firmware (when Kernel is set).

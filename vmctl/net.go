@@ -62,13 +62,7 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 			return nil, fmt.Errorf("net %s: %w", v.ID, err)
 		}
 	}
-	port := 22
-	if len(v.Network) > 0 {
-		port = v.Network[0].SSHPort
-	} else if _, p, err := imageInfo(m.vmDisk(v.ID)); err == nil {
-		port = p
-	}
-	want, err := m.setNICs(ctx, v.ID, n, port)
+	want, err := m.setNICs(ctx, v.ID, n)
 	if err != nil {
 		return nil, err
 	}
@@ -150,12 +144,12 @@ func renamedNICs(rec, added []NIC) []NIC {
 
 // setNICs records n NICs for VM id, keeping the first ones it has and
 // allocating addresses for the rest under the index lock.
-func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, error) {
+func (m *Manager) setNICs(ctx context.Context, id string, n int) (*VM, error) {
 	return m.editVM(ctx, id, func(ix *vmIndex, v *VM) error {
 		if m.tap() {
 			// The name's slots: the first NICs stay as they are, the rest
 			// come back with the addresses they had before.
-			nics, err := m.planTapNICs(ix, v.Name, n, port, nil)
+			nics, err := m.planTapNICs(ix, v.Name, n, nil)
 			if err != nil {
 				return err
 			}
@@ -168,13 +162,13 @@ func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, err
 			v.Network = v.Network[:n]
 		}
 		if missing := n - len(v.Network); missing > 0 {
-			ips, err := m.pool.allocate(m.cfg.RootDir, missing, port, usedIPs(ix))
+			ips, err := m.pool.allocate(m.cfg.RootDir, missing, guestSSHPort, usedIPs(ix))
 			if err != nil {
 				return err
 			}
 			for _, ip := range ips {
 				i := len(v.Network)
-				v.Network = append(v.Network, NIC{ID: nicID(macFor(id, i)), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: port})
+				v.Network = append(v.Network, NIC{ID: nicID(macFor(id, i)), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: guestSSHPort})
 			}
 		}
 		return nil

@@ -117,7 +117,7 @@ process; state lives in flocked, fsynced JSON indexes under --root-dir. Errors p
 	f.StringVar(&g.cfg.Identity, "identity", envOr("VMCTL_SSH_KEY", ""), "SSH private key file used by vm exec (env VMCTL_SSH_KEY)")
 	f.StringVar(&g.cfg.VMMCgroup, "vmm-cgroup", envOr("VMCTL_VMM_CGROUP", vmctl.CgroupAuto), "auto: start each VMM in its own cgroup (<cgroup2>/vmctl-<store hash>/<ID>, CLONE_INTO_CGROUP) where cgroup v2 is writable, so stopping the caller's unit does not kill VMMs; on: require it (clear error where it is not writable); off: VMMs stay in the caller's cgroup (env VMCTL_VMM_CGROUP)")
 	f.StringVar(&g.cfg.NetMode, "net-mode", envOr("VMCTL_NET_MODE", vmctl.NetModeFake), "fake: --net ip=<guest loopback address> (fakech); tap: real cloud-hypervisor, a TAP per NIC (--net tap=,mac=,ip=<host side>,mask=) and a cloud-init seed disk on cold boots (env VMCTL_NET_MODE)")
-	f.StringVar(&g.cfg.SeedPubKey, "seed-pubkey", envOr("VMCTL_SEED_PUBKEY", ""), "tap mode: SSH public key (an authorized_keys line, or a file holding one) the guest's cloud-init seed authorizes for root (env VMCTL_SEED_PUBKEY)")
+	f.StringVar(&g.cfg.SeedPubKey, "seed-pubkey", envOr("VMCTL_SEED_PUBKEY", ""), "SSH public key (an authorized_keys line, or a file holding one) every guest's cloud-init seed authorizes for root (env VMCTL_SEED_PUBKEY)")
 	f.StringVar(&g.cfg.Kernel, "kernel", envOr("VMCTL_KERNEL", ""), "boot this kernel instead of --firmware on cold boots (env VMCTL_KERNEL)")
 	f.StringVar(&g.cfg.Cmdline, "cmdline", envOr("VMCTL_CMDLINE", ""), "kernel command line with --kernel (env VMCTL_CMDLINE; default \""+cidata.DefaultCmdline+"\")")
 	f.StringVar(&g.cfg.Initramfs, "initramfs", envOr("VMCTL_INITRAMFS", ""), "initramfs with --kernel (env VMCTL_INITRAMFS)")

@@ -642,6 +642,76 @@ func osErrText(err error) string {
 	return err.Error()
 }
 
+// readSnapshot reads a snapshot dir fakech wrote: config.json, state.json
+// and memory-ranges.
+func readSnapshot(dir string) (chapi.VmConfig, snapshotState, memoryImage, error) {
+	var cfg chapi.VmConfig
+	var st snapshotState
+	var mem memoryImage
+	for _, f := range []struct {
+		name string
+		dst  any
+	}{{"config.json", &cfg}, {"state.json", &st}, {"memory-ranges", &mem}} {
+		b, err := os.ReadFile(filepath.Join(dir, f.name))
+		if err != nil {
+			return cfg, st, mem, chMsg("Failed to read snapshot file: " + osErrText(err))
+		}
+		if err := json.Unmarshal(b, f.dst); err != nil {
+			return cfg, st, mem, chMsg(fmt.Sprintf("Failed to parse %s: %v", f.name, err))
+		}
+	}
+	if st.Format != stateFormat || mem.Format != memoryFormat {
+		return cfg, st, mem, fmt.Errorf("snapshot in %s was not written by fakech (state %q, memory %q)", dir, st.Format, mem.Format)
+	}
+	return cfg, st, mem, nil
+}
+
+// restoredGuest rebuilds the guest from its first disk and memory-ranges.
+func restoredGuest(cfg *chapi.VmConfig, mem *memoryImage) (*guest, error) {
+	if len(cfg.Disks) == 0 {
+		return restoreGuest("", nil, mem), nil
+	}
+	img, n, err := loadDisk(cfg.Disks[0].Path)
+	switch {
+	case errors.Is(err, errNotFake):
+		return restoreGuest("", nil, mem), nil
+	case err != nil:
+		return nil, err
+	}
+	g := restoreGuest(cfg.Disks[0].Path, img, mem)
+	g.imgLen = n
+	return g, nil
+}
+
+// restoreTree takes the device tree from the snapshot as it was
+// (DeviceManager::new): a node whose eject was pending, or whose device the
+// config no longer has, comes back without a device behind it and keeps its
+// id taken. Devices of cfg the tree lacks get new slots.
+func (v *VMM) restoreTree(st *snapshotState, cfg *chapi.VmConfig) {
+	v.counter, v.slots = st.Counter, st.Slots
+	v.gen++
+	v.tree = map[string]*devNode{}
+	for _, n := range st.Tree {
+		n.Ejecting = false
+		v.tree[n.ID] = &n
+	}
+	if st.Tree == nil { // a state.json from before the tree was kept
+		v.resetTree(cfg)
+	}
+	for _, d := range cfg.Disks {
+		if v.tree[d.ID] == nil {
+			v.tree[d.ID] = &devNode{ID: d.ID, Kind: "disk", Slot: v.slots}
+			v.slots++
+		}
+	}
+	for _, n := range cfg.Net {
+		if v.tree[n.ID] == nil {
+			v.tree[n.ID] = &devNode{ID: n.ID, Kind: "net", Slot: v.slots, IP: n.IP}
+			v.slots++
+		}
+	}
+}
+
 // Restore loads a snapshot into a VMM with no config; the VM comes back
 // Paused (or Running with resume). Disks come from config.json, RAM from
 // memory-ranges.
@@ -667,23 +737,9 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	if err != nil {
 		return fail(err)
 	}
-	var cfg chapi.VmConfig
-	var st snapshotState
-	var mem memoryImage
-	for _, f := range []struct {
-		name string
-		dst  any
-	}{{"config.json", &cfg}, {"state.json", &st}, {"memory-ranges", &mem}} {
-		b, err := os.ReadFile(filepath.Join(dir, f.name))
-		if err != nil {
-			return fail(chMsg("Failed to read snapshot file: " + osErrText(err)))
-		}
-		if err := json.Unmarshal(b, f.dst); err != nil {
-			return fail(chMsg(fmt.Sprintf("Failed to parse %s: %v", f.name, err)))
-		}
-	}
-	if st.Format != stateFormat || mem.Format != memoryFormat {
-		return fail(fmt.Errorf("snapshot in %s was not written by fakech (state %q, memory %q)", dir, st.Format, mem.Format))
+	cfg, st, mem, err := readSnapshot(dir)
+	if err != nil {
+		return fail(err)
 	}
 	if err := v.hit("ch.restore.begin", failpoint.Attrs{"dir": dir}); err != nil {
 		return vmmErr(500, ctx, err.Error())
@@ -695,20 +751,9 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 			return fail(err)
 		}
 	}
-	var g *guest
-	if len(cfg.Disks) > 0 {
-		img, n, err := loadDisk(cfg.Disks[0].Path)
-		switch {
-		case errors.Is(err, errNotFake):
-			g = restoreGuest("", nil, &mem)
-		case err != nil:
-			return fail(err)
-		default:
-			g = restoreGuest(cfg.Disks[0].Path, img, &mem)
-			g.imgLen = n
-		}
-	} else {
-		g = restoreGuest("", nil, &mem)
+	g, err := restoredGuest(&cfg, &mem)
+	if err != nil {
+		return fail(err)
 	}
 	if err := v.openSerial(&cfg); err != nil {
 		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
@@ -725,31 +770,7 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	// The restored NICs are best effort: the snapshot's source VM may still
 	// hold its address (a clone), and the manager replaces NICs anyway.
 	_ = v.nics.openPort(cfg.Net, g.port(), false)
-	v.counter, v.slots = st.Counter, st.Slots
-	// DeviceManager::new takes the tree from the snapshot as it was: a node
-	// whose eject was pending, or whose device the config no longer has,
-	// comes back without a device behind it and keeps its id taken.
-	v.gen++
-	v.tree = map[string]*devNode{}
-	for _, n := range st.Tree {
-		n.Ejecting = false
-		v.tree[n.ID] = &n
-	}
-	if st.Tree == nil { // a state.json from before the tree was kept
-		v.resetTree(&cfg)
-	}
-	for _, d := range cfg.Disks {
-		if v.tree[d.ID] == nil {
-			v.tree[d.ID] = &devNode{ID: d.ID, Kind: "disk", Slot: v.slots}
-			v.slots++
-		}
-	}
-	for _, n := range cfg.Net {
-		if v.tree[n.ID] == nil {
-			v.tree[n.ID] = &devNode{ID: n.ID, Kind: "net", Slot: v.slots, IP: n.IP}
-			v.slots++
-		}
-	}
+	v.restoreTree(&st, &cfg)
 	v.guest.Store(g)
 	v.state = chapi.StatePaused
 	v.event("restored", nil)

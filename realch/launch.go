@@ -84,18 +84,48 @@ const maxSunPath = 107
 // and waits for vmm.ping. On any failure the process is killed and reaped
 // before Launch returns.
 func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
-	if env == nil || env.CHBinary == "" {
-		return nil, errors.New("launch: no cloud-hypervisor binary (run Discover)")
+	if err := checkLaunch(env, spec); err != nil {
+		return nil, err
 	}
-	if env.Firmware == "" && env.Kernel == "" {
-		return nil, errors.New("launch: no firmware or kernel in Env")
+	v, err := prepareDir(env, spec)
+	if err != nil {
+		return nil, err
 	}
-	if env.Image == "" {
-		return nil, errors.New("launch: no guest image in Env")
+	args, err := v.args(env, spec)
+	if err != nil {
+		v.removeFiles()
+		return nil, fmt.Errorf("launch: %w", err)
 	}
-	if spec.Dir == "" {
-		return nil, errors.New("launch: LaunchSpec.Dir is empty")
+	v.Argv = append([]string{env.CHBinary}, args...)
+	if err := v.start(env, spec, args); err != nil {
+		v.removeFiles()
+		return nil, err
 	}
+	if err := v.waitReady(ctx, spec.ReadyTimeout); err != nil {
+		_ = v.Stop(context.Background())
+		return nil, fmt.Errorf("launch %s: %w%s", env.CHBinary, err, v.tail())
+	}
+	return v, nil
+}
+
+// checkLaunch refuses an Env or spec Launch cannot start from.
+func checkLaunch(env *Env, spec LaunchSpec) error {
+	switch {
+	case env == nil || env.CHBinary == "":
+		return errors.New("launch: no cloud-hypervisor binary (run Discover)")
+	case env.Firmware == "" && env.Kernel == "":
+		return errors.New("launch: no firmware or kernel in Env")
+	case env.Image == "":
+		return errors.New("launch: no guest image in Env")
+	case spec.Dir == "":
+		return errors.New("launch: LaunchSpec.Dir is empty")
+	}
+	return nil
+}
+
+// prepareDir makes the VM's dir and fills it: no stale socket, the VM's own
+// copy of the image, the seed when the spec has one.
+func prepareDir(env *Env, spec LaunchSpec) (*VMM, error) {
 	dir, err := filepath.Abs(spec.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("launch: dir: %w", err)
@@ -134,21 +164,17 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 			return nil, fmt.Errorf("launch: %w", err)
 		}
 	}
+	return v, nil
+}
 
-	args, err := v.args(env, spec)
+// start runs cloud-hypervisor (inside spec.Netns when set) with its output
+// in OutName. The process must outlive the launch's ctx, so it is started
+// without CommandContext and stopped by Stop.
+func (v *VMM) start(env *Env, spec LaunchSpec, args []string) error {
+	out, err := os.OpenFile(filepath.Join(v.Dir, OutName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		v.removeFiles()
-		return nil, fmt.Errorf("launch: %w", err)
+		return fmt.Errorf("launch: %w", err)
 	}
-	v.Argv = append([]string{env.CHBinary}, args...)
-
-	out, err := os.OpenFile(filepath.Join(dir, OutName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		v.removeFiles()
-		return nil, fmt.Errorf("launch: %w", err)
-	}
-	// The process must outlive ctx (which only bounds the launch), so it is
-	// started without CommandContext and stopped by Stop.
 	var cmd *exec.Cmd
 	if spec.Netns != nil {
 		cmd = spec.Netns.Command(context.Background(), env.CHBinary, args...)
@@ -156,11 +182,10 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 		cmd = exec.Command(env.CHBinary, args...)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Dir = dir
+	cmd.Dir = v.Dir
 	if err := cmd.Start(); err != nil {
 		out.Close()
-		v.removeFiles()
-		return nil, fmt.Errorf("launch: start %s: %w", env.CHBinary, err)
+		return fmt.Errorf("launch: start %s: %w", env.CHBinary, err)
 	}
 	v.cmd = cmd
 	v.Pid = cmd.Process.Pid
@@ -170,8 +195,12 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 		out.Close()
 		close(v.done)
 	}()
+	return nil
+}
 
-	rto := spec.ReadyTimeout
+// waitReady waits up to rto (default 30s) for the VMM to answer and its
+// command-line VM to exist, or for the process to exit.
+func (v *VMM) waitReady(ctx context.Context, rto time.Duration) error {
 	if rto <= 0 {
 		rto = 30 * time.Second
 	}
@@ -188,17 +217,13 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 		ready <- err
 	}()
 	select {
-	case err = <-ready:
+	case err := <-ready:
+		return err
 	case <-v.done:
 		cancel()
 		<-ready
-		err = fmt.Errorf("exited before answering vmm.ping: %v", v.waitErr)
+		return fmt.Errorf("exited before answering vmm.ping: %v", v.waitErr)
 	}
-	if err != nil {
-		_ = v.Stop(context.Background())
-		return nil, fmt.Errorf("launch %s: %w%s", env.CHBinary, err, v.tail())
-	}
-	return v, nil
 }
 
 func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {

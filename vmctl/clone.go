@@ -45,22 +45,7 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if s, err = m.resolveSnap(s.ID); err != nil {
 		return nil, err
 	}
-	meta, err := readMeta(s.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("clone %s: %w", s.ID, err)
-	}
-	cfg := meta.Config
-	if o.NICs >= 0 {
-		cfg.NICs = o.NICs
-	}
-	// A clone under the name the snapshot was taken from (a wake) is the
-	// same guest, whose RAM still holds that name's address: in tap mode it
-	// must get the same slots, even in a store that never saw the name.
-	var prefer []NIC
-	if o.Name != "" && o.Name == meta.SourceName {
-		prefer = meta.NICs
-	}
-	rec, ops, err := m.reserve(ctx, o.Name, cfg, prefer)
+	meta, rec, ops, err := m.reserveClone(ctx, o, s)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +100,31 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// reserveClone reads snapshot s's metadata and reserves the clone's record
+// with the snapshot's config (o.NICs NICs when given).
+func (m *Manager) reserveClone(ctx context.Context, o CloneOptions, s *Snapshot) (*snapMeta, *VM, *flock, error) {
+	meta, err := readMeta(s.Dir)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("clone %s: %w", s.ID, err)
+	}
+	cfg := meta.Config
+	if o.NICs >= 0 {
+		cfg.NICs = o.NICs
+	}
+	// A clone under the name the snapshot was taken from (a wake) is the
+	// same guest, whose RAM still holds that name's address: in tap mode it
+	// must get the same slots, even in a store that never saw the name.
+	var prefer []NIC
+	if o.Name != "" && o.Name == meta.SourceName {
+		prefer = meta.NICs
+	}
+	rec, ops, err := m.reserve(ctx, o.Name, cfg, prefer)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return meta, rec, ops, nil
 }
 
 // cloneFiles copies a snapshot into VM id's dirs: its own disk, and a

@@ -47,29 +47,17 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	if err := m.unpauseIfOwnerless(ctx, v.ID); err != nil {
 		return 0, fmt.Errorf("exec: %w", err)
 	}
-	if m.cfg.Identity == "" {
-		return 0, fmt.Errorf("exec: no SSH identity (set --identity or VMCTL_SSH_KEY)")
-	}
-	keyPEM, err := os.ReadFile(m.cfg.Identity)
-	if err != nil {
-		return 0, fmt.Errorf("exec: identity: %w", err)
-	}
-	signer, err := ssh.ParsePrivateKey(keyPEM)
-	if err != nil {
-		return 0, fmt.Errorf("exec: identity %s: %w", m.cfg.Identity, err)
-	}
-	hostKey, err := m.hostKeyCallback(v)
-	if err != nil {
-		return 0, err
-	}
 	if o.User == "" {
 		o.User = "root"
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
 	}
+	cfg, err := m.sshConfig(v, o)
+	if err != nil {
+		return 0, err
+	}
 	addr := v.Network[0].Address()
-	cfg := &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey, Timeout: o.Timeout}
 	dctx, dcancel := context.WithTimeout(ctx, o.Timeout)
 	conn, err := m.dialGuest(dctx, addr)
 	dcancel()
@@ -112,6 +100,26 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	default:
 		return 0, fmt.Errorf("exec %s: %w", v.ID, err)
 	}
+}
+
+// sshConfig logs in as o.User with --identity and pins v's host key.
+func (m *Manager) sshConfig(v *VM, o ExecOptions) (*ssh.ClientConfig, error) {
+	if m.cfg.Identity == "" {
+		return nil, fmt.Errorf("exec: no SSH identity (set --identity or VMCTL_SSH_KEY)")
+	}
+	keyPEM, err := os.ReadFile(m.cfg.Identity)
+	if err != nil {
+		return nil, fmt.Errorf("exec: identity: %w", err)
+	}
+	signer, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("exec: identity %s: %w", m.cfg.Identity, err)
+	}
+	hostKey, err := m.hostKeyCallback(v)
+	if err != nil {
+		return nil, err
+	}
+	return &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey, Timeout: o.Timeout}, nil
 }
 
 // unpauseIfOwnerless converges an orphaned pause before talking to the

@@ -50,35 +50,15 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 	c := chapi.New(m.apiSocket(v.ID))
 	actx, cancel := context.WithTimeout(ctx, apiTimeout())
 	defer cancel()
-	info, err := c.Info(actx)
+	info, err := m.unpausedInfo(actx, c, v.ID)
 	if err != nil {
-		return nil, fmt.Errorf("net %s: %w", v.ID, err)
-	}
-	if info.State == chapi.StatePaused {
-		if err := m.convergeOrphanedPause(actx, c, v.ID); err != nil {
-			return nil, err
-		}
-		if info, err = c.Info(actx); err != nil {
-			return nil, fmt.Errorf("net %s: %w", v.ID, err)
-		}
+		return nil, err
 	}
 	want, err := m.setNICs(ctx, v.ID, n)
 	if err != nil {
 		return nil, err
 	}
-	wanted := map[string]NIC{}
-	for _, nic := range want.Network {
-		wanted[nic.ID] = nic
-	}
-	have := map[string]bool{}
-	var remove []string
-	for _, cur := range info.Config.Net {
-		if w, ok := wanted[cur.ID]; ok && sameNIC(w, cur) {
-			have[cur.ID] = true
-			continue
-		}
-		remove = append(remove, cur.ID)
-	}
+	have, remove := nicDiff(want.Network, info.Config.Net)
 	// The ids go into the record before the VMM is asked: an eject the
 	// guest has not acked when this verb dies or times out is waited for
 	// by the next run, which no longer sees the device in the config.
@@ -140,6 +120,44 @@ func renamedNICs(rec, added []NIC) []NIC {
 		}
 	}
 	return out
+}
+
+// unpausedInfo is the VMM's info after converging an orphaned pause (the
+// caller holds the ops lock).
+func (m *Manager) unpausedInfo(ctx context.Context, c *chapi.Client, id string) (chapi.VmInfo, error) {
+	info, err := c.Info(ctx)
+	if err != nil {
+		return info, fmt.Errorf("net %s: %w", id, err)
+	}
+	if info.State != chapi.StatePaused {
+		return info, nil
+	}
+	if err := m.convergeOrphanedPause(ctx, c, id); err != nil {
+		return info, err
+	}
+	if info, err = c.Info(ctx); err != nil {
+		return info, fmt.Errorf("net %s: %w", id, err)
+	}
+	return info, nil
+}
+
+// nicDiff splits the VMM's NICs cur into those want keeps as they are (have)
+// and those to remove.
+func nicDiff(want []NIC, cur []chapi.NetConfig) (map[string]bool, []string) {
+	wanted := map[string]NIC{}
+	for _, nic := range want {
+		wanted[nic.ID] = nic
+	}
+	have := map[string]bool{}
+	var remove []string
+	for _, c := range cur {
+		if w, ok := wanted[c.ID]; ok && sameNIC(w, c) {
+			have[c.ID] = true
+			continue
+		}
+		remove = append(remove, c.ID)
+	}
+	return have, remove
 }
 
 // setNICs records n NICs for VM id, keeping the first ones it has and

@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/vmchaos/vmchaos/cidata"
 )
@@ -40,6 +45,19 @@ func TestSeedAgentPlansWhatTheSeedSays(t *testing.T) {
 			"hostname base-src", "key " + key1, "dhcp",
 		}},
 	}
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	blk, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey := pem.EncodeToMemory(blk)
+	cases = append(cases, struct {
+		name string
+		ci   cidata.CloudInit
+		want []string
+	}{"hostkey", cidata.CloudInit{Hostname: "h", SSHAuthorizedKeys: []string{key1}, SSHHostKey: hostKey}, []string{
+		"hostname h", "key " + key1, "hostkey " + strings.ReplaceAll(string(hostKey), "\n", `\n`), "dhcp",
+	}})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			files, err := c.ci.Files()
@@ -59,6 +77,15 @@ func TestSeedAgentPlansWhatTheSeedSays(t *testing.T) {
 			got := strings.Split(strings.TrimSpace(string(out)), "\n")
 			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
 				t.Fatalf("plan:\n%s\nwant:\n%s\nseed:\n%s%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"), files["user-data"], files["network-config"])
+			}
+			// boot writes the host key with printf %b: the PEM comes back whole.
+			for _, l := range got {
+				if v, ok := strings.CutPrefix(l, "hostkey "); ok {
+					pemOut, err := exec.Command(sh, "-c", `printf '%b' "$1"`, "sh", v).Output()
+					if err != nil || !bytes.Equal(pemOut, c.ci.SSHHostKey) {
+						t.Fatalf("host key through printf %%b: %v\n%s", err, pemOut)
+					}
+				}
 			}
 		})
 	}

@@ -81,6 +81,12 @@ func (r *fakeRunner) guestExec(ctx context.Context, dial func(ctx context.Contex
 	if err != nil {
 		return "", err
 	}
+	return r.guestExecPinned(ctx, dial, addr, cmd, hostKey)
+}
+
+// guestExecPinned is guestExec pinning hostKey (a seed's, once the guest
+// took it).
+func (r *fakeRunner) guestExecPinned(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr, cmd string, hostKey ssh.PublicKey) (string, error) {
 	conn, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return "", err

@@ -219,7 +219,16 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 	addr := net.JoinHostPort(n.HostIP, strconv.Itoa(n.SSHPort))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := r.guestExec(ctx, st.Dial, addr, "hostname")
+	// The guest took its host key from the seed vmctl wrote: vmctl's key.
+	hk, err := os.ReadFile(filepath.Join(root, "vms", v.ID, "ssh_host_ed25519_key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.ParsePrivateKey(hk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.guestExecPinned(ctx, st.Dial, addr, "hostname", signer.PublicKey())
 	if err != nil || strings.TrimSpace(out) != "realch-guest" {
 		t.Fatalf("through the namespace: %q %v", out, err)
 	}

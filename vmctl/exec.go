@@ -119,7 +119,10 @@ func (m *Manager) sshConfig(v *VM, o ExecOptions) (*ssh.ClientConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey, Timeout: o.Timeout}, nil
+	// Only the pinned key's algorithm: a guest that also holds keys of
+	// other types must present this one.
+	return &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey,
+		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519}, Timeout: o.Timeout}, nil
 }
 
 // unpauseIfOwnerless converges an orphaned pause before talking to the

@@ -5,10 +5,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/fakech/guestimg"
 )
 
 // eventuallyRefused polls addr until a connect is refused (the listener is
@@ -106,7 +108,7 @@ func TestEjectStaysInTreeUntilGuestAcks(t *testing.T) {
 			}
 			release(t, ctl, "ch.eject.acked")
 			waitLeavesTree(t, c, "_net1")
-			if !eventuallyRefused(net.JoinHostPort(ip, "2222"), 10*time.Second) {
+			if !eventuallyRefused(net.JoinHostPort(ip, strconv.Itoa(guestimg.DefaultSSHPort)), 10*time.Second) {
 				t.Fatal("NIC address still answers after the eject was acked")
 			}
 			if _, err := c.AddNet(ctx, chapi.NetConfig{IP: ip, ID: "_net1"}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/fakech/qcow2"
@@ -92,6 +95,7 @@ type guest struct {
 	diskFile *os.File        // the VMM's open, locked image: sync writes through it
 	diskQcow *qcow2.Image    // the same, when the image is qcow2: writes go to its top overlay
 	base     *guestimg.Image // the image file's content as of the last sync
+	imgLen   int64           // bytes of the disk the image last written (or read) takes
 	disk     tree            // what the guest sees: base + dirty page cache
 	ram      tree
 	bootID   string
@@ -120,26 +124,42 @@ func newBootID() string {
 // runs with an opaque disk and no SSH server.
 var errNotFake = guestimg.ErrNotFakeImage
 
-// loadDisk reads the guest image at p. A missing file is an error (CH fails to
-// open the disk); a file that is not a fake image gives an empty guest.
-func loadDisk(p string) (*guestimg.Image, error) {
-	b, err := os.ReadFile(p)
+// loadDisk reads the guest image at p and how many bytes of the disk it
+// takes. A missing file is an error (CH fails to open the disk); a file that
+// is not a fake image gives an empty guest. A raw disk is read only as far as
+// its image goes: the manager may have grown it far beyond.
+func loadDisk(p string) (*guestimg.Image, int64, error) {
+	f, err := os.Open(p)
 	if err != nil {
-		return nil, fmt.Errorf("failed to open disk image %s: %w", p, err)
+		return nil, 0, fmt.Errorf("failed to open disk image %s: %w", p, err)
 	}
-	// A qcow2 disk is read through its backing chain (CH detects the
-	// format from the header).
-	if b, err = guestimg.ReadDisk(b, p); err != nil {
-		return nil, fmt.Errorf("disk image %s: %w", p, err)
+	defer f.Close()
+	head := make([]byte, 4)
+	if _, err := io.ReadFull(f, head); err == nil && qcow2.IsQcow2(head) {
+		// A qcow2 disk is read through its backing chain (CH detects the
+		// format from the header).
+		b, err := guestimg.ReadDisk(head, p)
+		if err != nil {
+			return nil, 0, fmt.Errorf("disk image %s: %w", p, err)
+		}
+		img, n, err := guestimg.DecodeFrom(bytes.NewReader(b))
+		return checkDecoded(p, img, n, err)
 	}
-	img, err := guestimg.Decode(b)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, 0, fmt.Errorf("disk image %s: %w", p, err)
+	}
+	img, n, err := guestimg.DecodeFrom(f)
+	return checkDecoded(p, img, n, err)
+}
+
+func checkDecoded(p string, img *guestimg.Image, n int64, err error) (*guestimg.Image, int64, error) {
 	if errors.Is(err, errNotFake) {
-		return nil, errNotFake
+		return nil, 0, errNotFake
 	}
 	if err != nil {
-		return nil, fmt.Errorf("disk image %s: %w", p, err)
+		return nil, 0, fmt.Errorf("disk image %s: %w", p, err)
 	}
-	return img, nil
+	return img, n, nil
 }
 
 // newGuest boots a fresh guest from the disk image (nil img: opaque disk).
@@ -369,6 +389,48 @@ func (g *guest) syncLocked() error {
 	return nil
 }
 
+// instanceIDPath is where cloud-init records the instance it last set up.
+const instanceIDPath = "/var/lib/cloud/data/instance-id"
+
+// cloudInit applies the seed the way cloud-init's per-instance SSH module
+// does on the first boot of an instance (an instance id the disk has not
+// recorded): the seed's host key replaces every host key the image holds
+// (ssh_deletekeys), and its authorized keys are added to root's. The
+// changes are the guest's own writes, in its page cache until a sync, so a
+// boot that loses them applies the seed again. A guest without a fake image
+// (no files) or a seed without an instance id is left alone.
+func (g *guest) cloudInit(sd seed) {
+	if !sd.found || sd.instanceID == "" || g.base == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if string(g.disk.Files[instanceIDPath]) == sd.instanceID+"\n" {
+		return
+	}
+	if signer, err := ssh.ParsePrivateKey(sd.hostKey); err == nil {
+		for p := range g.disk.Files {
+			if strings.HasPrefix(p, "/etc/ssh/ssh_host_") {
+				delete(g.disk.Files, p)
+			}
+		}
+		g.disk.Files[guestimg.HostKeyPath] = bytes.Clone(sd.hostKey)
+		g.disk.Files[guestimg.HostKeyPath+".pub"] = ssh.MarshalAuthorizedKey(signer.PublicKey())
+	}
+	ak := bytes.Clone(g.disk.Files[guestimg.AuthorizedKeysPath])
+	for _, k := range sd.authorizedKeys {
+		if bytes.Contains(ak, []byte(k)) {
+			continue
+		}
+		if len(ak) > 0 && !bytes.HasSuffix(ak, []byte("\n")) {
+			ak = append(ak, '\n')
+		}
+		ak = append(append(ak, k...), '\n')
+	}
+	g.disk.Files[guestimg.AuthorizedKeysPath] = ak
+	g.disk.Files[instanceIDPath] = []byte(sd.instanceID + "\n")
+}
+
 // hostKey returns the guest's SSH host key and whether it has one.
 func (g *guest) hostKey() ([]byte, bool) {
 	g.mu.Lock()
@@ -467,9 +529,9 @@ func guestPath(p string) string {
 
 // writeDisk writes the image through the VMM's open fd, in place, as CH
 // writes guest I/O to the inode it opened (a temp file renamed over the path
-// would leave the VMM writing to the old inode). The trailing bytes of a
-// longer old image are cut after the write; the decoder ignores them if a
-// kill lands in between.
+// would leave the VMM writing to the old inode). The disk keeps its size, as
+// a real one does (the manager may have grown it): the tail of a longer old
+// image is zeroed, and the decoder ignores it if a kill lands in between.
 func (g *guest) writeDisk(img *guestimg.Image) error {
 	b, err := img.Encode()
 	if err != nil {
@@ -488,8 +550,11 @@ func (g *guest) writeDisk(img *guestimg.Image) error {
 	if _, err := g.diskFile.WriteAt(b, 0); err != nil {
 		return err
 	}
-	if err := g.diskFile.Truncate(int64(len(b))); err != nil {
-		return err
+	if n := int64(len(b)); g.imgLen > n {
+		if _, err := g.diskFile.WriteAt(make([]byte, g.imgLen-n), n); err != nil {
+			return err
+		}
 	}
+	g.imgLen = int64(len(b))
 	return g.diskFile.Sync()
 }

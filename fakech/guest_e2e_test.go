@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/fakech/guestimg"
 )
 
 // trace is the harness side of VMCHAOS_TRACE: a unixgram socket collecting
@@ -241,7 +243,7 @@ func TestGuestShellOverSSH(t *testing.T) {
 func TestNICRemoveClosesListenerAddOpens(t *testing.T) {
 	trace := newTrace(t)
 	_, c, g, ip, dir := bootVM(t, "VMCHAOS_TRACE="+trace.path)
-	addr := net.JoinHostPort(ip, "2222")
+	addr := net.JoinHostPort(ip, strconv.Itoa(guestimg.DefaultSSHPort))
 	g.sshRun(t, ip, "true")
 	ctx := ctxT(t)
 	if err := c.RemoveDevice(ctx, "_net1"); err != nil {

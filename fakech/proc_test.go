@@ -201,7 +201,7 @@ func newGuest(t testing.TB, dir string) *guestKit {
 }
 
 // freePortHint returns a port number for the guest's sshd; with a unique
-// loopback address per test any port works, 2222 is the default.
+// loopback address per test any port works; the default is 22, a real guest's.
 func freePortHint() int { return guestimg.DefaultSSHPort }
 
 // loopbackIP returns a random 127.x.y.z outside vmctl's default pool

@@ -2,6 +2,7 @@ package fakech
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"net"
 	"os"
 	"regexp"
@@ -11,27 +12,113 @@ import (
 	"github.com/vmchaos/vmchaos/chapi"
 )
 
-// seedAddrs reads the cloud-init NoCloud seed among cfg's disks (a FAT
-// volume holding network-config, as realch.BuildCIData writes it) and
-// returns the static address network-config gives each MAC. A real guest
-// configures a TAP-only NIC from it; the fake guest listens there (loopback
-// only). Disks that are not such a seed are skipped.
-func seedAddrs(cfg *chapi.VmConfig) map[string]string {
-	out := map[string]string{}
-	for _, d := range cfg.Disks {
-		b, err := os.ReadFile(d.Path)
-		if err != nil || len(b) > 16<<20 {
+// seed is what the fake guest learns from a cloud-init NoCloud seed among
+// its disks (a FAT volume labelled CIDATA, as cidata.BuildCIData writes it),
+// read the way cloud-init would: its instance, host name, SSH keys and the
+// static address network-config gives each MAC. Only the shapes cidata
+// writes are understood (values as YAML double-quoted scalars).
+type seed struct {
+	found          bool
+	instanceID     string
+	hostname       string
+	authorizedKeys []string
+	hostKey        []byte            // ed25519 host key PEM (ssh_keys: ed25519_private)
+	addrs          map[string]string // MAC → static address
+}
+
+// maxSeed bounds what is read of a disk looking for a seed; a seed is a
+// 1 MiB volume.
+const maxSeed = 16 << 20
+
+// readSeed finds the seed among cfg's disks after the first (the boot disk
+// is never the seed). Disks that are not such a seed are skipped.
+func readSeed(cfg *chapi.VmConfig) seed {
+	sd := seed{addrs: map[string]string{}}
+	for i, d := range cfg.Disks {
+		if i == 0 {
 			continue
 		}
-		nc, ok := fatFile(b, "network-config")
+		fi, err := os.Stat(d.Path)
+		if err != nil || fi.Size() > maxSeed {
+			continue
+		}
+		b, err := os.ReadFile(d.Path)
+		if err != nil {
+			continue
+		}
+		md, ok := fatFile(b, "meta-data")
 		if !ok {
 			continue
 		}
-		for mac, ip := range parseNetworkConfig(nc) {
-			out[mac] = ip
+		sd.found = true
+		sd.instanceID = yamlField(md, "instance-id")
+		if ud, ok := fatFile(b, "user-data"); ok {
+			sd.parseUserData(ud)
+		}
+		if nc, ok := fatFile(b, "network-config"); ok {
+			for mac, ip := range parseNetworkConfig(nc) {
+				sd.addrs[mac] = ip
+			}
 		}
 	}
-	return out
+	return sd
+}
+
+// seedAddrs returns the static address the seed's network-config gives each
+// MAC. A real guest configures a TAP-only NIC from it; the fake guest
+// listens there (loopback only).
+func seedAddrs(cfg *chapi.VmConfig) map[string]string { return readSeed(cfg).addrs }
+
+// parseUserData reads #cloud-config's hostname, ssh_authorized_keys (a list)
+// and ssh_keys' ed25519_private.
+func (sd *seed) parseUserData(ud []byte) {
+	section := ""
+	for _, line := range strings.Split(string(ud), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if !strings.HasPrefix(line, " ") {
+			key, val, _ := strings.Cut(line, ":")
+			section = key
+			if key == "hostname" {
+				sd.hostname = yamlScalar(val)
+			}
+			continue
+		}
+		t := strings.TrimSpace(line)
+		switch {
+		case section == "ssh_authorized_keys" && strings.HasPrefix(t, "- "):
+			if k := yamlScalar(t[2:]); k != "" {
+				sd.authorizedKeys = append(sd.authorizedKeys, k)
+			}
+		case section == "ssh_keys" && strings.HasPrefix(t, "ed25519_private:"):
+			sd.hostKey = []byte(yamlScalar(strings.TrimPrefix(t, "ed25519_private:")))
+		}
+	}
+}
+
+// yamlField is the value of a top-level "key: value" line, or "".
+func yamlField(b []byte, key string) string {
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == key {
+			return yamlScalar(v)
+		}
+	}
+	return ""
+}
+
+// yamlScalar decodes a double-quoted scalar (JSON's escapes are the ones
+// cidata uses) or returns a plain one trimmed.
+func yamlScalar(v string) string {
+	v = strings.TrimSpace(v)
+	if strings.HasPrefix(v, "\"") {
+		var s string
+		if json.Unmarshal([]byte(v), &s) == nil {
+			return s
+		}
+		return ""
+	}
+	return v
 }
 
 var (

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/chapi"
-	"github.com/vmchaos/vmchaos/realch"
+	"github.com/vmchaos/vmchaos/cidata"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
 
 // TestTapOnlyNICTakesItsAddressFromTheMAC: a NIC given as tap=,mac= without
@@ -44,7 +45,7 @@ func TestTapOnlyNICAnswersInsideTheVMMsNetns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create a network namespace")
 	}
-	ns, err := realch.NewNetns(fmt.Sprintf("fktap%d", rand.IntN(1e6)))
+	ns, err := vmnet.NewNetns(fmt.Sprintf("fktap%d", rand.IntN(1e6)))
 	if err != nil {
 		t.Skipf("no network namespace here: %v", err)
 	}
@@ -101,8 +102,8 @@ func TestTapOnlyNICTakesItsAddressFromTheSeed(t *testing.T) {
 	mac := fmt.Sprintf("52:54:00:7c:%02x:01", b)
 	ip := fmt.Sprintf("127.124.%d.9", b)
 	seed := filepath.Join(dir, "cidata.img")
-	if err := realch.BuildCIData(seed, realch.CloudInit{Hostname: "seeded", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA test"},
-		Interfaces: []realch.GuestInterface{{MAC: mac, Address: ip + "/30"}}}); err != nil {
+	if err := cidata.BuildCIData(seed, cidata.CloudInit{Hostname: "seeded", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA test"},
+		Interfaces: []cidata.GuestInterface{{MAC: mac, Address: ip + "/30"}}}); err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "api.sock")

@@ -378,7 +378,7 @@ func (v *VMM) freshGuest(cfg *chapi.VmConfig) (*guest, error) {
 		return newGuest("", nil, bootTime), nil
 	}
 	p := cfg.Disks[0].Path
-	img, err := loadDisk(p)
+	img, n, err := loadDisk(p)
 	if errors.Is(err, errNotFake) {
 		v.log.warnf("disk %s is not a fake guest image: the guest has no files and no SSH server", p)
 		return newGuest("", nil, bootTime), nil
@@ -386,7 +386,10 @@ func (v *VMM) freshGuest(cfg *chapi.VmConfig) (*guest, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newGuest(p, img, bootTime), nil
+	g := newGuest(p, img, bootTime)
+	g.imgLen = n
+	g.cloudInit(readSeed(cfg))
+	return g, nil
 }
 
 func wrapHit(err error, ctx string) error {
@@ -639,99 +642,12 @@ func osErrText(err error) string {
 	return err.Error()
 }
 
-// Restore loads a snapshot into a VMM with no config; the VM comes back
-// Paused (or Running with resume). Disks come from config.json, RAM from
-// memory-ranges.
-func (v *VMM) Restore(rc chapi.RestoreConfig) error {
-	if v.config != nil {
-		return vmmErr(500, restoreErrCtx, "VM is already created")
-	}
-	rc, err := v.restoreConfig(rc)
-	if err != nil {
-		return restoreFail(err)
-	}
-	dir, err := fileURLPath(rc.SourceURL)
-	if err != nil {
-		return restoreFail(err)
-	}
-	cfg, st, mem, err := readSnapshot(dir)
-	if err != nil {
-		return restoreFail(err)
-	}
-	if err := v.hit("ch.restore.begin", failpoint.Attrs{"dir": dir}); err != nil {
-		return vmmErr(500, restoreErrCtx, err.Error())
-	}
-	v.event("restoring", nil)
-	fillDefaults(&cfg)
-	for _, n := range cfg.Net {
-		if err := checkAddr(n.IP); err != nil {
-			return restoreFail(err)
-		}
-	}
-	g, err := restoredGuest(&cfg, &mem)
-	if err != nil {
-		return restoreFail(err)
-	}
-	if err := v.openSerial(&cfg); err != nil {
-		return vmmErr(500, append([]string{restoreErrCtx}, chainOf(err)...)...)
-	}
-	// On a failure CH deletes the half-built VM; the VMM stays, with no VM.
-	if err := v.lockDisks(&cfg); err != nil {
-		v.closeSerial()
-		return vmmErr(500, append([]string{restoreErrCtx}, chainOf(err)...)...)
-	}
-	g.diskFile, g.diskQcow = v.bootDisk(&cfg), v.bootQcow(&cfg)
-	v.config = &cfg
-	v.sleep(v.clock.t.RestoreFixed + perGiB(v.clock.t.RestorePerGiB, v.memSize()))
-	v.seed = seedAddrs(&cfg)
-	// The restored NICs are best effort: the snapshot's source VM may still
-	// hold its address (a clone), and the manager replaces NICs anyway.
-	_ = v.nics.openPort(cfg.Net, g.port(), false)
-	v.counter, v.slots = st.Counter, st.Slots
-	v.restoreDeviceTree(&cfg, st.Tree)
-	v.guest.Store(g)
-	v.state = chapi.StatePaused
-	v.event("restored", nil)
-	if err := v.hit("ch.restore.done", failpoint.Attrs{"dir": dir}); err != nil {
-		return vmmErr(500, restoreErrCtx, err.Error())
-	}
-	if rc.Resume {
-		g.setRunning(true)
-		v.state = chapi.StateRunning
-	}
-	v.console("restored (boot id %s)", g.bootID)
-	return nil
-}
-
-// restoreErrCtx heads every error of a restore, as in CH.
-const restoreErrCtx = "The VM could not be restored"
-
-// restoreFail is CH's error for a snapshot that cannot be restored.
-func restoreFail(err error) error {
-	return vmmErr(500, restoreErrCtx, "Cannot restore VM", err.Error())
-}
-
-// restoreConfig is rc as this VMM's CH release reads it, refusing a memory
-// restore mode CH does not know, and prefault with OnDemand.
-func (v *VMM) restoreConfig(rc chapi.RestoreConfig) (chapi.RestoreConfig, error) {
-	if v.compat == CompatV51 {
-		// v51's RestoreConfig has only source_url, prefault and net_fds
-		// (vmm/src/config.rs); serde ignores the rest, so a JSON
-		// "resume":true leaves the VM Paused.
-		rc.Resume, rc.MemoryRestoreMode = false, ""
-	}
-	if rc.MemoryRestoreMode != "" && rc.MemoryRestoreMode != "Copy" && rc.MemoryRestoreMode != "OnDemand" {
-		return rc, fmt.Errorf("invalid memory_restore_mode %q", rc.MemoryRestoreMode)
-	}
-	if rc.MemoryRestoreMode == "OnDemand" && rc.Prefault {
-		return rc, errors.New("prefault is not compatible with OnDemand memory restore")
-	}
-	return rc, nil
-}
-
-// readSnapshot reads a snapshot dir's config.json, state.json and
-// memory-ranges, refusing one fakech did not write.
-func readSnapshot(dir string) (cfg chapi.VmConfig, st snapshotState, mem memoryImage, _ error) {
+// readSnapshot reads a snapshot dir fakech wrote: config.json, state.json
+// and memory-ranges.
+func readSnapshot(dir string) (chapi.VmConfig, snapshotState, memoryImage, error) {
+	var cfg chapi.VmConfig
+	var st snapshotState
+	var mem memoryImage
 	for _, f := range []struct {
 		name string
 		dst  any
@@ -750,35 +666,36 @@ func readSnapshot(dir string) (cfg chapi.VmConfig, st snapshotState, mem memoryI
 	return cfg, st, mem, nil
 }
 
-// restoredGuest brings the guest back from the snapshot's memory, on its boot
-// disk's fake image when it has one.
+// restoredGuest rebuilds the guest from its first disk and memory-ranges.
 func restoredGuest(cfg *chapi.VmConfig, mem *memoryImage) (*guest, error) {
 	if len(cfg.Disks) == 0 {
 		return restoreGuest("", nil, mem), nil
 	}
-	img, err := loadDisk(cfg.Disks[0].Path)
+	img, n, err := loadDisk(cfg.Disks[0].Path)
 	switch {
 	case errors.Is(err, errNotFake):
 		return restoreGuest("", nil, mem), nil
 	case err != nil:
 		return nil, err
-	default:
-		return restoreGuest(cfg.Disks[0].Path, img, mem), nil
 	}
+	g := restoreGuest(cfg.Disks[0].Path, img, mem)
+	g.imgLen = n
+	return g, nil
 }
 
-// restoreDeviceTree takes the device tree from the snapshot as it was
+// restoreTree takes the device tree from the snapshot as it was
 // (DeviceManager::new): a node whose eject was pending, or whose device the
 // config no longer has, comes back without a device behind it and keeps its
-// id taken. Devices of the config missing from it get new slots.
-func (v *VMM) restoreDeviceTree(cfg *chapi.VmConfig, tree []devNode) {
+// id taken. Devices of cfg the tree lacks get new slots.
+func (v *VMM) restoreTree(st *snapshotState, cfg *chapi.VmConfig) {
+	v.counter, v.slots = st.Counter, st.Slots
 	v.gen++
 	v.tree = map[string]*devNode{}
-	for _, n := range tree {
+	for _, n := range st.Tree {
 		n.Ejecting = false
 		v.tree[n.ID] = &n
 	}
-	if tree == nil { // a state.json from before the tree was kept
+	if st.Tree == nil { // a state.json from before the tree was kept
 		v.resetTree(cfg)
 	}
 	for _, d := range cfg.Disks {
@@ -793,6 +710,79 @@ func (v *VMM) restoreDeviceTree(cfg *chapi.VmConfig, tree []devNode) {
 			v.slots++
 		}
 	}
+}
+
+// Restore loads a snapshot into a VMM with no config; the VM comes back
+// Paused (or Running with resume). Disks come from config.json, RAM from
+// memory-ranges.
+func (v *VMM) Restore(rc chapi.RestoreConfig) error {
+	const ctx = "The VM could not be restored"
+	if v.config != nil {
+		return vmmErr(500, ctx, "VM is already created")
+	}
+	fail := func(err error) error { return vmmErr(500, ctx, "Cannot restore VM", err.Error()) }
+	if v.compat == CompatV51 {
+		// v51's RestoreConfig has only source_url, prefault and net_fds
+		// (vmm/src/config.rs); serde ignores the rest, so a JSON
+		// "resume":true leaves the VM Paused.
+		rc.Resume, rc.MemoryRestoreMode = false, ""
+	}
+	if rc.MemoryRestoreMode != "" && rc.MemoryRestoreMode != "Copy" && rc.MemoryRestoreMode != "OnDemand" {
+		return fail(fmt.Errorf("invalid memory_restore_mode %q", rc.MemoryRestoreMode))
+	}
+	if rc.MemoryRestoreMode == "OnDemand" && rc.Prefault {
+		return fail(errors.New("prefault is not compatible with OnDemand memory restore"))
+	}
+	dir, err := fileURLPath(rc.SourceURL)
+	if err != nil {
+		return fail(err)
+	}
+	cfg, st, mem, err := readSnapshot(dir)
+	if err != nil {
+		return fail(err)
+	}
+	if err := v.hit("ch.restore.begin", failpoint.Attrs{"dir": dir}); err != nil {
+		return vmmErr(500, ctx, err.Error())
+	}
+	v.event("restoring", nil)
+	fillDefaults(&cfg)
+	for _, n := range cfg.Net {
+		if err := checkAddr(n.IP); err != nil {
+			return fail(err)
+		}
+	}
+	g, err := restoredGuest(&cfg, &mem)
+	if err != nil {
+		return fail(err)
+	}
+	if err := v.openSerial(&cfg); err != nil {
+		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
+	}
+	// On a failure CH deletes the half-built VM; the VMM stays, with no VM.
+	if err := v.lockDisks(&cfg); err != nil {
+		v.closeSerial()
+		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
+	}
+	g.diskFile, g.diskQcow = v.bootDisk(&cfg), v.bootQcow(&cfg)
+	v.config = &cfg
+	v.sleep(v.clock.t.RestoreFixed + perGiB(v.clock.t.RestorePerGiB, v.memSize()))
+	v.seed = seedAddrs(&cfg)
+	// The restored NICs are best effort: the snapshot's source VM may still
+	// hold its address (a clone), and the manager replaces NICs anyway.
+	_ = v.nics.openPort(cfg.Net, g.port(), false)
+	v.restoreTree(&st, &cfg)
+	v.guest.Store(g)
+	v.state = chapi.StatePaused
+	v.event("restored", nil)
+	if err := v.hit("ch.restore.done", failpoint.Attrs{"dir": dir}); err != nil {
+		return vmmErr(500, ctx, err.Error())
+	}
+	if rc.Resume {
+		g.setRunning(true)
+		v.state = chapi.StateRunning
+	}
+	v.console("restored (boot id %s)", g.bootID)
+	return nil
 }
 
 func (v *VMM) info() (*response, error) {

@@ -101,6 +101,7 @@ func newStack(t testing.TB) *stack {
 		"VMCTL_RUN_DIR=" + filepath.Join(d, "run"),
 		"VMCTL_CH_BINARY=cloud-hypervisor",
 		"VMCTL_SSH_KEY=" + key,
+		"VMCTL_SEED_PUBKEY=" + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))),
 		"VMCTL_NET_POOL=" + randomPool(),
 		"VMCHAOS_TIME_SCALE=" + testScale,
 		"VMCHAOS_FAILPOINT_CTL=" + s.ctl,

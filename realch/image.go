@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmchaos/vmchaos/cidata"
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/ledger/writerproto"
 )
@@ -393,22 +394,9 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 	if err := configureGuest(root, o.writer); err != nil {
 		return nil, fmt.Errorf("image real: configure: %w", err)
 	}
-	kver, err := kernelRelease(root)
+	kver, err := bootFiles(ctx, o.Log, root, work, step)
 	if err != nil {
 		return nil, err
-	}
-	step("initramfs for " + kver)
-	if err := runLogged(ctx, o.Log, "", "chroot", root, "update-initramfs", "-u", "-k", kver); err != nil {
-		return nil, fmt.Errorf("image real: update-initramfs: %w", err)
-	}
-	for _, c := range [][2]string{{"boot/vmlinuz-" + kver, ImageBzImage}, {"boot/initrd.img-" + kver, ImageInitramfs}} {
-		if err := copySparse(ctx, filepath.Join(root, c[0]), filepath.Join(work, c[1])); err != nil {
-			return nil, fmt.Errorf("image real: %w", err)
-		}
-	}
-	step("vmlinux from the bzImage")
-	if err := ExtractVmlinux(ctx, filepath.Join(work, ImageBzImage), filepath.Join(work, ImageKernel)); err != nil {
-		return nil, fmt.Errorf("image real: %w", err)
 	}
 	pkgs, err := installedPackages(ctx, root)
 	if err != nil {
@@ -434,25 +422,58 @@ func buildImage(ctx context.Context, o ImageOptions, entry, key, index string) (
 	}
 	info := &ImageInfo{
 		Recipe: imageRecipe, Key: key, Suite: o.Suite, Mirror: o.Mirror, PackagesIndex: index,
-		Requested: ImagePackages, Kernel: kver, Cmdline: DefaultCmdline, SizeMiB: o.SizeMiB,
+		Requested: ImagePackages, Kernel: kver, Cmdline: cidata.DefaultCmdline, SizeMiB: o.SizeMiB,
 		Packages: pkgs, Files: map[string]ImageFile{}, BuiltAt: time.Now().UTC().Truncate(time.Second),
 	}
-	if info.Files, err = describeOutputs(work); err != nil {
+	if err := publishImage(info, work, entry, start); err != nil {
 		return nil, err
+	}
+	step("done: " + entry)
+	return info, durable.SyncDir(o.CacheDir)
+}
+
+// bootFiles makes the guest's initramfs and puts its bzImage, initramfs and
+// the vmlinux inside the bzImage into work; it returns the kernel release.
+func bootFiles(ctx context.Context, log io.Writer, root, work string, step func(string)) (string, error) {
+	kver, err := kernelRelease(root)
+	if err != nil {
+		return "", err
+	}
+	step("initramfs for " + kver)
+	if err := runLogged(ctx, log, "", "chroot", root, "update-initramfs", "-u", "-k", kver); err != nil {
+		return "", fmt.Errorf("image real: update-initramfs: %w", err)
+	}
+	for _, c := range [][2]string{{"boot/vmlinuz-" + kver, ImageBzImage}, {"boot/initrd.img-" + kver, ImageInitramfs}} {
+		if err := copySparse(ctx, filepath.Join(root, c[0]), filepath.Join(work, c[1])); err != nil {
+			return "", fmt.Errorf("image real: %w", err)
+		}
+	}
+	step("vmlinux from the bzImage")
+	if err := ExtractVmlinux(ctx, filepath.Join(work, ImageBzImage), filepath.Join(work, ImageKernel)); err != nil {
+		return "", fmt.Errorf("image real: %w", err)
+	}
+	return kver, nil
+}
+
+// publishImage writes the manifest into work, describing its outputs, and
+// moves work into place as entry (replacing an older build).
+func publishImage(info *ImageInfo, work, entry string, start time.Time) error {
+	var err error
+	if info.Files, err = describeOutputs(work); err != nil {
+		return err
 	}
 	info.BuildSeconds = time.Since(start).Round(time.Second).Seconds()
 	b, _ := json.MarshalIndent(info, "", "  ")
 	if err := durable.WriteFile(filepath.Join(work, ImageManifest), append(b, '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("image real: %w", err)
+		return fmt.Errorf("image real: %w", err)
 	}
 	if err := os.RemoveAll(entry); err != nil {
-		return nil, fmt.Errorf("image real: %w", err)
+		return fmt.Errorf("image real: %w", err)
 	}
 	if err := os.Rename(work, entry); err != nil {
-		return nil, fmt.Errorf("image real: %w", err)
+		return fmt.Errorf("image real: %w", err)
 	}
-	step("done: " + entry)
-	return info, durable.SyncDir(o.CacheDir)
+	return nil
 }
 
 // imageOutputs are the files of a cache entry the manifest describes.
@@ -601,7 +622,7 @@ func installedPackages(ctx context.Context, root string) ([]PackageVersion, erro
 }
 
 // makeDisk writes a sparse raw disk: an MBR with one Linux partition at
-// 1 MiB (root=/dev/vda1, DefaultCmdline) holding an ext4 made from root by
+// 1 MiB (root=/dev/vda1, cidata.DefaultCmdline) holding an ext4 made from root by
 // mkfs.ext4 -d (no loop device, no mount). The file system's UUID and hash
 // seed come from the key and its timestamps from a fixed time, so the same
 // tree gives the same file system.

@@ -4,15 +4,22 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/vmchaos/vmchaos/cidata"
 )
 
-// The guest agent reads exactly what BuildCIData writes: the plan it prints
+// The guest agent reads exactly what cidata.BuildCIData writes: the plan it prints
 // for a seed is what the guest then applies (hostname, root's keys, a static
 // address by MAC with its gateway, or DHCP on every NIC).
 func TestSeedAgentPlansWhatTheSeedSays(t *testing.T) {
@@ -24,20 +31,33 @@ func TestSeedAgentPlansWhatTheSeedSays(t *testing.T) {
 	key2 := `command="echo \"hi\"" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJy other`
 	cases := []struct {
 		name string
-		ci   CloudInit
+		ci   cidata.CloudInit
 		want []string
 	}{
-		{"static", CloudInit{Hostname: "vm-0", SSHAuthorizedKeys: []string{key1, key2}, Interfaces: []GuestInterface{
+		{"static", cidata.CloudInit{Hostname: "vm-0", SSHAuthorizedKeys: []string{key1, key2}, Interfaces: []cidata.GuestInterface{
 			{MAC: "52:54:00:1E:00:02", Address: "172.30.0.2/30", Gateway: "172.30.0.1", Nameservers: []string{"172.30.0.1"}},
 			{MAC: "52:54:00:1e:00:06", Address: "172.30.0.6/30"},
 		}}, []string{
 			"hostname vm-0", "key " + key1, "key " + key2,
 			"static 52:54:00:1e:00:02 172.30.0.2/30 172.30.0.1", "static 52:54:00:1e:00:06 172.30.0.6/30",
 		}},
-		{"dhcp", CloudInit{Hostname: "base-src", SSHAuthorizedKeys: []string{key1}}, []string{
+		{"dhcp", cidata.CloudInit{Hostname: "base-src", SSHAuthorizedKeys: []string{key1}}, []string{
 			"hostname base-src", "key " + key1, "dhcp",
 		}},
 	}
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	blk, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey := pem.EncodeToMemory(blk)
+	cases = append(cases, struct {
+		name string
+		ci   cidata.CloudInit
+		want []string
+	}{"hostkey", cidata.CloudInit{Hostname: "h", SSHAuthorizedKeys: []string{key1}, SSHHostKey: hostKey}, []string{
+		"hostname h", "key " + key1, "hostkey " + strings.ReplaceAll(string(hostKey), "\n", `\n`), "dhcp",
+	}})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			files, err := c.ci.Files()
@@ -57,6 +77,15 @@ func TestSeedAgentPlansWhatTheSeedSays(t *testing.T) {
 			got := strings.Split(strings.TrimSpace(string(out)), "\n")
 			if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
 				t.Fatalf("plan:\n%s\nwant:\n%s\nseed:\n%s%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"), files["user-data"], files["network-config"])
+			}
+			// boot writes the host key with printf %b: the PEM comes back whole.
+			for _, l := range got {
+				if v, ok := strings.CutPrefix(l, "hostkey "); ok {
+					pemOut, err := exec.Command(sh, "-c", `printf '%b' "$1"`, "sh", v).Output()
+					if err != nil || !bytes.Equal(pemOut, c.ci.SSHHostKey) {
+						t.Fatalf("host key through printf %%b: %v\n%s", err, pemOut)
+					}
+				}
 			}
 		})
 	}

@@ -2,11 +2,9 @@ package realch
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,19 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/cidata"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
-
-// NIC is one --net device. On a real CH, IP/Mask are the host side of the TAP
-// (CH assigns them to the tap); the guest's own address comes from the
-// cloud-init seed (GuestInterface). fakech reads IP as the loopback address
-// its fake guest listens on instead.
-type NIC struct {
-	Tap  string
-	MAC  string
-	IP   string
-	Mask string
-	ID   string // optional stable device id (CH assigns _net<N> otherwise)
-}
 
 // LaunchSpec is one VM to boot.
 type LaunchSpec struct {
@@ -41,13 +29,13 @@ type LaunchSpec struct {
 	Dir       string
 	CPUs      int    // default 1
 	MemoryMiB int    // default 512
-	Cmdline   string // kernel boot only; default DefaultCmdline
-	NICs      []NIC
+	Cmdline   string // kernel boot only; default cidata.DefaultCmdline
+	NICs      []vmnet.NIC
 	// CloudInit, when set, is written as the NoCloud seed and attached as a
 	// second, read-only disk.
-	CloudInit *CloudInit
+	CloudInit *cidata.CloudInit
 	// Netns, when set, runs the VMM inside that namespace (where its taps are).
-	Netns *Netns
+	Netns *vmnet.Netns
 	// ReadyTimeout bounds the wait for vmm.ping; default 30s (CH's own tests
 	// give 5s on an idle machine; runners are busy).
 	ReadyTimeout time.Duration
@@ -55,10 +43,6 @@ type LaunchSpec struct {
 	// CH's integration tests.
 	StopTimeout time.Duration
 }
-
-// DefaultCmdline boots a cloud image's first partition on the virtio disk
-// with the console on the legacy serial port (which --serial file= records).
-const DefaultCmdline = "console=ttyS0 root=/dev/vda1 rw"
 
 // File names inside LaunchSpec.Dir.
 const (
@@ -100,18 +84,48 @@ const maxSunPath = 107
 // and waits for vmm.ping. On any failure the process is killed and reaped
 // before Launch returns.
 func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
-	if env == nil || env.CHBinary == "" {
-		return nil, errors.New("launch: no cloud-hypervisor binary (run Discover)")
+	if err := checkLaunch(env, spec); err != nil {
+		return nil, err
 	}
-	if env.Firmware == "" && env.Kernel == "" {
-		return nil, errors.New("launch: no firmware or kernel in Env")
+	v, err := prepareDir(env, spec)
+	if err != nil {
+		return nil, err
 	}
-	if env.Image == "" {
-		return nil, errors.New("launch: no guest image in Env")
+	args, err := v.args(env, spec)
+	if err != nil {
+		v.removeFiles()
+		return nil, fmt.Errorf("launch: %w", err)
 	}
-	if spec.Dir == "" {
-		return nil, errors.New("launch: LaunchSpec.Dir is empty")
+	v.Argv = append([]string{env.CHBinary}, args...)
+	if err := v.start(env, spec, args); err != nil {
+		v.removeFiles()
+		return nil, err
 	}
+	if err := v.waitReady(ctx, spec.ReadyTimeout); err != nil {
+		_ = v.Stop(context.Background())
+		return nil, fmt.Errorf("launch %s: %w%s", env.CHBinary, err, v.tail())
+	}
+	return v, nil
+}
+
+// checkLaunch refuses an Env or spec Launch cannot start from.
+func checkLaunch(env *Env, spec LaunchSpec) error {
+	switch {
+	case env == nil || env.CHBinary == "":
+		return errors.New("launch: no cloud-hypervisor binary (run Discover)")
+	case env.Firmware == "" && env.Kernel == "":
+		return errors.New("launch: no firmware or kernel in Env")
+	case env.Image == "":
+		return errors.New("launch: no guest image in Env")
+	case spec.Dir == "":
+		return errors.New("launch: LaunchSpec.Dir is empty")
+	}
+	return nil
+}
+
+// prepareDir makes the VM's dir and fills it: no stale socket, the VM's own
+// copy of the image, the seed when the spec has one.
+func prepareDir(env *Env, spec LaunchSpec) (*VMM, error) {
 	dir, err := filepath.Abs(spec.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("launch: dir: %w", err)
@@ -145,26 +159,22 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 	}
 	if spec.CloudInit != nil {
 		v.CIData = filepath.Join(dir, CIDataName)
-		if err := BuildCIData(v.CIData, *spec.CloudInit); err != nil {
+		if err := cidata.BuildCIData(v.CIData, *spec.CloudInit); err != nil {
 			v.removeFiles()
 			return nil, fmt.Errorf("launch: %w", err)
 		}
 	}
+	return v, nil
+}
 
-	args, err := v.args(env, spec)
+// start runs cloud-hypervisor (inside spec.Netns when set) with its output
+// in OutName. The process must outlive the launch's ctx, so it is started
+// without CommandContext and stopped by Stop.
+func (v *VMM) start(env *Env, spec LaunchSpec, args []string) error {
+	out, err := os.OpenFile(filepath.Join(v.Dir, OutName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		v.removeFiles()
-		return nil, fmt.Errorf("launch: %w", err)
+		return fmt.Errorf("launch: %w", err)
 	}
-	v.Argv = append([]string{env.CHBinary}, args...)
-
-	out, err := os.OpenFile(filepath.Join(dir, OutName), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		v.removeFiles()
-		return nil, fmt.Errorf("launch: %w", err)
-	}
-	// The process must outlive ctx (which only bounds the launch), so it is
-	// started without CommandContext and stopped by Stop.
 	var cmd *exec.Cmd
 	if spec.Netns != nil {
 		cmd = spec.Netns.Command(context.Background(), env.CHBinary, args...)
@@ -172,11 +182,10 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 		cmd = exec.Command(env.CHBinary, args...)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Dir = dir
+	cmd.Dir = v.Dir
 	if err := cmd.Start(); err != nil {
 		out.Close()
-		v.removeFiles()
-		return nil, fmt.Errorf("launch: start %s: %w", env.CHBinary, err)
+		return fmt.Errorf("launch: start %s: %w", env.CHBinary, err)
 	}
 	v.cmd = cmd
 	v.Pid = cmd.Process.Pid
@@ -186,8 +195,12 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 		out.Close()
 		close(v.done)
 	}()
+	return nil
+}
 
-	rto := spec.ReadyTimeout
+// waitReady waits up to rto (default 30s) for the VMM to answer and its
+// command-line VM to exist, or for the process to exit.
+func (v *VMM) waitReady(ctx context.Context, rto time.Duration) error {
 	if rto <= 0 {
 		rto = 30 * time.Second
 	}
@@ -204,17 +217,13 @@ func Launch(ctx context.Context, env *Env, spec LaunchSpec) (*VMM, error) {
 		ready <- err
 	}()
 	select {
-	case err = <-ready:
+	case err := <-ready:
+		return err
 	case <-v.done:
 		cancel()
 		<-ready
-		err = fmt.Errorf("exited before answering vmm.ping: %v", v.waitErr)
+		return fmt.Errorf("exited before answering vmm.ping: %v", v.waitErr)
 	}
-	if err != nil {
-		_ = v.Stop(context.Background())
-		return nil, fmt.Errorf("launch %s: %w%s", env.CHBinary, err, v.tail())
-	}
-	return v, nil
 }
 
 func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
@@ -236,7 +245,7 @@ func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
 	} else {
 		cmdline := spec.Cmdline
 		if cmdline == "" {
-			cmdline = DefaultCmdline
+			cmdline = cidata.DefaultCmdline
 		}
 		args = append(args, "--kernel", env.Kernel, "--cmdline", cmdline)
 		if env.Initramfs != "" {
@@ -258,7 +267,7 @@ func (v *VMM) args(env *Env, spec LaunchSpec) ([]string, error) {
 	if len(spec.NICs) > 0 {
 		args = append(args, "--net")
 		for i, n := range spec.NICs {
-			opt, err := n.option()
+			opt, err := n.Arg()
 			if err != nil {
 				return nil, fmt.Errorf("nic %d: %w", i, err)
 			}
@@ -282,28 +291,6 @@ func diskImageType(path string) string {
 		return "qcow2"
 	}
 	return "raw"
-}
-
-func (n NIC) option() (string, error) {
-	var kv []string
-	add := func(k, val string) error {
-		if strings.ContainsAny(val, ",= ") {
-			return fmt.Errorf("%s %q contains ',', '=' or a space", k, val)
-		}
-		if val != "" {
-			kv = append(kv, k+"="+val)
-		}
-		return nil
-	}
-	for _, p := range [][2]string{{"tap", n.Tap}, {"mac", n.MAC}, {"ip", n.IP}, {"mask", n.Mask}, {"id", n.ID}} {
-		if err := add(p[0], p[1]); err != nil {
-			return "", err
-		}
-	}
-	if len(kv) == 0 {
-		return "", errors.New("empty NIC")
-	}
-	return strings.Join(kv, ","), nil
 }
 
 // Client returns an API client for this VMM's socket.
@@ -428,37 +415,4 @@ func copyImage(src, dst string) error {
 		return err
 	}
 	return out.Close()
-}
-
-// PlanNIC gives VM number index its own point-to-point /30 out of pool (an
-// IPv4 CIDR of at least /30, e.g. 192.168.200.0/22): the host side of the
-// TAP gets .1 of the /30, the guest .2, a MAC derived from the guest address.
-// The NIC goes to Launch (or a manager's --net), the GuestInterface into the
-// cloud-init seed, and guest is the address the ledger dials.
-func PlanNIC(pool string, index int, tap string) (NIC, GuestInterface, string, error) {
-	_, ipn, err := net.ParseCIDR(pool)
-	if err != nil {
-		return NIC{}, GuestInterface{}, "", fmt.Errorf("plan nic: pool %q: %w", pool, err)
-	}
-	base := ipn.IP.To4()
-	ones, bits := ipn.Mask.Size()
-	if base == nil || bits != 32 || ones > 30 {
-		return NIC{}, GuestInterface{}, "", fmt.Errorf("plan nic: pool %q: want an IPv4 CIDR of /30 or larger", pool)
-	}
-	slots := 1 << (30 - ones)
-	if index < 0 || index >= slots {
-		return NIC{}, GuestInterface{}, "", fmt.Errorf("plan nic: index %d outside pool %s (%d /30 slots)", index, pool, slots)
-	}
-	n := binary.BigEndian.Uint32(base) + uint32(index)*4
-	host := make(net.IP, 4)
-	guest := make(net.IP, 4)
-	binary.BigEndian.PutUint32(host, n+1)
-	binary.BigEndian.PutUint32(guest, n+2)
-	// 52:54:00 is the locally administered prefix QEMU and CH users share;
-	// the last three bytes follow the guest address, so MACs are unique
-	// within any pool up to /8.
-	mac := fmt.Sprintf("52:54:00:%02x:%02x:%02x", guest[1], guest[2], guest[3])
-	nic := NIC{Tap: tap, MAC: mac, IP: host.String(), Mask: "255.255.255.252"}
-	gi := GuestInterface{MAC: mac, Address: guest.String() + "/30", Gateway: host.String()}
-	return nic, gi, guest.String(), nil
 }

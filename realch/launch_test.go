@@ -18,8 +18,11 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/cidata"
+	"github.com/vmchaos/vmchaos/cidata/cidatatest"
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/stackbin"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
 
 // fakeRunner is a KVM runner's layout with fakech installed as the binary:
@@ -78,6 +81,12 @@ func (r *fakeRunner) guestExec(ctx context.Context, dial func(ctx context.Contex
 	if err != nil {
 		return "", err
 	}
+	return r.guestExecPinned(ctx, dial, addr, cmd, hostKey)
+}
+
+// guestExecPinned is guestExec pinning hostKey (a seed's, once the guest
+// took it).
+func (r *fakeRunner) guestExecPinned(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), addr, cmd string, hostKey ssh.PublicKey) (string, error) {
 	conn, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return "", err
@@ -149,9 +158,9 @@ func TestLaunchAPIAndTeardownWithFakechAsCloudHypervisor(t *testing.T) {
 		Dir:       vmDir,
 		CPUs:      2,
 		MemoryMiB: 256,
-		NICs:      []NIC{{Tap: "vmchaos-tap0", MAC: "52:54:00:12:34:56", IP: guestIP, Mask: "255.0.0.0", ID: "net0"}},
-		CloudInit: &CloudInit{Hostname: "vm1", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZha2VrZXk= k"},
-			Interfaces: []GuestInterface{{MAC: "52:54:00:12:34:56", Address: "192.168.249.2/24"}}},
+		NICs:      []vmnet.NIC{{Tap: "vmchaos-tap0", MAC: "52:54:00:12:34:56", IP: guestIP, Mask: "255.0.0.0", ID: "net0"}},
+		CloudInit: &cidata.CloudInit{Hostname: "vm1", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGZha2VrZXk= k"},
+			Interfaces: []cidata.GuestInterface{{MAC: "52:54:00:12:34:56", Address: "192.168.249.2/24"}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +224,7 @@ func TestLaunchAPIAndTeardownWithFakechAsCloudHypervisor(t *testing.T) {
 	if !bytes.Equal(orig, cp) || v.Disk == env.Image {
 		t.Error("disk is not a byte-for-byte copy of the image")
 	}
-	if vol, err := readFATFile(v.CIData); err != nil || !strings.Contains(string(vol["meta-data"]), "local-hostname: \"vm1\"") {
+	if vol, err := cidatatest.ReadFiles(v.CIData); err != nil || !strings.Contains(string(vol["meta-data"]), "local-hostname: \"vm1\"") {
 		t.Errorf("seed: %v %q", err, vol["meta-data"])
 	}
 
@@ -270,18 +279,6 @@ func TestLaunchAPIAndTeardownWithFakechAsCloudHypervisor(t *testing.T) {
 	if err := v.Stop(ctx); err != nil {
 		t.Errorf("second Stop: %v", err)
 	}
-}
-
-func readFATFile(p string) (map[string][]byte, error) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, err
-	}
-	vol, err := readFAT(b)
-	if err != nil {
-		return nil, err
-	}
-	return vol.files, nil
 }
 
 // wrapCH installs a cloud-hypervisor that prints version for --version and
@@ -405,7 +402,7 @@ func TestLaunchInsideNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := NewNetns(uniqueName("vmchaos-l"))
+	ns, err := vmnet.NewNetns(uniqueName("vmchaos-l"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +420,7 @@ func TestLaunchInsideNetns(t *testing.T) {
 	v, err := Launch(ctx, env, LaunchSpec{
 		Dir:   filepath.Join(t.TempDir(), "vm"),
 		Netns: ns,
-		NICs:  []NIC{{Tap: tap, MAC: "52:54:00:00:00:01", IP: "127.0.0.2", Mask: "255.0.0.0"}},
+		NICs:  []vmnet.NIC{{Tap: tap, MAC: "52:54:00:00:00:01", IP: "127.0.0.2", Mask: "255.0.0.0"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -466,7 +463,7 @@ func TestLaunchInsideNetns(t *testing.T) {
 func TestCHWrapperRunsTheVMMInsideTheNamespace(t *testing.T) {
 	needNetAdmin(t)
 	r := newFakeRunner(t)
-	ns, err := NewNetns(uniqueName("vmchaos-w"))
+	ns, err := vmnet.NewNetns(uniqueName("vmchaos-w"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +484,7 @@ func TestCHWrapperRunsTheVMMInsideTheNamespace(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	v, err := Launch(ctx, env, LaunchSpec{Dir: filepath.Join(t.TempDir(), "vm"), NICs: []NIC{{IP: "127.0.0.3", Mask: "255.0.0.0"}}})
+	v, err := Launch(ctx, env, LaunchSpec{Dir: filepath.Join(t.TempDir(), "vm"), NICs: []vmnet.NIC{{IP: "127.0.0.3", Mask: "255.0.0.0"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/cidata"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
 
 // EnvRequireReal makes the real-backend tests fail instead of skipping when
@@ -50,7 +52,7 @@ func TestRealCHBootsGuestReachableOverSSH(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	ns, err := NewNetns(uniqueName("vmchaos-r"))
+	ns, err := vmnet.NewNetns(uniqueName("vmchaos-r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +61,7 @@ func TestRealCHBootsGuestReachableOverSSH(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	nic, gi, guestIP, err := PlanNIC("192.168.246.0/24", 0, uniqueName("vcr"))
+	nic, gi, guestIP, err := vmnet.PlanNIC("192.168.246.0/24", 0, uniqueName("vcr"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,9 +87,9 @@ func TestRealCHBootsGuestReachableOverSSH(t *testing.T) {
 		os.RemoveAll(dir)
 	})
 	v, err := Launch(ctx, env, LaunchSpec{
-		Dir: filepath.Join(dir, "vm"), CPUs: 2, MemoryMiB: 1024, Netns: ns, NICs: []NIC{nic},
-		CloudInit: &CloudInit{Hostname: "vmchaos-real", SSHAuthorizedKeys: []string{strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))},
-			Interfaces: []GuestInterface{gi}},
+		Dir: filepath.Join(dir, "vm"), CPUs: 2, MemoryMiB: 1024, Netns: ns, NICs: []vmnet.NIC{nic},
+		CloudInit: &cidata.CloudInit{Hostname: "vmchaos-real", SSHAuthorizedKeys: []string{strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))},
+			Interfaces: []cidata.GuestInterface{gi}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +144,7 @@ func pinFirst() ssh.HostKeyCallback {
 	}
 }
 
-func sshRun(ctx context.Context, ns *Netns, addr string, cfg *ssh.ClientConfig, cmd string) (string, error) {
+func sshRun(ctx context.Context, ns *vmnet.Netns, addr string, cfg *ssh.ClientConfig, cmd string) (string, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := ns.DialContext(dctx, "tcp", addr)

@@ -11,12 +11,8 @@ import (
 	"strings"
 
 	"github.com/vmchaos/vmchaos/durable"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
-
-// DefaultTapPool is the address pool vmctl's tap mode carves /30s from when
-// none is given: private, and far from the 192.168.x ranges home and office
-// networks use.
-const DefaultTapPool = "172.30.0.0/16"
 
 // The vmctl environment variables StackEnv sets. vmctl reads each one as the
 // default of the flag of the same name (docs/vmctl.md).
@@ -42,7 +38,7 @@ type StackOptions struct {
 	// carries: the run's ledger key. Required.
 	SeedPubKey string
 	// Pool is the IPv4 CIDR vmctl carves one /30 per NIC from; default
-	// DefaultTapPool. It must not overlap a network the host routes.
+	// vmnet.DefaultTapPool. It must not overlap a network the host routes.
 	Pool string
 	// Netns, when set, is the name of a network namespace StackEnv creates;
 	// every VMM runs inside it (through a cloud-hypervisor wrapper written
@@ -53,7 +49,7 @@ type StackOptions struct {
 	Dir string
 	// Cmdline overrides vmctl's kernel command line (kernel boots only).
 	Cmdline string
-	// DHCP runs a DHCP responder (ServeDHCP) in the namespace (or the host
+	// DHCP runs a DHCP responder (vmnet.ServeDHCP) in the namespace (or the host
 	// namespace without Netns) and has vmctl seed guests with DHCP instead
 	// of a pinned address, so a clone under a new name (the agent's create
 	// from a base snapshot) takes its own TAP's address.
@@ -73,12 +69,12 @@ type Stack struct {
 	// Image is the guest image to pass to `vmctl vm create|run`.
 	Image string
 	// Netns is the namespace the VMMs run in, or nil.
-	Netns *Netns
+	Netns *vmnet.Netns
 	// Dial reaches a guest address (ledger.Ledger.Dial): through the
 	// namespace when there is one, else a plain dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// DHCP is the running responder (StackOptions.DHCP), or nil.
-	DHCP *DHCPResponder
+	DHCP *vmnet.DHCPResponder
 
 	wrapper string
 }
@@ -95,7 +91,7 @@ func StackEnv(o StackOptions) (*Stack, error) {
 	}
 	pool := o.Pool
 	if pool == "" {
-		pool = DefaultTapPool
+		pool = vmnet.DefaultTapPool
 	}
 	p, err := netip.ParsePrefix(pool)
 	if err != nil || !p.Addr().Is4() || p.Bits() > 30 || p.Bits() < 8 {
@@ -111,7 +107,7 @@ func StackEnv(o StackOptions) (*Stack, error) {
 		if o.Dir == "" {
 			return nil, errors.New("realch: stack: Dir is required with Netns (the wrapper goes there)")
 		}
-		ns, err := NewNetns(o.Netns)
+		ns, err := vmnet.NewNetns(o.Netns)
 		if err != nil {
 			return nil, fmt.Errorf("realch: stack: %w", err)
 		}
@@ -140,7 +136,7 @@ func StackEnv(o StackOptions) (*Stack, error) {
 		st.Vars = append(st.Vars, VarNetns+"="+st.Netns.Name)
 	}
 	if o.DHCP {
-		if st.DHCP, err = ServeDHCP(st.Netns); err != nil {
+		if st.DHCP, err = vmnet.ServeDHCP(st.Netns); err != nil {
 			_ = st.Close()
 			return nil, fmt.Errorf("realch: stack: %w", err)
 		}

@@ -21,7 +21,9 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/vmchaos/vmchaos/cidata/cidatatest"
 	"github.com/vmchaos/vmchaos/stackbin"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
 
 // stackVM is the part of `vmctl vm inspect -o json` these tests read.
@@ -148,12 +150,12 @@ func TestStackEnvPointsVMCtlAtTheRealBackend(t *testing.T) {
 	if argv[0] != r.opts.CHBinary {
 		t.Fatalf("VMM argv[0] %s, want %s", argv[0], r.opts.CHBinary)
 	}
-	// The guest address is PlanNIC's guest side of the NIC's /30.
-	_, gi, guest, err := PlanNIC(pool, slotIn(t, pool, n.IP), n.Tap)
+	// The guest address is vmnet.PlanNIC's guest side of the NIC's /30.
+	_, gi, guest, err := vmnet.PlanNIC(pool, slotIn(t, pool, n.IP), n.Tap)
 	if err != nil || guest != n.IP || gi.MAC != n.MAC || gi.Gateway != n.HostIP {
-		t.Fatalf("NIC %+v does not follow PlanNIC (%s %+v %v)", n, guest, gi, err)
+		t.Fatalf("NIC %+v does not follow vmnet.PlanNIC (%s %+v %v)", n, guest, gi, err)
 	}
-	files, err := readFATFile(seed)
+	files, err := cidatatest.ReadFiles(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +207,7 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 	}
 	its, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", v.Pid))
 	var want syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(netnsRun, name), &want); err != nil {
+	if err := syscall.Stat(filepath.Join("/run/netns", name), &want); err != nil {
 		t.Fatal(err)
 	}
 	if its != "net:["+strconv.FormatUint(want.Ino, 10)+"]" {
@@ -217,7 +219,16 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 	addr := net.JoinHostPort(n.HostIP, strconv.Itoa(n.SSHPort))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := r.guestExec(ctx, st.Dial, addr, "hostname")
+	// The guest took its host key from the seed vmctl wrote: vmctl's key.
+	hk, err := os.ReadFile(filepath.Join(root, "vms", v.ID, "ssh_host_ed25519_key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.ParsePrivateKey(hk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.guestExecPinned(ctx, st.Dial, addr, "hostname", signer.PublicKey())
 	if err != nil || strings.TrimSpace(out) != "realch-guest" {
 		t.Fatalf("through the namespace: %q %v", out, err)
 	}
@@ -245,7 +256,7 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 	// DHCP: the seed asks for it, and on the VM's TAP (created here as CH
 	// would, from tap= with the host side from ip=) the responder hands out
 	// exactly the guest address vmctl recorded.
-	files, err := readFATFile(filepath.Join(root, "vms", v.ID, CIDataName))
+	files, err := cidatatest.ReadFiles(filepath.Join(root, "vms", v.ID, CIDataName))
 	if err != nil || !strings.Contains(string(files["network-config"]), "dhcp4: true") {
 		t.Fatalf("seed network-config %q %v", files["network-config"], err)
 	}
@@ -259,8 +270,8 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 	}
 	end := openTapEnd(t, st.Netns, n.Tap)
 	mac, _ := net.ParseMAC(n.MAC)
-	disc := dhcpReq(DHCPDiscover, mac, nil)
-	if offer, _ := end.exchange(t, disc); offer.MsgType() != DHCPOffer || offer.YIAddr.String() != n.IP {
+	disc := dhcpReq(vmnet.DHCPDiscover, mac, nil)
+	if offer, _ := end.exchange(t, disc); offer.MsgType() != vmnet.DHCPOffer || offer.YIAddr.String() != n.IP {
 		t.Fatalf("DHCP on %s offered %+v, vmctl recorded %s", n.Tap, offer, n.IP)
 	}
 	end.f.Close()
@@ -270,7 +281,7 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed = true
-	if _, err := os.Stat(filepath.Join(netnsRun, name)); err == nil {
+	if _, err := os.Stat(filepath.Join("/run/netns", name)); err == nil {
 		t.Fatalf("namespace %s left behind", name)
 	}
 	if _, err := os.Stat(wrapper); err == nil {
@@ -280,7 +291,7 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 
 // forwardInNetns relays TCP connections to from (inside ns) on to to (also
 // inside ns) until the test ends.
-func forwardInNetns(t *testing.T, ns *Netns, from, to string) {
+func forwardInNetns(t *testing.T, ns *vmnet.Netns, from, to string) {
 	t.Helper()
 	l, err := ns.Listen("tcp", from)
 	if err != nil {
@@ -348,7 +359,7 @@ func TestStackEnvKernelBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	for _, w := range []string{"VMCTL_KERNEL=" + kern, "VMCTL_INITRAMFS=" + initrd, "VMCTL_CMDLINE=console=hvc0 root=/dev/vda1", "VMCTL_NET_POOL=" + DefaultTapPool} {
+	for _, w := range []string{"VMCTL_KERNEL=" + kern, "VMCTL_INITRAMFS=" + initrd, "VMCTL_CMDLINE=console=hvc0 root=/dev/vda1", "VMCTL_NET_POOL=" + vmnet.DefaultTapPool} {
 		if !slices.Contains(st.Vars, w) {
 			t.Fatalf("vars %q lack %q", st.Vars, w)
 		}

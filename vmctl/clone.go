@@ -45,12 +45,7 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if s, err = m.resolveSnap(s.ID); err != nil {
 		return nil, err
 	}
-	meta, err := readMeta(s.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("clone %s: %w", s.ID, err)
-	}
-	cfg, prefer := cloneConfig(o, meta)
-	rec, ops, err := m.reserve(ctx, o.Name, cfg, meta.SSHPort, meta.Fake, prefer)
+	meta, rec, ops, err := m.reserveClone(ctx, o, s)
 	if err != nil {
 		return nil, err
 	}
@@ -59,9 +54,40 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	if err := hit(ctx, "vm.clone.reserved", rec.ID); err != nil {
 		return nil, m.abandon(ctx, rec, err)
 	}
-	pid, nics, err := m.cloneRestore(ctx, rec, s.Dir)
+	if err := m.cloneFiles(rec, s.Dir, meta); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+	}
+	m.logf("clone %s: files copied", rec.ID)
+	if err := hit(ctx, "vm.clone.files-copied", rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, err)
+	}
+	pid, c, err := m.launchVMM(ctx, rec.ID, nil)
 	if err != nil {
-		return nil, err
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+	}
+	m.logf("clone %s: VMM %d launched", rec.ID, pid)
+	if err := hit(ctx, "vm.clone.vmm-launched", rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, apiTimeout())
+	defer cancel()
+	if err := c.Restore(actx, chapi.RestoreConfig{SourceURL: "file://" + m.restoreDir(rec.ID)}); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: restore: %w%s", rec.ID, err, logTail(m.vmRunDir(rec.ID)+"/vmm.log")))
+	}
+	m.logf("clone %s: restored", rec.ID)
+	if err := hit(ctx, "vm.clone.restored", rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, err)
+	}
+	nics, err := replaceNICs(actx, c, rec.Network)
+	if err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+	}
+	if err := c.Resume(actx, true); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: resume: %w", rec.ID, err))
+	}
+	m.logf("clone %s: resumed", rec.ID)
+	if err := hit(ctx, "vm.clone.resumed", rec.ID); err != nil {
+		return nil, m.abandon(ctx, rec, err)
 	}
 	out, err := m.setVM(ctx, rec.ID, func(v *VM) { v.State, v.Pid, v.Network = StateRunning, pid, nics })
 	if err != nil {
@@ -76,9 +102,13 @@ func (m *Manager) Clone(ctx context.Context, o CloneOptions) (*VM, error) {
 	return out, nil
 }
 
-// cloneConfig is the clone's config (the snapshot's, with --nics applied)
-// and the NIC slots it should prefer.
-func cloneConfig(o CloneOptions, meta *snapMeta) (VMConfig, []NIC) {
+// reserveClone reads snapshot s's metadata and reserves the clone's record
+// with the snapshot's config (o.NICs NICs when given).
+func (m *Manager) reserveClone(ctx context.Context, o CloneOptions, s *Snapshot) (*snapMeta, *VM, *flock, error) {
+	meta, err := readMeta(s.Dir)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("clone %s: %w", s.ID, err)
+	}
 	cfg := meta.Config
 	if o.NICs >= 0 {
 		cfg.NICs = o.NICs
@@ -90,50 +120,11 @@ func cloneConfig(o CloneOptions, meta *snapMeta) (VMConfig, []NIC) {
 	if o.Name != "" && o.Name == meta.SourceName {
 		prefer = meta.NICs
 	}
-	return cfg, prefer
-}
-
-// cloneRestore brings the reserved VM rec up from the snapshot in snapDir:
-// files copied, VMM launched, vm.restore, NICs replaced, vm.resume. It
-// returns the VMM's pid and the VM's NICs; on failure the placeholder is
-// already abandoned and the error says why.
-func (m *Manager) cloneRestore(ctx context.Context, rec *VM, snapDir string) (int, []NIC, error) {
-	if err := m.cloneFiles(rec, snapDir); err != nil {
-		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
-	}
-	m.logf("clone %s: files copied", rec.ID)
-	if err := hit(ctx, "vm.clone.files-copied", rec.ID); err != nil {
-		return 0, nil, m.abandon(ctx, rec, err)
-	}
-	pid, c, err := m.launchVMM(ctx, rec.ID, nil)
+	rec, ops, err := m.reserve(ctx, o.Name, cfg, prefer)
 	if err != nil {
-		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
+		return nil, nil, nil, err
 	}
-	m.logf("clone %s: VMM %d launched", rec.ID, pid)
-	if err := hit(ctx, "vm.clone.vmm-launched", rec.ID); err != nil {
-		return 0, nil, m.abandon(ctx, rec, err)
-	}
-	actx, cancel := context.WithTimeout(ctx, apiTimeout())
-	defer cancel()
-	if err := c.Restore(actx, chapi.RestoreConfig{SourceURL: "file://" + m.restoreDir(rec.ID)}); err != nil {
-		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: restore: %w%s", rec.ID, err, logTail(m.vmRunDir(rec.ID)+"/vmm.log")))
-	}
-	m.logf("clone %s: restored", rec.ID)
-	if err := hit(ctx, "vm.clone.restored", rec.ID); err != nil {
-		return 0, nil, m.abandon(ctx, rec, err)
-	}
-	nics, err := replaceNICs(actx, c, rec.Network)
-	if err != nil {
-		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: %w", rec.ID, err))
-	}
-	if err := c.Resume(actx, true); err != nil {
-		return 0, nil, m.abandon(ctx, rec, fmt.Errorf("clone %s: resume: %w", rec.ID, err))
-	}
-	m.logf("clone %s: resumed", rec.ID)
-	if err := hit(ctx, "vm.clone.resumed", rec.ID); err != nil {
-		return 0, nil, m.abandon(ctx, rec, err)
-	}
-	return pid, nics, nil
+	return meta, rec, ops, nil
 }
 
 // cloneFiles copies a snapshot into VM id's dirs: its own disk, and a
@@ -142,13 +133,22 @@ func (m *Manager) cloneRestore(ctx context.Context, rec *VM, snapDir string) (in
 // A cloud-init seed disk (tap mode) is pointed at the clone's own seed,
 // written fresh for the clone's name and NICs: the restored guest does not
 // read it again, but a later cold boot of the clone does.
-func (m *Manager) cloneFiles(rec *VM, snapDir string) error {
+func (m *Manager) cloneFiles(rec *VM, snapDir string, meta *snapMeta) error {
 	id := rec.ID
 	rd := m.restoreDir(id)
 	if err := os.MkdirAll(rd, 0o755); err != nil {
 		return err
 	}
 	if err := copyFile(filepath.Join(snapDir, snapDiskFile), m.vmDisk(id)); err != nil {
+		return err
+	}
+	// The restored guest runs with the source's host key; a snapshot that
+	// carries none gets a new one, which its guest learns on a cold boot.
+	var hk []byte
+	if meta.HostKey != "" {
+		hk = []byte(meta.HostKey)
+	}
+	if err := m.writeHostKey(id, hk); err != nil {
 		return err
 	}
 	for _, f := range []string{"state.json", "memory-ranges"} {

@@ -1,12 +1,13 @@
 package vmctl
 
 import (
-	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/durable"
-	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -25,9 +25,8 @@ type ExecOptions struct {
 }
 
 // Exec runs argv in the guest over SSH to its first NIC and returns the
-// command's exit status. The host key is pinned: for a fake image it is the
-// key inside the VM's disk; otherwise the first key seen is stored in the
-// VM's dir and required afterwards.
+// command's exit status. The host key is pinned: the one the VM's seed gave
+// the guest (hostKeyFile).
 func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, stderr io.Writer, o ExecOptions) (int, error) {
 	if len(argv) == 0 {
 		return 0, fmt.Errorf("%w: exec needs a command", ErrUsage)
@@ -48,73 +47,37 @@ func (m *Manager) Exec(ctx context.Context, ref string, argv []string, stdout, s
 	if err := m.unpauseIfOwnerless(ctx, v.ID); err != nil {
 		return 0, fmt.Errorf("exec: %w", err)
 	}
-	cfg, err := m.sshConfig(v, &o)
-	if err != nil {
-		return 0, err
-	}
-	client, err := m.sshConnect(ctx, v, cfg, o.Timeout)
-	if err != nil {
-		return 0, err
-	}
-	defer client.Close()
-	return runSSH(ctx, client, v.ID, argv, stdout, stderr)
-}
-
-// sshConfig is the SSH client config of an exec into v: the identity's key,
-// the pinned host key, and o's user and connect timeout (defaults filled in).
-func (m *Manager) sshConfig(v *VM, o *ExecOptions) (*ssh.ClientConfig, error) {
-	if m.cfg.Identity == "" {
-		return nil, fmt.Errorf("exec: no SSH identity (set --identity or VMCTL_SSH_KEY)")
-	}
-	keyPEM, err := os.ReadFile(m.cfg.Identity)
-	if err != nil {
-		return nil, fmt.Errorf("exec: identity: %w", err)
-	}
-	signer, err := ssh.ParsePrivateKey(keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("exec: identity %s: %w", m.cfg.Identity, err)
-	}
-	hostKey, err := m.hostKeyCallback(v)
-	if err != nil {
-		return nil, err
-	}
 	if o.User == "" {
 		o.User = "root"
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
 	}
-	return &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey, Timeout: o.Timeout}, nil
-}
-
-// sshConnect dials v's first NIC and completes the SSH handshake, both
-// within timeout.
-func (m *Manager) sshConnect(ctx context.Context, v *VM, cfg *ssh.ClientConfig, timeout time.Duration) (*ssh.Client, error) {
+	cfg, err := m.sshConfig(v, o)
+	if err != nil {
+		return 0, err
+	}
 	addr := v.Network[0].Address()
-	dctx, dcancel := context.WithTimeout(ctx, timeout)
+	dctx, dcancel := context.WithTimeout(ctx, o.Timeout)
 	conn, err := m.dialGuest(dctx, addr)
 	dcancel()
 	if err != nil {
-		return nil, fmt.Errorf("exec %s: dial %s: %w", v.ID, addr, err)
+		return 0, fmt.Errorf("exec %s: dial %s: %w", v.ID, addr, err)
 	}
 	// The handshake gets the connect budget too: a guest that accepts but
 	// never answers (paused, wedged) must not hang the verb.
-	_ = conn.SetDeadline(time.Now().Add(timeout))
+	_ = conn.SetDeadline(time.Now().Add(o.Timeout))
 	sc, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("exec %s: ssh %s: %w", v.ID, addr, err)
+		return 0, fmt.Errorf("exec %s: ssh %s: %w", v.ID, addr, err)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return ssh.NewClient(sc, chans, reqs), nil
-}
-
-// runSSH runs argv in a session of client and returns its exit status; the
-// end of ctx closes the client, which ends the session.
-func runSSH(ctx context.Context, client *ssh.Client, id string, argv []string, stdout, stderr io.Writer) (int, error) {
+	client := ssh.NewClient(sc, chans, reqs)
+	defer client.Close()
 	sess, err := client.NewSession()
 	if err != nil {
-		return 0, fmt.Errorf("exec %s: session: %w", id, err)
+		return 0, fmt.Errorf("exec %s: session: %w", v.ID, err)
 	}
 	defer sess.Close()
 	sess.Stdout, sess.Stderr = stdout, stderr
@@ -135,8 +98,31 @@ func runSSH(ctx context.Context, client *ssh.Client, id string, argv []string, s
 	case errors.As(err, &ee):
 		return ee.ExitStatus(), nil
 	default:
-		return 0, fmt.Errorf("exec %s: %w", id, err)
+		return 0, fmt.Errorf("exec %s: %w", v.ID, err)
 	}
+}
+
+// sshConfig logs in as o.User with --identity and pins v's host key.
+func (m *Manager) sshConfig(v *VM, o ExecOptions) (*ssh.ClientConfig, error) {
+	if m.cfg.Identity == "" {
+		return nil, fmt.Errorf("exec: no SSH identity (set --identity or VMCTL_SSH_KEY)")
+	}
+	keyPEM, err := os.ReadFile(m.cfg.Identity)
+	if err != nil {
+		return nil, fmt.Errorf("exec: identity: %w", err)
+	}
+	signer, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("exec: identity %s: %w", m.cfg.Identity, err)
+	}
+	hostKey, err := m.hostKeyCallback(v)
+	if err != nil {
+		return nil, err
+	}
+	// Only the pinned key's algorithm: a guest that also holds keys of
+	// other types must present this one.
+	return &ssh.ClientConfig{User: o.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey,
+		HostKeyAlgorithms: []string{ssh.KeyAlgoED25519}, Timeout: o.Timeout}, nil
 }
 
 // unpauseIfOwnerless converges an orphaned pause before talking to the
@@ -160,36 +146,59 @@ func (m *Manager) unpauseIfOwnerless(ctx context.Context, id string) error {
 	return m.convergeOrphanedPause(actx, c, id)
 }
 
-func (m *Manager) hostKeyCallback(v *VM) (ssh.HostKeyCallback, error) {
-	disk := m.vmDisk(v.ID)
-	if guestimg.IsFakeImage(disk) {
-		img, err := guestimg.Load(disk)
+// guestSSHPort is where vm exec (and the agent's workload) reach every
+// guest's sshd: the port a real guest's listens on.
+const guestSSHPort = 22
+
+// hostKeyFile is the VM's SSH host key (ed25519, OpenSSH PEM) in its dir.
+// vmctl makes it at create, a clone takes its snapshot's (the restored guest
+// runs with it), and every seed hands it to the guest (cloud-init ssh_keys),
+// so vm exec pins the same key for every guest, fake or real.
+const hostKeyFile = "ssh_host_ed25519_key"
+
+func (m *Manager) vmHostKey(id string) string { return filepath.Join(m.vmDir(id), hostKeyFile) }
+
+// writeHostKey stores pemKey as VM id's host key, or a new key when pemKey is
+// nil. The caller syncs the VM dir.
+func (m *Manager) writeHostKey(id string, pemKey []byte) error {
+	if pemKey == nil {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
 		if err != nil {
-			return nil, fmt.Errorf("exec: %w", err)
+			return fmt.Errorf("host key: %w", err)
 		}
-		pk, err := img.HostPublicKey()
+		blk, err := ssh.MarshalPrivateKey(priv, "vmctl guest host key")
 		if err != nil {
-			return nil, fmt.Errorf("exec: %w", err)
+			return fmt.Errorf("host key: %w", err)
 		}
-		return ssh.FixedHostKey(pk), nil
+		pemKey = pem.EncodeToMemory(blk)
 	}
-	// Trust on first use, stored next to the VM's disk.
-	known := filepath.Join(m.vmDir(v.ID), "known_host_key")
-	return func(_ string, _ net.Addr, key ssh.PublicKey) error {
-		b, err := os.ReadFile(known)
-		if errors.Is(err, os.ErrNotExist) {
-			return durable.WriteFile(known, ssh.MarshalAuthorizedKey(key), 0o644)
-		}
-		if err != nil {
-			return err
-		}
-		pinned, _, _, _, err := ssh.ParseAuthorizedKey(b)
-		if err != nil {
-			return fmt.Errorf("pinned host key %s: %w", known, err)
-		}
-		if !bytes.Equal(pinned.Marshal(), key.Marshal()) {
-			return fmt.Errorf("guest host key changed (pinned in %s)", known)
-		}
-		return nil
-	}, nil
+	if err := os.MkdirAll(m.vmDir(id), 0o755); err != nil {
+		return fmt.Errorf("host key: %w", err)
+	}
+	if err := durable.WriteFile(m.vmHostKey(id), pemKey, 0o600); err != nil {
+		return fmt.Errorf("host key: %w", err)
+	}
+	return nil
+}
+
+// hostKey returns VM id's host key as PEM and its signer.
+func (m *Manager) hostKey(id string) ([]byte, ssh.Signer, error) {
+	b, err := os.ReadFile(m.vmHostKey(id))
+	if err != nil {
+		return nil, nil, fmt.Errorf("host key: %w", err)
+	}
+	s, err := ssh.ParsePrivateKey(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("host key %s: %w", m.vmHostKey(id), err)
+	}
+	return b, s, nil
+}
+
+// hostKeyCallback pins the host key v's seed gave its guest.
+func (m *Manager) hostKeyCallback(v *VM) (ssh.HostKeyCallback, error) {
+	_, s, err := m.hostKey(v.ID)
+	if err != nil {
+		return nil, fmt.Errorf("exec %s: %w", v.ID, err)
+	}
+	return ssh.FixedHostKey(s.PublicKey()), nil
 }

@@ -19,8 +19,9 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/vmchaos/vmchaos/cidata"
 	"github.com/vmchaos/vmchaos/failpoint"
-	"github.com/vmchaos/vmchaos/realch"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
 
 // Defaults for the manager's configuration.
@@ -42,8 +43,9 @@ type Config struct {
 	// NetMode is NetModeFake (default: --net ip=<guest> on loopback) or
 	// NetModeTap (real CH: a TAP per NIC, guest address from a seed).
 	NetMode string
-	// SeedPubKey is the authorized_keys line (or a file holding it) the
-	// tap mode's cloud-init seed gives the guest.
+	// SeedPubKey is the authorized_keys line (or a file holding it) every
+	// guest's cloud-init seed gives it; the seed also carries the VM's host
+	// key, which vm exec pins.
 	SeedPubKey string
 	// Kernel, Cmdline, Initramfs boot a kernel directly instead of
 	// Firmware (when Kernel is set).
@@ -53,7 +55,7 @@ type Config struct {
 	Netns string
 	// GuestNet is how a tap-mode guest gets its address: GuestNetStatic
 	// (default; the seed pins it by MAC) or GuestNetDHCP (the seed asks
-	// for DHCP on every NIC; realch.ServeDHCP answers with the TAP's /30).
+	// for DHCP on every NIC; vmnet.ServeDHCP answers with the TAP's /30).
 	GuestNet string
 	// VMMCgroup is CgroupAuto (default), CgroupOn or CgroupOff: whether
 	// each VMM is started in its own cgroup (cgroup.go).
@@ -111,11 +113,11 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.NetPool == "" {
 		cfg.NetPool = DefaultNetPool
 		if cfg.NetMode == NetModeTap {
-			cfg.NetPool = realch.DefaultTapPool
+			cfg.NetPool = vmnet.DefaultTapPool
 		}
 	}
 	if cfg.Kernel != "" && cfg.Cmdline == "" {
-		cfg.Cmdline = realch.DefaultCmdline
+		cfg.Cmdline = cidata.DefaultCmdline
 	}
 	var err error
 	if cfg.RootDir, err = filepath.Abs(cfg.RootDir); err != nil {

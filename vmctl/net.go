@@ -50,110 +50,44 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 	c := chapi.New(m.apiSocket(v.ID))
 	actx, cancel := context.WithTimeout(ctx, apiTimeout())
 	defer cancel()
-	info, err := m.netVMMInfo(actx, c, v.ID)
+	info, err := m.unpausedInfo(actx, c, v.ID)
 	if err != nil {
 		return nil, err
 	}
-	port := 22
-	if len(v.Network) > 0 {
-		port = v.Network[0].SSHPort
-	} else if _, p, err := imageInfo(m.vmDisk(v.ID)); err == nil {
-		port = p
-	}
-	want, err := m.setNICs(ctx, v.ID, n, port)
+	want, err := m.setNICs(ctx, v.ID, n)
 	if err != nil {
 		return nil, err
 	}
-	have, remove := diffNICs(want.Network, info.Config.Net)
-	ejecting, err := m.netRemove(ctx, actx, c, v.ID, want.Ejecting, remove)
-	if err != nil {
-		return nil, err
-	}
-	add, err := m.netAdd(ctx, actx, c, v.ID, want.Network, have, ejecting)
-	if err != nil {
-		return nil, err
-	}
-	return m.setVM(ctx, v.ID, func(r *VM) {
-		r.Config.NICs, r.Ejecting = n, nil
-		r.Network = renamedNICs(r.Network, add)
-	})
-}
-
-// netVMMInfo reads the VMM's info, first converging an orphaned pause.
-func (m *Manager) netVMMInfo(actx context.Context, c *chapi.Client, id string) (chapi.VmInfo, error) {
-	info, err := c.Info(actx)
-	if err != nil {
-		return info, fmt.Errorf("net %s: %w", id, err)
-	}
-	if info.State == chapi.StatePaused {
-		if err := m.convergeOrphanedPause(actx, c, id); err != nil {
-			return info, err
-		}
-		if info, err = c.Info(actx); err != nil {
-			return info, fmt.Errorf("net %s: %w", id, err)
-		}
-	}
-	return info, nil
-}
-
-// diffNICs compares the NICs the record wants with those the VMM has: have
-// holds the wanted ids the VMM already has as wanted, remove the VMM's
-// others.
-func diffNICs(want []NIC, vmm []chapi.NetConfig) (have map[string]bool, remove []string) {
-	wanted := map[string]NIC{}
-	for _, nic := range want {
-		wanted[nic.ID] = nic
-	}
-	have = map[string]bool{}
-	for _, cur := range vmm {
-		if w, ok := wanted[cur.ID]; ok && sameNIC(w, cur) {
-			have[cur.ID] = true
-			continue
-		}
-		remove = append(remove, cur.ID)
-	}
-	return have, remove
-}
-
-// netRemove unplugs the VMM's NICs listed in remove; it returns every id
-// whose eject is still owed (the record's earlier ones and these).
-func (m *Manager) netRemove(ctx, actx context.Context, c *chapi.Client, id string, pending, remove []string) ([]string, error) {
+	have, remove := nicDiff(want.Network, info.Config.Net)
 	// The ids go into the record before the VMM is asked: an eject the
 	// guest has not acked when this verb dies or times out is waited for
 	// by the next run, which no longer sees the device in the config.
-	ejecting := append(slices.Clone(pending), remove...)
+	ejecting := append(slices.Clone(want.Ejecting), remove...)
 	if len(remove) > 0 {
-		if _, err := m.setVM(ctx, id, func(r *VM) { r.Ejecting = ejecting }); err != nil {
+		if _, err := m.setVM(ctx, v.ID, func(r *VM) { r.Ejecting = ejecting }); err != nil {
 			return nil, err
 		}
 	}
-	for _, dev := range remove {
-		if err := c.RemoveDevice(actx, dev); err != nil {
-			return nil, fmt.Errorf("net %s: remove %s: %w", id, dev, err)
+	for _, id := range remove {
+		if err := c.RemoveDevice(actx, id); err != nil {
+			return nil, fmt.Errorf("net %s: remove %s: %w", v.ID, id, err)
 		}
 	}
-	m.logf("net %s: removed", id)
-	if err := hit(ctx, "vm.net.removed", id); err != nil {
+	m.logf("net %s: removed", v.ID)
+	if err := hit(ctx, "vm.net.removed", v.ID); err != nil {
 		return nil, err
 	}
-	return ejecting, nil
-}
-
-// netAdd waits for the ejects to be acked, then plugs the wanted NICs the
-// VMM does not have; it returns them as added (ids possibly moved).
-func (m *Manager) netAdd(ctx, actx context.Context, c *chapi.Client, id string, want []NIC, have map[string]bool, ejecting []string) ([]NIC, error) {
 	// CH keeps an unplugged device in its tree until the guest acks the
 	// eject; saving or re-adding before that carries the half-gone device
 	// into the snapshot or collides on its id.
 	if err := waitEjected(actx, c, ejecting, ejectBudget()); err != nil {
-		return nil, fmt.Errorf("net %s: %w", id, err)
+		return nil, fmt.Errorf("net %s: %w", v.ID, err)
 	}
-	info, err := c.Info(actx)
-	if err != nil {
-		return nil, fmt.Errorf("net %s: %w", id, err)
+	if info, err = c.Info(actx); err != nil {
+		return nil, fmt.Errorf("net %s: %w", v.ID, err)
 	}
 	var add []NIC
-	for _, nic := range want {
+	for _, nic := range want.Network {
 		if !have[nic.ID] {
 			add = append(add, nic)
 		}
@@ -161,14 +95,17 @@ func (m *Manager) netAdd(ctx, actx context.Context, c *chapi.Client, id string, 
 	add = uniqueNICs(info.DeviceTree, add)
 	for _, nic := range add {
 		if _, err := c.AddNet(actx, netConfig(nic)); err != nil {
-			return nil, fmt.Errorf("net %s: add %s: %w", id, nic.ID, err)
+			return nil, fmt.Errorf("net %s: add %s: %w", v.ID, nic.ID, err)
 		}
 	}
-	m.logf("net %s: added", id)
-	if err := hit(ctx, "vm.net.added", id); err != nil {
+	m.logf("net %s: added", v.ID)
+	if err := hit(ctx, "vm.net.added", v.ID); err != nil {
 		return nil, err
 	}
-	return add, nil
+	return m.setVM(ctx, v.ID, func(r *VM) {
+		r.Config.NICs, r.Ejecting = n, nil
+		r.Network = renamedNICs(r.Network, add)
+	})
 }
 
 // renamedNICs records the ids the VMM was given (uniqueNICs may have moved
@@ -185,14 +122,52 @@ func renamedNICs(rec, added []NIC) []NIC {
 	return out
 }
 
+// unpausedInfo is the VMM's info after converging an orphaned pause (the
+// caller holds the ops lock).
+func (m *Manager) unpausedInfo(ctx context.Context, c *chapi.Client, id string) (chapi.VmInfo, error) {
+	info, err := c.Info(ctx)
+	if err != nil {
+		return info, fmt.Errorf("net %s: %w", id, err)
+	}
+	if info.State != chapi.StatePaused {
+		return info, nil
+	}
+	if err := m.convergeOrphanedPause(ctx, c, id); err != nil {
+		return info, err
+	}
+	if info, err = c.Info(ctx); err != nil {
+		return info, fmt.Errorf("net %s: %w", id, err)
+	}
+	return info, nil
+}
+
+// nicDiff splits the VMM's NICs cur into those want keeps as they are (have)
+// and those to remove.
+func nicDiff(want []NIC, cur []chapi.NetConfig) (map[string]bool, []string) {
+	wanted := map[string]NIC{}
+	for _, nic := range want {
+		wanted[nic.ID] = nic
+	}
+	have := map[string]bool{}
+	var remove []string
+	for _, c := range cur {
+		if w, ok := wanted[c.ID]; ok && sameNIC(w, c) {
+			have[c.ID] = true
+			continue
+		}
+		remove = append(remove, c.ID)
+	}
+	return have, remove
+}
+
 // setNICs records n NICs for VM id, keeping the first ones it has and
 // allocating addresses for the rest under the index lock.
-func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, error) {
+func (m *Manager) setNICs(ctx context.Context, id string, n int) (*VM, error) {
 	return m.editVM(ctx, id, func(ix *vmIndex, v *VM) error {
 		if m.tap() {
 			// The name's slots: the first NICs stay as they are, the rest
 			// come back with the addresses they had before.
-			nics, err := m.planTapNICs(ix, v.Name, n, port, nil)
+			nics, err := m.planTapNICs(ix, v.Name, n, nil)
 			if err != nil {
 				return err
 			}
@@ -205,13 +180,13 @@ func (m *Manager) setNICs(ctx context.Context, id string, n, port int) (*VM, err
 			v.Network = v.Network[:n]
 		}
 		if missing := n - len(v.Network); missing > 0 {
-			ips, err := m.pool.allocate(m.cfg.RootDir, missing, port, usedIPs(ix))
+			ips, err := m.pool.allocate(m.cfg.RootDir, missing, guestSSHPort, usedIPs(ix))
 			if err != nil {
 				return err
 			}
 			for _, ip := range ips {
 				i := len(v.Network)
-				v.Network = append(v.Network, NIC{ID: nicID(macFor(id, i)), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: port})
+				v.Network = append(v.Network, NIC{ID: nicID(macFor(id, i)), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: guestSSHPort})
 			}
 		}
 		return nil

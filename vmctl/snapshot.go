@@ -30,8 +30,9 @@ type snapMeta struct {
 	Name     string   `json:"name"`
 	SourceVM string   `json:"source_vm"`
 	Config   VMConfig `json:"config"`
-	SSHPort  int      `json:"ssh_port"`
-	Fake     bool     `json:"fake"`
+	// HostKey is the source VM's SSH host key (PEM): the restored guest
+	// runs with it, so a clone pins it and hands it on in its seed.
+	HostKey string `json:"host_key,omitempty"`
 	// Tap mode: the source VM's name and the NICs its name owns (all its
 	// slots, attached or not: a hibernate drops the NICs before the save),
 	// so a wake in another store (import) restores the same addresses.
@@ -240,11 +241,12 @@ func (m *Manager) capture(ctx context.Context, v *VM, sid, name, staging string,
 	if err := copyFile(m.vmDisk(v.ID), filepath.Join(staging, snapDiskFile)); err != nil {
 		return fmt.Errorf("save snapshot %s: copy disk: %w", sid, err)
 	}
-	fake, port, _ := imageInfo(m.vmDisk(v.ID))
-	meta := snapMeta{Name: name, SourceVM: v.ID, Config: v.Config, SSHPort: port, Fake: fake}
-	if len(v.Network) > 0 && v.Network[0].SSHPort > 0 {
-		meta.SSHPort = v.Network[0].SSHPort
+	// A VM made before vmctl kept host keys has none to hand on.
+	hk, _, err := m.hostKey(v.ID)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("save snapshot %s: %w", sid, err)
 	}
+	meta := snapMeta{Name: name, SourceVM: v.ID, Config: v.Config, HostKey: string(hk)}
 	if len(tapNICs) > 0 {
 		meta.SourceName, meta.NICs = v.Name, tapNICs
 	}

@@ -138,21 +138,25 @@ func newStack(t testing.TB, scale string, extraEnv ...string) *stack {
 	}
 	signer, _ := ssh.NewSignerFromKey(priv)
 	s.image = filepath.Join(d, "guest.img")
-	if _, err := guestimg.Build(s.image, guestimg.Options{AuthorizedKeys: []string{strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))}}); err != nil {
+	// The image authorizes no key: the guest takes the key from its seed,
+	// as a cloud image does.
+	if _, err := guestimg.Build(s.image, guestimg.Options{}); err != nil {
 		t.Fatal(err)
 	}
+	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
 	pool := randomPool()
 	s.env = append([]string{
 		"PATH=" + s.bin + ":" + os.Getenv("PATH"),
 		"VMCTL_ROOT_DIR=" + s.root,
 		"VMCTL_CH_BINARY=cloud-hypervisor",
 		"VMCTL_SSH_KEY=" + s.key,
+		"VMCTL_SEED_PUBKEY=" + pub,
 		"VMCTL_NET_POOL=" + pool,
 		"VMCHAOS_TIME_SCALE=" + scale,
 		"VMCHAOS_FAILPOINT_CTL=" + s.ctl,
 		"HOME=" + d,
 	}, extraEnv...)
-	s.m, err = New(Config{RootDir: s.root, CHBinary: filepath.Join(s.bin, "cloud-hypervisor"), NetPool: pool, Identity: s.key})
+	s.m, err = New(Config{RootDir: s.root, CHBinary: filepath.Join(s.bin, "cloud-hypervisor"), NetPool: pool, Identity: s.key, SeedPubKey: pub})
 	if err != nil {
 		t.Fatal(err)
 	}

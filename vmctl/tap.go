@@ -3,6 +3,7 @@ package vmctl
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -13,7 +14,8 @@ import (
 	"strings"
 
 	"github.com/vmchaos/vmchaos/chapi"
-	"github.com/vmchaos/vmchaos/realch"
+	"github.com/vmchaos/vmchaos/cidata"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
 
 // Network modes. fake: the VMM's --net ip= is the guest's own loopback
@@ -28,7 +30,7 @@ const (
 // Guest address modes in tap mode. static: the seed configures each NIC's
 // address by MAC; a guest restored from another VM's snapshot keeps that
 // VM's. dhcp: the seed turns DHCP on for every NIC, and the responder on the
-// TAP side (realch.ServeDHCP) hands each TAP's guest address out, so any
+// TAP side (vmnet.ServeDHCP) hands each TAP's guest address out, so any
 // restored guest takes the address of the TAP it is plugged into.
 const (
 	GuestNetStatic = "static"
@@ -36,7 +38,7 @@ const (
 )
 
 // seedFile is the cloud-init NoCloud seed in the VM's dir, attached as a
-// second, read-only disk in tap mode.
+// second, read-only disk on every cold boot.
 const seedFile = "cidata.img"
 
 func (m *Manager) tap() bool                  { return m.cfg.NetMode == NetModeTap }
@@ -106,28 +108,28 @@ func (m *Manager) slotOf(guest string) (int, bool) {
 	return int(off / 4), true
 }
 
-// tapNIC is NIC i of a VM on /30 slot: realch.PlanNIC's host side, guest
+// tapNIC is NIC i of a VM on /30 slot: vmnet.PlanNIC's host side, guest
 // address and MAC; the TAP is named after the /30 (vt + 8 hex digits), so
 // stores with disjoint pools never collide on a device name in one netns.
-func (m *Manager) tapNIC(i, slot, sshPort int) (NIC, error) {
+func (m *Manager) tapNIC(i, slot int) (NIC, error) {
 	base := binary.BigEndian.Uint32(m.pool.prefix.Addr().AsSlice()) + uint32(slot)*4
 	tap := fmt.Sprintf("vt%08x", base)
-	host, _, guest, err := realch.PlanNIC(m.pool.prefix.String(), slot, tap)
+	host, _, guest, err := vmnet.PlanNIC(m.pool.prefix.String(), slot, tap)
 	if err != nil {
 		return NIC{}, err
 	}
-	return NIC{ID: nicID(host.MAC), MAC: host.MAC, IP: guest, Mask: host.Mask, SSHPort: sshPort, Tap: host.Tap, HostIP: host.IP}, nil
+	return NIC{ID: nicID(host.MAC), MAC: host.MAC, IP: guest, Mask: host.Mask, SSHPort: guestSSHPort, Tap: host.Tap, HostIP: host.IP}, nil
 }
 
 // planTapNICs gives VM name its n NICs from the slots it owns.
-func (m *Manager) planTapNICs(ix *vmIndex, name string, n, sshPort int, prefer []NIC) ([]NIC, error) {
+func (m *Manager) planTapNICs(ix *vmIndex, name string, n int, prefer []NIC) ([]NIC, error) {
 	slots, err := m.tapSlots(ix, name, n, prefer)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]NIC, 0, n)
 	for i, s := range slots {
-		nic, err := m.tapNIC(i, s, sshPort)
+		nic, err := m.tapNIC(i, s)
 		if err != nil {
 			return nil, err
 		}
@@ -146,15 +148,9 @@ func (m *Manager) nameNICs(v *VM) ([]NIC, error) {
 	if err != nil {
 		return nil, err
 	}
-	port := 22
-	if len(v.Network) > 0 && v.Network[0].SSHPort > 0 {
-		port = v.Network[0].SSHPort
-	} else if _, p, err := imageInfo(m.vmDisk(v.ID)); err == nil {
-		port = p
-	}
 	var out []NIC
 	for i, s := range ix.TapSlots[v.Name] {
-		nic, err := m.tapNIC(i, s, port)
+		nic, err := m.tapNIC(i, s)
 		if err != nil {
 			return nil, err
 		}
@@ -195,11 +191,12 @@ func sameNIC(want NIC, cur chapi.NetConfig) bool {
 }
 
 // seedKey is the authorized_keys line the seed carries: --seed-pubkey is
-// either that line or a file holding it.
+// either that line or a file holding it. None: the seed authorizes no key,
+// and only keys the image holds let vm exec in.
 func (m *Manager) seedKey() (string, error) {
 	k := strings.TrimSpace(m.cfg.SeedPubKey)
 	if k == "" {
-		return "", fmt.Errorf("tap mode needs an SSH public key for the guest's cloud-init seed (--seed-pubkey or VMCTL_SEED_PUBKEY)")
+		return "", nil
 	}
 	if strings.Contains(k, " ") {
 		return k, nil
@@ -238,14 +235,28 @@ func guestHostname(v *VM) string {
 }
 
 // seedConfig is v's cloud-init identity. The instance id follows the name
-// (realch's default, "vmchaos-" + host name), so a later cold boot of a
-// woken VM is the same instance to cloud-init and keeps its host keys.
-func (m *Manager) seedConfig(v *VM) (realch.CloudInit, error) {
+// (cidata's default, "vmchaos-" + host name), so a later cold boot of a
+// woken VM is the same instance to cloud-init and keeps its host keys. The
+// host key is v's own (hostKeyFile), which vm exec pins; a VM made before
+// vmctl kept host keys gets one here.
+func (m *Manager) seedConfig(v *VM) (cidata.CloudInit, error) {
 	key, err := m.seedKey()
 	if err != nil {
-		return realch.CloudInit{}, err
+		return cidata.CloudInit{}, err
 	}
-	ci := realch.CloudInit{Hostname: guestHostname(v), SSHAuthorizedKeys: []string{key}}
+	hk, _, err := m.hostKey(v.ID)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = m.writeHostKey(v.ID, nil); err == nil {
+			hk, _, err = m.hostKey(v.ID)
+		}
+	}
+	if err != nil {
+		return cidata.CloudInit{}, err
+	}
+	ci := cidata.CloudInit{Hostname: guestHostname(v), SSHHostKey: hk}
+	if key != "" {
+		ci.SSHAuthorizedKeys = []string{key}
+	}
 	if m.cfg.GuestNet == GuestNetDHCP {
 		return ci, nil // no interfaces: DHCP on every ethernet device
 	}
@@ -254,7 +265,7 @@ func (m *Manager) seedConfig(v *VM) (realch.CloudInit, error) {
 			continue
 		}
 		ones, _ := net.IPMask(net.ParseIP(n.Mask).To4()).Size()
-		gi := realch.GuestInterface{MAC: n.MAC, Address: n.IP + "/" + strconv.Itoa(ones)}
+		gi := cidata.GuestInterface{MAC: n.MAC, Address: n.IP + "/" + strconv.Itoa(ones)}
 		if i == 0 {
 			// One default route: through the first NIC's host side.
 			gi.Gateway = n.HostIP
@@ -273,7 +284,7 @@ func (m *Manager) writeSeed(v *VM) error {
 	if err := os.MkdirAll(m.vmDir(v.ID), 0o755); err != nil {
 		return err
 	}
-	return realch.BuildCIData(m.vmSeed(v.ID), ci)
+	return cidata.BuildCIData(m.vmSeed(v.ID), ci)
 }
 
 // dialGuest opens the TCP connection vm exec speaks SSH over: from inside
@@ -283,7 +294,7 @@ func (m *Manager) dialGuest(ctx context.Context, addr string) (net.Conn, error) 
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
 	}
-	ns, err := realch.OpenNetns(m.cfg.Netns)
+	ns, err := vmnet.OpenNetns(m.cfg.Netns)
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmchaos/vmchaos/chapi"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/vmchaos/vmchaos/chapi"
 )
 
 const testSeedKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGm9lW0kz1ZxJ3n3m0k0fU1n0Hq8V1oQ0k3Yq8b1cQ0x run@vmchaos"
@@ -40,7 +41,7 @@ func newTapManager(t *testing.T, pool string, extra func(*Config)) *Manager {
 // ops lock.
 func reserveFor(t *testing.T, m *Manager, name string, n int, prefer []NIC) *VM {
 	t.Helper()
-	rec, ops, err := m.reserve(context.Background(), name, VMConfig{CPU: 2, Memory: 1 << 30, NICs: n, Image: "/img/guest.raw"}, 22, false, prefer)
+	rec, ops, err := m.reserve(context.Background(), name, VMConfig{CPU: 2, Memory: 1 << 30, NICs: n, Image: "/img/guest.raw"}, prefer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func reserveFor(t *testing.T, m *Manager, name string, n int, prefer []NIC) *VM 
 	return rec
 }
 
-// checkTapNIC asserts one NIC follows realch.PlanNIC inside pool: guest .2
+// checkTapNIC asserts one NIC follows vmnet.PlanNIC inside pool: guest .2
 // and host .1 of one /30, the TAP named after that /30, the MAC after the
 // guest address.
 func checkTapNIC(t *testing.T, pool string, i int, n NIC) {
@@ -118,8 +119,9 @@ func TestTapBootArgv(t *testing.T) {
 	}
 }
 
-// TestFakeBootArgvUnchanged pins the fake mode's argv byte for byte: no
-// tap, no seed, no serial file, --net id=,mac=,ip=<guest>,mask=.
+// TestFakeBootArgvUnchanged pins the fake mode's argv byte for byte: the
+// seed as a second, read-only disk as for every guest, no tap, no serial
+// file, --net id=,mac=,ip=<guest>,mask=.
 func TestFakeBootArgvUnchanged(t *testing.T) {
 	m, err := New(Config{RootDir: t.TempDir(), NetPool: "127.66.5.0/24", Firmware: "/fw"})
 	if err != nil {
@@ -131,7 +133,7 @@ func TestFakeBootArgvUnchanged(t *testing.T) {
 		t.Fatalf("fake NIC %+v", n)
 	}
 	want := []string{"--firmware", "/fw", "--cpus", "boot=2", "--memory", "size=1024M", "--disk", "path=" + m.vmDisk(v.ID),
-		"--net", "id=" + n.ID + ",mac=" + n.MAC + ",ip=" + n.IP + ",mask=255.255.255.0"}
+		"path=" + m.vmSeed(v.ID) + ",readonly=on", "--net", "id=" + n.ID + ",mac=" + n.MAC + ",ip=" + n.IP + ",mask=255.255.255.0"}
 	if got := m.bootArgs(v); !reflect.DeepEqual(got, want) {
 		t.Fatalf("argv:\n got %q\nwant %q", got, want)
 	}
@@ -258,9 +260,11 @@ func TestTapSeedCarriesKeyAndAddress(t *testing.T) {
 	if fi, err := os.Stat(m.vmSeed(v.ID)); err != nil || fi.Size() == 0 {
 		t.Fatalf("seed file: %v", err)
 	}
+	// Without a key the seed still hands the guest its pinned host key.
 	m.cfg.SeedPubKey = ""
-	if err := m.writeSeed(v); err == nil || !strings.Contains(err.Error(), "--seed-pubkey") {
-		t.Fatalf("no key: %v", err)
+	ud := string(seedFiles(t, m, v)["user-data"])
+	if strings.Contains(ud, "ssh_authorized_keys") || !strings.Contains(ud, "ed25519_private") {
+		t.Fatalf("no key: user-data\n%s", ud)
 	}
 }
 
@@ -325,7 +329,6 @@ func TestTapModeEndToEnd(t *testing.T) {
 		t.Fatalf("network %+v", a.Network)
 	}
 	n := a.Network[0]
-	n.SSHPort = 22 // the fake image has its own port; a real image's is 22
 	checkTapNIC(t, pool, 0, n)
 	n = a.Network[0]
 	argv := vmmArgv(t, a)

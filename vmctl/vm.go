@@ -14,7 +14,6 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/durable"
-	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/timescale"
 	"golang.org/x/sys/unix"
 )
@@ -79,22 +78,6 @@ func (m *Manager) resolveVM(ref string) (*VM, error) {
 	return &c, nil
 }
 
-// imageInfo returns the guest SSH port for an image: the fake image's port,
-// 22 for anything else.
-func imageInfo(path string) (fake bool, sshPort int, err error) {
-	if _, err := os.Stat(path); err != nil {
-		return false, 0, fmt.Errorf("image: %w", err)
-	}
-	if !guestimg.IsFakeImage(path) {
-		return false, 22, nil
-	}
-	img, err := guestimg.Load(path)
-	if err != nil {
-		return true, 0, err
-	}
-	return true, img.SSHPort, nil
-}
-
 // usedIPs collects every address a record or a pending delete still holds.
 func usedIPs(ix *vmIndex) map[string]bool {
 	used := map[string]bool{}
@@ -117,15 +100,15 @@ func usedIPs(ix *vmIndex) map[string]bool {
 //
 // In tap mode the NICs come from the /30 slots the name owns (prefer: the
 // NICs a snapshot's metadata recorded for this name).
-func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, sshPort int, fake bool, prefer []NIC) (*VM, *flock, error) {
+func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, prefer []NIC) (*VM, *flock, error) {
 	id := newID()
 	ops, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reserve VM record: ops lock: %w", err)
 	}
-	if fake && !m.pool.loopback() {
+	if !m.tap() && !m.pool.loopback() {
 		ops.Unlock()
-		return nil, nil, fmt.Errorf("reserve VM record: net pool %s must be inside 127.0.0.0/8 for a fake guest", m.pool.prefix)
+		return nil, nil, fmt.Errorf("reserve VM record: net pool %s must be inside 127.0.0.0/8 in %s net mode", m.pool.prefix, NetModeFake)
 	}
 	var rec *VM
 	err = m.updateVMs(ctx, id, func(ix *vmIndex) error {
@@ -138,18 +121,18 @@ func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, sshPor
 		t := now()
 		rec = &VM{ID: id, Name: name, State: StateCreating, Config: cfg, RunDir: m.vmRunDir(id), CreatedAt: t, UpdatedAt: t}
 		if m.tap() {
-			nics, err := m.planTapNICs(ix, name, cfg.NICs, sshPort, prefer)
+			nics, err := m.planTapNICs(ix, name, cfg.NICs, prefer)
 			if err != nil {
 				return fmt.Errorf("reserve VM record: %w", err)
 			}
 			rec.Network = nics
 		} else {
-			ips, err := m.pool.allocate(m.cfg.RootDir, cfg.NICs, sshPort, usedIPs(ix))
+			ips, err := m.pool.allocate(m.cfg.RootDir, cfg.NICs, guestSSHPort, usedIPs(ix))
 			if err != nil {
 				return fmt.Errorf("reserve VM record: %w", err)
 			}
 			for i, ip := range ips {
-				rec.Network = append(rec.Network, NIC{ID: nicID(macFor(id, i)), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: sshPort})
+				rec.Network = append(rec.Network, NIC{ID: nicID(macFor(id, i)), MAC: macFor(id, i), IP: ip, Mask: m.pool.mask, SSHPort: guestSSHPort})
 			}
 		}
 		c := *rec
@@ -164,10 +147,10 @@ func (m *Manager) reserve(ctx context.Context, name string, cfg VMConfig, sshPor
 	return rec, ops, nil
 }
 
-// bootArgs are the VMM flags of a cold boot of v. In tap mode the seed
-// (written by bootVMM) is a second, read-only disk and the serial console
-// goes to a file, since a real guest's boot log is the only evidence of why
-// it never answered.
+// bootArgs are the VMM flags of a cold boot of v. The seed (written by
+// bootVMM) is a second, read-only disk, for every guest. In tap mode the
+// serial console goes to a file, since a real guest's boot log is the only
+// evidence of why it never answered.
 func (m *Manager) bootArgs(v *VM) []string {
 	mem := v.Config.Memory
 	if mem <= 0 {
@@ -189,11 +172,8 @@ func (m *Manager) bootArgs(v *VM) []string {
 	args = append(args,
 		"--cpus", "boot="+strconv.Itoa(cpu),
 		"--memory", "size="+strconv.FormatInt((mem+(1<<20)-1)>>20, 10)+"M",
-		"--disk", "path="+m.vmDisk(v.ID),
+		"--disk", "path="+m.vmDisk(v.ID), "path="+m.vmSeed(v.ID)+",readonly=on",
 	)
-	if m.tap() {
-		args = append(args, "path="+m.vmSeed(v.ID)+",readonly=on")
-	}
 	for _, n := range v.Network {
 		args = append(args, "--net", netArg(n))
 	}
@@ -205,12 +185,10 @@ func (m *Manager) bootArgs(v *VM) []string {
 
 // bootVMM launches v's VMM from its disk and waits until the guest runs.
 func (m *Manager) bootVMM(ctx context.Context, v *VM) (int, error) {
-	if m.tap() {
-		// Written on every cold boot from the record: the guest applies it
-		// on its first boot as this instance (the name).
-		if err := m.writeSeed(v); err != nil {
-			return 0, fmt.Errorf("boot: %w", err)
-		}
+	// Written on every cold boot from the record: the guest applies it on
+	// its first boot as this instance (the name).
+	if err := m.writeSeed(v); err != nil {
+		return 0, fmt.Errorf("boot: %w", err)
 	}
 	pid, c, err := m.launchVMM(ctx, v.ID, m.bootArgs(v))
 	if err != nil {
@@ -242,12 +220,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	fake, port, err := imageInfo(img)
-	if err != nil {
-		return nil, err
+	if _, err := os.Stat(img); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
 	}
 	cfg := VMConfig{CPU: o.CPU, Memory: o.Memory, Storage: o.Storage, NICs: o.NICs, Image: img}
-	rec, ops, err := m.reserve(ctx, o.Name, cfg, port, fake, nil)
+	rec, ops, err := m.reserve(ctx, o.Name, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -263,9 +240,12 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*VM, error) {
 		return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: copy image: %w", rec.ID, err))
 	}
 	if o.Storage > 0 {
-		if err := growFile(m.vmDisk(rec.ID), o.Storage, fake); err != nil {
+		if err := growFile(m.vmDisk(rec.ID), o.Storage); err != nil {
 			return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
 		}
+	}
+	if err := m.writeHostKey(rec.ID, nil); err != nil {
+		return nil, m.abandon(ctx, rec, fmt.Errorf("create %s: %w", rec.ID, err))
 	}
 	// the record about to be committed points at this dir: its entries and
 	// its own entry in vms/ must be durable first (a power cut keeps the
@@ -703,12 +683,8 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// growFile extends a raw disk to size bytes. A fake image is a structured
-// file; its logical size is recorded only, never padded.
-func growFile(path string, size int64, fake bool) error {
-	if fake {
-		return nil
-	}
+// growFile extends a disk to size bytes (sparse), whatever the image.
+func growFile(path string, size int64) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return err

@@ -32,7 +32,11 @@ func newImageFakeCmd() *cobra.Command {
 		Long: `Builds a fake guest disk image: a small self-describing file that fakech boots as the
 guest's disk. It holds a freshly generated SSH host key, the authorized_keys built from
 --ssh-pubkey, and the hostname. Clones of a VM copy the image, so they keep the host key.
-The guest's sshd listens on every NIC address (ip= of --net / vm.add-net) at --ssh-port.`,
+Like a cloud image, the guest reads a cloud-init NoCloud seed attached as a later disk (vmctl
+attaches one to every VM): on the first boot of an instance it takes the seed's host key in
+place of the image's and adds the seed's authorized keys.
+The guest's sshd listens on every NIC address (ip= of --net / vm.add-net) at --ssh-port,
+22 by default as on a real guest (where vmctl dials; binding it needs root).`,
 		Example: `  ssh-keygen -t ed25519 -N '' -f key
   vmchaos image fake --ssh-pubkey key.pub -o guest.img
   vmchaos image fake --ssh-pubkey key.pub --hostname web-0 --ssh-port 2200 -o web.img

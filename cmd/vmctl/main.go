@@ -14,9 +14,11 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/vmchaos/vmchaos/cidata"
 	"github.com/vmchaos/vmchaos/failpoint"
-	"github.com/vmchaos/vmchaos/realch"
 	"github.com/vmchaos/vmchaos/vmctl"
+	"github.com/vmchaos/vmchaos/vmnet"
 )
 
 // exitStatus carries a status other than 1 (vm exec returns the guest's).
@@ -113,13 +115,13 @@ process; state lives in flocked, fsynced JSON indexes under --root-dir. Errors p
 	f.StringVar(&g.cfg.RunDir, "run-dir", envOr("VMCTL_RUN_DIR", ""), "runtime dir holding <ID>/api.sock (env VMCTL_RUN_DIR; default <root-dir>/run)")
 	f.StringVar(&g.cfg.CHBinary, "ch-binary", envOr("VMCTL_CH_BINARY", vmctl.DefaultCHBinary), "VMM binary, a name on PATH or a path (env VMCTL_CH_BINARY)")
 	f.StringVar(&g.cfg.Firmware, "firmware", envOr("VMCTL_FIRMWARE", vmctl.DefaultFirmware), "firmware passed to the VMM as --firmware on cold boots (env VMCTL_FIRMWARE)")
-	f.StringVar(&g.cfg.NetPool, "net-pool", envOr("VMCTL_NET_POOL", ""), "CIDR guest addresses are allocated from; inside 127.0.0.0/8 for fake guests; tap mode takes one /30 per NIC from it (env VMCTL_NET_POOL; default "+vmctl.DefaultNetPool+", tap mode "+realch.DefaultTapPool+")")
+	f.StringVar(&g.cfg.NetPool, "net-pool", envOr("VMCTL_NET_POOL", ""), "CIDR guest addresses are allocated from; inside 127.0.0.0/8 for fake guests; tap mode takes one /30 per NIC from it (env VMCTL_NET_POOL; default "+vmctl.DefaultNetPool+", tap mode "+vmnet.DefaultTapPool+")")
 	f.StringVar(&g.cfg.Identity, "identity", envOr("VMCTL_SSH_KEY", ""), "SSH private key file used by vm exec (env VMCTL_SSH_KEY)")
 	f.StringVar(&g.cfg.VMMCgroup, "vmm-cgroup", envOr("VMCTL_VMM_CGROUP", vmctl.CgroupAuto), "auto: start each VMM in its own cgroup (<cgroup2>/vmctl-<store hash>/<ID>, CLONE_INTO_CGROUP) where cgroup v2 is writable, so stopping the caller's unit does not kill VMMs; on: require it (clear error where it is not writable); off: VMMs stay in the caller's cgroup (env VMCTL_VMM_CGROUP)")
 	f.StringVar(&g.cfg.NetMode, "net-mode", envOr("VMCTL_NET_MODE", vmctl.NetModeFake), "fake: --net ip=<guest loopback address> (fakech); tap: real cloud-hypervisor, a TAP per NIC (--net tap=,mac=,ip=<host side>,mask=) and a cloud-init seed disk on cold boots (env VMCTL_NET_MODE)")
-	f.StringVar(&g.cfg.SeedPubKey, "seed-pubkey", envOr("VMCTL_SEED_PUBKEY", ""), "tap mode: SSH public key (an authorized_keys line, or a file holding one) the guest's cloud-init seed authorizes for root (env VMCTL_SEED_PUBKEY)")
+	f.StringVar(&g.cfg.SeedPubKey, "seed-pubkey", envOr("VMCTL_SEED_PUBKEY", ""), "SSH public key (an authorized_keys line, or a file holding one) every guest's cloud-init seed authorizes for root (env VMCTL_SEED_PUBKEY)")
 	f.StringVar(&g.cfg.Kernel, "kernel", envOr("VMCTL_KERNEL", ""), "boot this kernel instead of --firmware on cold boots (env VMCTL_KERNEL)")
-	f.StringVar(&g.cfg.Cmdline, "cmdline", envOr("VMCTL_CMDLINE", ""), "kernel command line with --kernel (env VMCTL_CMDLINE; default \""+realch.DefaultCmdline+"\")")
+	f.StringVar(&g.cfg.Cmdline, "cmdline", envOr("VMCTL_CMDLINE", ""), "kernel command line with --kernel (env VMCTL_CMDLINE; default \""+cidata.DefaultCmdline+"\")")
 	f.StringVar(&g.cfg.Initramfs, "initramfs", envOr("VMCTL_INITRAMFS", ""), "initramfs with --kernel (env VMCTL_INITRAMFS)")
 	f.StringVar(&g.cfg.GuestNet, "guest-net", envOr("VMCTL_GUEST_NET", vmctl.GuestNetStatic), "tap mode: how the guest gets its address: static (the seed pins it by MAC) or dhcp (the seed asks for DHCP; run realch's DHCP responder on the TAP side so clones under a new name take their own TAP's address) (env VMCTL_GUEST_NET)")
 	f.StringVar(&g.cfg.Netns, "netns", envOr("VMCTL_NETNS", ""), "network namespace (ip netns name) vm exec dials guests from, where the VMMs' TAPs are; needs root (env VMCTL_NETNS)")

@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -24,8 +25,11 @@ import (
 // Magic is the first line of every fake guest image.
 const Magic = "VMCHAOS-FAKE-GUEST-IMAGE v1\n"
 
-// DefaultSSHPort is where the fake guest's sshd listens on each NIC address.
-const DefaultSSHPort = 2222
+// DefaultSSHPort is where the fake guest's sshd listens on each NIC address:
+// where a real guest's does, so a manager treats both alike. Binding it
+// needs root (or CAP_NET_BIND_SERVICE), and a host sshd listening on the
+// wildcard address takes the port from every loopback address.
+const DefaultSSHPort = 22
 
 // Well-known paths inside the image.
 const (
@@ -107,15 +111,24 @@ func (img *Image) Save(path string) error {
 
 // Decode parses image bytes.
 func Decode(b []byte) (*Image, error) {
-	if !bytes.HasPrefix(b, []byte(Magic)) {
-		return nil, ErrNotFakeImage
+	img, _, err := DecodeFrom(bytes.NewReader(b))
+	return img, err
+}
+
+// DecodeFrom parses an image from the start of r and returns it with the
+// number of bytes it took. Bytes after the image are never read: a disk may
+// be larger than its image (a manager grows disks), and the guest rewrites
+// the image in place, so a kill mid-write can leave old bytes behind it.
+func DecodeFrom(r io.Reader) (*Image, int64, error) {
+	br := bufio.NewReader(r)
+	head := make([]byte, len(Magic))
+	if _, err := io.ReadFull(br, head); err != nil || string(head) != Magic {
+		return nil, 0, ErrNotFakeImage
 	}
 	var img Image
-	// One JSON value; bytes after it are ignored: the guest rewrites the
-	// image in place and cuts a longer old tail after the write, so a kill
-	// in between leaves old bytes behind the new image.
-	if err := json.NewDecoder(bytes.NewReader(b[len(Magic):])).Decode(&img); err != nil {
-		return nil, fmt.Errorf("fake guest image: corrupt: %w", err)
+	dec := json.NewDecoder(br)
+	if err := dec.Decode(&img); err != nil {
+		return nil, 0, fmt.Errorf("fake guest image: corrupt: %w", err)
 	}
 	if img.Files == nil {
 		img.Files = map[string][]byte{}
@@ -124,9 +137,9 @@ func Decode(b []byte) (*Image, error) {
 		img.SSHPort = DefaultSSHPort
 	}
 	if img.SSHPort < 0 || img.SSHPort > 65535 {
-		return nil, fmt.Errorf("fake guest image: corrupt: ssh_port %d", img.SSHPort)
+		return nil, 0, fmt.Errorf("fake guest image: corrupt: ssh_port %d", img.SSHPort)
 	}
-	return &img, nil
+	return &img, int64(len(Magic)) + dec.InputOffset(), nil
 }
 
 // Load reads an image from path.

@@ -10,21 +10,6 @@ import (
 	"testing"
 )
 
-// known is a finding the tree still has on purpose, by rule and edge.
-type known struct {
-	Rule string
-	Edge Edge
-}
-
-// knownViolations are crossings another branch is removing. Each must still
-// be found (a stale entry fails the test), so the list cannot outlive them.
-var knownViolations = []known{
-	// removed when branch boundary-net lands
-	{"product → harness", Edge{"vmctl", "realch"}},
-	{"product → harness", Edge{"vmctl", "fakech/guestimg"}},
-	{"product → harness", Edge{"cmd/vmctl", "realch"}},
-}
-
 func moduleRoot(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
@@ -36,25 +21,6 @@ func moduleRoot(t *testing.T) string {
 		t.Fatal("go env GOMOD: not inside a module")
 	}
 	return filepath.Dir(gomod)
-}
-
-// unexpected drops the known violations from fs and returns the rest, plus
-// the known entries fs no longer has.
-func unexpected(fs []Finding) (rest []Finding, stale []known) {
-	found := map[known]bool{}
-	for _, f := range fs {
-		k := known{f.Rule, f.Edge}
-		found[k] = true
-		if !slices.Contains(knownViolations, k) {
-			rest = append(rest, f)
-		}
-	}
-	for _, k := range knownViolations {
-		if !found[k] {
-			stale = append(stale, k)
-		}
-	}
-	return rest, stale
 }
 
 // TestModuleKeepsItsLayers runs the rules over the whole module (one go
@@ -70,18 +36,8 @@ func TestModuleKeepsItsLayers(t *testing.T) {
 			t.Errorf("rule %q governs no package of the module: its From patterns are stale", r.Name)
 		}
 	}
-	all := Check(Rules, graph)
-	rest, stale := unexpected(all)
-	for _, f := range all {
-		if slices.Contains(knownViolations, known{f.Rule, f.Edge}) {
-			t.Logf("known, another branch removes it: %s", f)
-		}
-	}
-	for _, f := range rest {
+	for _, f := range Check(Rules, graph) {
 		t.Errorf("forbidden import: %s", f)
-	}
-	for _, k := range stale {
-		t.Errorf("knownViolations: %s: %s → %s is gone; delete the entry", k.Rule, k.Edge.Importer, k.Edge.Imported)
 	}
 }
 
@@ -190,7 +146,7 @@ func TestCheckNamesAPlantedImportInTheRealTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rest, _ := unexpected(Check(Rules, graph))
+	rest := Check(Rules, graph)
 	var got []string
 	for _, f := range rest {
 		got = append(got, f.Rule+": "+f.Edge.Importer+" imports "+f.Edge.Imported)

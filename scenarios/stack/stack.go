@@ -105,8 +105,11 @@ func NewRun(ctx context.Context, o RunOptions) (*Run, error) {
 		}
 		r.Image = r.Real.Image
 	case BackendFake, "":
+		// The image authorizes no key and its host key is never the one
+		// pinned: like a cloud image, the guest takes both from the seed
+		// vmctl writes (VMCTL_SEED_PUBKEY, baseEnv).
 		r.Image = filepath.Join(tmp, "guest.img")
-		if _, err := guestimg.Build(r.Image, guestimg.Options{AuthorizedKeys: []string{r.Key.AuthorizedKey()}, Hostname: "vmchaos-guest"}); err != nil {
+		if _, err := guestimg.Build(r.Image, guestimg.Options{Hostname: "vmchaos-guest"}); err != nil {
 			return fail(fmt.Errorf("stack: guest image: %w", err))
 		}
 	default:
@@ -339,7 +342,7 @@ func (s *Stack) baseEnv() []string {
 		env = append(env, "VMCTL_FIRMWARE="+s.Firmware)
 	}
 	if s.run.Key != nil {
-		env = append(env, "VMCTL_SSH_KEY="+s.run.Key.PrivatePath())
+		env = append(env, "VMCTL_SSH_KEY="+s.run.Key.PrivatePath(), "VMCTL_SEED_PUBKEY="+s.run.Key.AuthorizedKey())
 	}
 	if s.run.Real != nil {
 		// later entries win (exec and systemd keep the last of a name):

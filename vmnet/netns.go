@@ -1,4 +1,4 @@
-package realch
+package vmnet
 
 import (
 	"context"
@@ -257,7 +257,7 @@ func (n *Netns) WriteCHWrapper(dir, chBinary string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("netns %s: wrapper: %w", n.Name, err)
 	}
-	p := filepath.Join(dir, CHName)
+	p := filepath.Join(dir, chName)
 	script := fmt.Sprintf("#!/bin/sh\n# vmchaos: run cloud-hypervisor inside network namespace %s\nexec '%s' netns exec '%s' '%s' \"$@\"\n", n.Name, ipBin, n.Name, abs)
 	if err := durable.WriteFile(p, []byte(script), 0o755); err != nil {
 		return "", fmt.Errorf("netns %s: wrapper: %w", n.Name, err)

@@ -1,8 +1,10 @@
-package realch
+package vmnet
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/vmchaos/vmchaos/cidata"
 )
 
 func TestPlanNICGivesEachVMItsOwnSlash30(t *testing.T) {
@@ -20,7 +22,7 @@ func TestPlanNICGivesEachVMItsOwnSlash30(t *testing.T) {
 			t.Fatalf("index %d: nic %+v guest %+v", i, nic, gi)
 		}
 		// The plan must be something the seed accepts.
-		c := CloudInit{Hostname: "h", SSHAuthorizedKeys: []string{"k"}, Interfaces: []GuestInterface{gi}}
+		c := cidata.CloudInit{Hostname: "h", SSHAuthorizedKeys: []string{"k"}, Interfaces: []cidata.GuestInterface{gi}}
 		if _, err := c.Files(); err != nil {
 			t.Fatalf("index %d: seed refuses the plan: %v", i, err)
 		}

@@ -1,4 +1,4 @@
-package realch
+package vmnet
 
 import (
 	"context"

@@ -1,141 +1,22 @@
-package realch
+package cidata
 
 import (
 	"bytes"
-	"encoding/binary"
-	"fmt"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"unicode/utf16"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/vmchaos/vmchaos/cidata/cidatatest"
 )
-
-// fatVolume is what the test's own FAT reader finds: written from the FAT
-// specification, sharing no code with BuildFAT.
-type fatVolume struct {
-	bpbLabel  string
-	rootLabel string
-	fsType    string
-	files     map[string][]byte
-	shortOf   map[string]string
-}
-
-func readFAT(img []byte) (*fatVolume, error) {
-	if len(img) < 512 || img[510] != 0x55 || img[511] != 0xAA {
-		return nil, fmt.Errorf("no boot signature")
-	}
-	u16 := func(o int) int { return int(binary.LittleEndian.Uint16(img[o:])) }
-	bps, spc, rsvd, nfats, rootEnt := u16(11), int(img[13]), u16(14), int(img[16]), u16(17)
-	tot := u16(19)
-	if tot == 0 {
-		tot = int(binary.LittleEndian.Uint32(img[32:]))
-	}
-	fatSz := u16(22)
-	if bps != 512 || spc == 0 || nfats == 0 || fatSz == 0 || tot*bps > len(img) {
-		return nil, fmt.Errorf("bad BPB: bps=%d spc=%d fats=%d fatsz=%d tot=%d len=%d", bps, spc, nfats, fatSz, tot, len(img))
-	}
-	rootSecs := (rootEnt*32 + bps - 1) / bps
-	firstData := rsvd + nfats*fatSz + rootSecs
-	clusters := (tot - firstData) / spc
-	if clusters >= 4085 {
-		return nil, fmt.Errorf("%d clusters: not FAT12", clusters)
-	}
-	fat := img[rsvd*bps : (rsvd+fatSz)*bps]
-	// Every FAT copy must agree.
-	for i := 1; i < nfats; i++ {
-		if !bytes.Equal(fat, img[(rsvd+i*fatSz)*bps:(rsvd+(i+1)*fatSz)*bps]) {
-			return nil, fmt.Errorf("FAT copy %d differs", i)
-		}
-	}
-	next := func(c int) int {
-		v := int(fat[c*3/2]) | int(fat[c*3/2+1])<<8
-		if c&1 == 1 {
-			return v >> 4
-		}
-		return v & 0xFFF
-	}
-	if next(0) != 0xF00|int(img[21]) || next(1) != 0xFFF {
-		return nil, fmt.Errorf("reserved FAT entries %03x %03x", next(0), next(1))
-	}
-	vol := &fatVolume{
-		bpbLabel: strings.TrimRight(string(img[43:54]), " "),
-		fsType:   strings.TrimRight(string(img[54:62]), " "),
-		files:    map[string][]byte{},
-		shortOf:  map[string]string{},
-	}
-	root := img[(rsvd+nfats*fatSz)*bps : firstData*bps]
-	var lfn []uint16
-	var lfnSum byte
-	seen := map[int]bool{}
-	for i := 0; i < rootEnt; i++ {
-		e := root[i*32 : i*32+32]
-		if e[0] == 0 {
-			break
-		}
-		if e[0] == 0xE5 {
-			continue
-		}
-		attr := e[11]
-		if attr == 0x0F {
-			seq := int(e[0] & 0x1F)
-			if e[0]&0x40 != 0 {
-				lfn = make([]uint16, seq*13)
-				lfnSum = e[13]
-			}
-			if lfn == nil || seq == 0 || seq*13 > len(lfn) || e[13] != lfnSum {
-				return nil, fmt.Errorf("entry %d: orphan or inconsistent long-name entry", i)
-			}
-			var chars []uint16
-			for _, o := range []int{1, 3, 5, 7, 9, 14, 16, 18, 20, 22, 24, 28, 30} {
-				chars = append(chars, binary.LittleEndian.Uint16(e[o:]))
-			}
-			copy(lfn[(seq-1)*13:], chars)
-			continue
-		}
-		if attr&0x08 != 0 {
-			vol.rootLabel = strings.TrimRight(string(e[0:11]), " ")
-			continue
-		}
-		short := string(e[0:11])
-		var sum byte
-		for _, b := range e[0:11] {
-			sum = ((sum & 1) << 7) + (sum >> 1) + b
-		}
-		name := strings.TrimRight(short[:8], " ")
-		if ext := strings.TrimRight(short[8:], " "); ext != "" {
-			name += "." + ext
-		}
-		if lfn != nil {
-			if sum != lfnSum {
-				return nil, fmt.Errorf("%q: long name checksum %02x, alias sums to %02x", short, lfnSum, sum)
-			}
-			n := 0
-			for n < len(lfn) && lfn[n] != 0 {
-				n++
-			}
-			name = string(utf16.Decode(lfn[:n]))
-		}
-		lfn = nil
-		size := int(binary.LittleEndian.Uint32(e[28:]))
-		var data []byte
-		for c := int(binary.LittleEndian.Uint16(e[26:])); size > 0 && c >= 2 && c < 0xFF8; c = next(c) {
-			if seen[c] || c-2 >= clusters {
-				return nil, fmt.Errorf("%s: cluster %d reused or out of range", name, c)
-			}
-			seen[c] = true
-			off := (firstData + (c-2)*spc) * bps
-			data = append(data, img[off:off+spc*bps]...)
-		}
-		if len(data) < size {
-			return nil, fmt.Errorf("%s: chain holds %d bytes, size says %d", name, len(data), size)
-		}
-		vol.files[name] = data[:size]
-		vol.shortOf[name] = short
-	}
-	return vol, nil
-}
 
 func testCloudInit() CloudInit {
 	return CloudInit{
@@ -158,19 +39,19 @@ func TestCIDataReadBackByIndependentFATReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol, err := readFAT(img)
+	vol, err := cidatatest.ReadFAT(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if vol.bpbLabel != "CIDATA" || vol.rootLabel != "CIDATA" || vol.fsType != "FAT12" {
-		t.Fatalf("labels %q/%q type %q", vol.bpbLabel, vol.rootLabel, vol.fsType)
+	if vol.BPBLabel != "CIDATA" || vol.RootLabel != "CIDATA" || vol.FSType != "FAT12" {
+		t.Fatalf("labels %q/%q type %q", vol.BPBLabel, vol.RootLabel, vol.FSType)
 	}
-	if len(vol.files) != 3 {
-		t.Fatalf("files %v: want meta-data, user-data, network-config", keys(vol.files))
+	if len(vol.Files) != 3 {
+		t.Fatalf("files %v: want meta-data, user-data, network-config", keys(vol.Files))
 	}
-	md := string(vol.files["meta-data"])
-	ud := string(vol.files["user-data"])
-	nc := string(vol.files["network-config"])
+	md := string(vol.Files["meta-data"])
+	ud := string(vol.Files["user-data"])
+	nc := string(vol.Files["network-config"])
 	for _, want := range []string{"instance-id: \"vmchaos-run42-vm1\"\n", "local-hostname: \"vm1\"\n"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("meta-data %q lacks %q", md, want)
@@ -191,7 +72,7 @@ func TestCIDataReadBackByIndependentFATReader(t *testing.T) {
 	}
 	// The 8.3 aliases must be valid and distinct (a reader without VFAT sees them).
 	aliases := map[string]bool{}
-	for n, s := range vol.shortOf {
+	for n, s := range vol.ShortOf {
 		if aliases[s] || strings.ContainsAny(s, "abcdefghijklmnopqrstuvwxyz") {
 			t.Errorf("%s: alias %q duplicate or lower case", n, s)
 		}
@@ -275,20 +156,20 @@ func TestBuildFATRoundTripsManyFilesAndSizes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol, err := readFAT(img)
+	vol, err := cidatatest.ReadFAT(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if vol.rootLabel != "TESTVOL" {
-		t.Fatalf("label %q", vol.rootLabel)
+	if vol.RootLabel != "TESTVOL" {
+		t.Fatalf("label %q", vol.RootLabel)
 	}
 	for n, d := range files {
-		if got, ok := vol.files[n]; !ok || !bytes.Equal(got, d) {
+		if got, ok := vol.Files[n]; !ok || !bytes.Equal(got, d) {
 			t.Errorf("%s: got %d bytes (present %v), want %d", n, len(got), ok, len(d))
 		}
 	}
-	if len(vol.files) != len(files) {
-		t.Errorf("read %v", keys(vol.files))
+	if len(vol.Files) != len(files) {
+		t.Errorf("read %v", keys(vol.Files))
 	}
 	again, _ := BuildFAT("TESTVOL", files)
 	if !bytes.Equal(img, again) {
@@ -326,7 +207,7 @@ func TestCloudInitRejectsBadInput(t *testing.T) {
 	bad := []func(*CloudInit){
 		func(c *CloudInit) { c.Hostname = "bad host" },
 		func(c *CloudInit) { c.Hostname = "" },
-		func(c *CloudInit) { c.SSHAuthorizedKeys = nil },
+		func(c *CloudInit) { c.SSHHostKey = []byte("not a key") },
 		func(c *CloudInit) { c.SSHAuthorizedKeys = []string{"ssh-ed25519 AAAA\nhostname: evil"} },
 		func(c *CloudInit) { c.Interfaces[0].MAC = "52:54:00" },
 		func(c *CloudInit) { c.Interfaces[0].Address = "192.168.249.2" },
@@ -345,6 +226,43 @@ func TestCloudInitRejectsBadInput(t *testing.T) {
 	f, err := c.Files()
 	if err != nil || !strings.Contains(string(f["network-config"]), "dhcp4: true") {
 		t.Fatalf("no interfaces: want DHCP: %q %v", f["network-config"], err)
+	}
+}
+
+// TestCloudInitHostKey: the host key goes to cloud-init's ssh_keys with its
+// public half, replacing the image's keys; without authorized keys the seed
+// has no ssh_authorized_keys at all; a key that is not ed25519 is refused.
+func TestCloudInitHostKey(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	blk, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testCloudInit()
+	c.SSHAuthorizedKeys = nil
+	c.SSHHostKey = pem.EncodeToMemory(blk)
+	f, err := c.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _ := ssh.NewSignerFromKey(priv)
+	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
+	ud := string(f["user-data"])
+	for _, want := range []string{"ssh_deletekeys: true\nssh_keys:\n", "  ed25519_private: " + yamlString(string(c.SSHHostKey)) + "\n", "  ed25519_public: \"" + pub + "\"\n"} {
+		if !strings.Contains(ud, want) {
+			t.Errorf("user-data lacks %q:\n%s", want, ud)
+		}
+	}
+	if strings.Contains(ud, "ssh_authorized_keys") {
+		t.Errorf("no keys, yet:\n%s", ud)
+	}
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if blk, err = ssh.MarshalPrivateKey(ec, ""); err != nil {
+		t.Fatal(err)
+	}
+	c.SSHHostKey = pem.EncodeToMemory(blk)
+	if _, err := c.Files(); err == nil || !strings.Contains(err.Error(), "want ssh-ed25519") {
+		t.Errorf("an ecdsa host key: %v", err)
 	}
 }
 
@@ -368,17 +286,17 @@ func FuzzBuildFATRoundTrip(f *testing.F) {
 		if err != nil {
 			return
 		}
-		vol, err := readFAT(img)
+		vol, err := cidatatest.ReadFAT(img)
 		if err != nil {
 			t.Fatalf("BuildFAT(%q) made a volume the reader rejects: %v", keys(files), err)
 		}
 		for n, d := range files {
-			if !bytes.Equal(vol.files[n], d) {
-				t.Fatalf("%q: read %d bytes, wrote %d", n, len(vol.files[n]), len(d))
+			if !bytes.Equal(vol.Files[n], d) {
+				t.Fatalf("%q: read %d bytes, wrote %d", n, len(vol.Files[n]), len(d))
 			}
 		}
-		if len(vol.files) != len(files) {
-			t.Fatalf("read %q, wrote %q", keys(vol.files), keys(files))
+		if len(vol.Files) != len(files) {
+			t.Fatalf("read %q, wrote %q", keys(vol.Files), keys(files))
 		}
 	})
 }

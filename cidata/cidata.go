@@ -1,4 +1,9 @@
-package realch
+// Package cidata writes the cloud-init NoCloud seed a guest learns who it is
+// from at boot (host name, instance id, SSH keys, static addresses), as a
+// FAT volume labelled CIDATA, and holds the kernel command line a cloud image
+// boots with. A manager writes the seed for every guest; realch's launcher
+// uses it too.
+package cidata
 
 import (
 	"encoding/binary"
@@ -13,6 +18,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/vmchaos/vmchaos/durable"
 )
 
@@ -25,12 +32,21 @@ type CloudInit struct {
 	InstanceID string
 	Hostname   string
 	// SSHAuthorizedKeys go to the default user and, because the seed sets
-	// disable_root: false, to root (the ledger writes under /var/lib).
+	// disable_root: false, to root (the ledger writes under /var/lib). None:
+	// only keys the image already holds let anyone in.
 	SSHAuthorizedKeys []string
+	// SSHHostKey, when set, is the guest's ed25519 host key (an OpenSSH
+	// private key PEM). cloud-init installs it in place of generated keys,
+	// so whoever wrote the seed can pin the guest's identity.
+	SSHHostKey []byte
 	// Interfaces configure the guest's NICs by MAC (network-config v2). Empty
 	// → DHCP on every ethernet device.
 	Interfaces []GuestInterface
 }
+
+// DefaultCmdline boots a cloud image's first partition on the virtio disk
+// with the console on the legacy serial port (which --serial file= records).
+const DefaultCmdline = "console=ttyS0 root=/dev/vda1 rw"
 
 // GuestInterface is one NIC's static configuration inside the guest.
 type GuestInterface struct {
@@ -60,9 +76,6 @@ func (c CloudInit) Files() (map[string][]byte, error) {
 	if !instanceRE.MatchString(id) {
 		return nil, fmt.Errorf("cidata: instance id %q: want [A-Za-z0-9._-], at most 128", id)
 	}
-	if len(c.SSHAuthorizedKeys) == 0 {
-		return nil, errors.New("cidata: no SSH authorized key: the ledger could not log in to the guest")
-	}
 	var ud strings.Builder
 	ud.WriteString("#cloud-config\n")
 	fmt.Fprintf(&ud, "hostname: %s\n", yamlString(c.Hostname))
@@ -70,13 +83,18 @@ func (c CloudInit) Files() (map[string][]byte, error) {
 	// Root login by key: the ledger writes /var/lib/vmchaos/ledger as root.
 	ud.WriteString("disable_root: false\n")
 	ud.WriteString("ssh_pwauth: false\n")
-	ud.WriteString("ssh_authorized_keys:\n")
+	if len(c.SSHAuthorizedKeys) > 0 {
+		ud.WriteString("ssh_authorized_keys:\n")
+	}
 	for _, k := range c.SSHAuthorizedKeys {
 		k = strings.TrimSpace(k)
 		if k == "" || strings.ContainsAny(k, "\r\n") {
-			return nil, fmt.Errorf("cidata: SSH key %q must be one non-empty line", truncate(k, 40))
+			return nil, fmt.Errorf("cidata: SSH key %q must be one non-empty line", clip(k, 40))
 		}
 		fmt.Fprintf(&ud, "  - %s\n", yamlString(k))
+	}
+	if err := c.hostKeys(&ud); err != nil {
+		return nil, err
 	}
 
 	var md strings.Builder
@@ -92,6 +110,26 @@ func (c CloudInit) Files() (map[string][]byte, error) {
 		"user-data":      []byte(ud.String()),
 		"network-config": nc,
 	}, nil
+}
+
+// hostKeys adds cloud-init's ssh_keys: the host key pair, replacing any key
+// the image holds (ssh_deletekeys).
+func (c CloudInit) hostKeys(ud *strings.Builder) error {
+	if len(c.SSHHostKey) == 0 {
+		return nil
+	}
+	signer, err := ssh.ParsePrivateKey(c.SSHHostKey)
+	if err != nil {
+		return fmt.Errorf("cidata: SSH host key: %w", err)
+	}
+	if signer.PublicKey().Type() != ssh.KeyAlgoED25519 {
+		return fmt.Errorf("cidata: SSH host key is %s, want %s", signer.PublicKey().Type(), ssh.KeyAlgoED25519)
+	}
+	pub := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))
+	ud.WriteString("ssh_deletekeys: true\nssh_keys:\n")
+	fmt.Fprintf(ud, "  ed25519_private: %s\n", yamlString(string(c.SSHHostKey)))
+	fmt.Fprintf(ud, "  ed25519_public: %s\n", yamlString(pub))
+	return nil
 }
 
 func (c CloudInit) networkConfig() ([]byte, error) {
@@ -182,31 +220,78 @@ const fatDate = (2020-1980)<<9 | 1<<5 | 1
 // name with a generated 8.3 alias.
 func BuildFAT(label string, files map[string][]byte) ([]byte, error) {
 	label = strings.ToUpper(label)
+	if err := checkLabel(label); err != nil {
+		return nil, err
+	}
+	names := sortedKeys(files)
+	dataClusters, err := countClusters(names, files)
+	if err != nil {
+		return nil, err
+	}
+	g := sizeFAT(dataClusters)
+	img := make([]byte, g.total*fatSector)
+	writeBootSector(img[:fatSector], g, label, volumeID(files))
+	fat := make([]byte, g.fatSectors*fatSector)
+	setFAT12(fat, 0, 0xF00|fatMedia)
+	setFAT12(fat, 1, 0xFFF)
+	rootOff := (fatReserved + fatNumFATs*g.fatSectors) * fatSector
+	dataOff := rootOff + fatRootSectors*fatSector
+	d := &fatDir{root: img[rootOff:dataOff]}
+	// The volume label entry: what blkid and Windows read as the label.
+	lab := make([]byte, 32)
+	copy(lab[0:11], padRight(label, 11))
+	lab[11] = 0x08
+	binary.LittleEndian.PutUint16(lab[24:], fatDate)
+	if err := d.put(lab); err != nil {
+		return nil, err
+	}
+	if err := writeFiles(d, fat, img[dataOff:], names, files); err != nil {
+		return nil, err
+	}
+	for i := 0; i < fatNumFATs; i++ {
+		copy(img[(fatReserved+i*g.fatSectors)*fatSector:], fat)
+	}
+	return img, nil
+}
+
+// checkLabel accepts a volume label FAT can hold.
+func checkLabel(label string) error {
 	if len(label) == 0 || len(label) > 11 || strings.IndexFunc(label, func(r rune) bool {
 		return r < 0x20 || r > 0x7E || strings.ContainsRune("\"*+,./:;<=>?[\\]|", r)
 	}) >= 0 {
-		return nil, fmt.Errorf("fat: label %q: want 1..11 printable ASCII characters, none of \"*+,./:;<=>?[\\]|", label)
+		return fmt.Errorf("fat: label %q: want 1..11 printable ASCII characters, none of \"*+,./:;<=>?[\\]|", label)
 	}
-	names := sortedKeys(files)
+	return nil
+}
+
+// countClusters checks every name and returns the data clusters the files
+// take.
+func countClusters(names []string, files map[string][]byte) (int, error) {
 	dataClusters := 0
 	folded := map[string]string{}
 	for _, n := range names {
 		if err := checkLongName(n); err != nil {
-			return nil, err
+			return 0, err
 		}
 		// FAT looks names up without regard to case: "A" and "a" are one file.
 		if other, ok := folded[strings.ToLower(n)]; ok {
-			return nil, fmt.Errorf("fat: %q and %q are the same name on FAT", other, n)
+			return 0, fmt.Errorf("fat: %q and %q are the same name on FAT", other, n)
 		}
 		folded[strings.ToLower(n)] = n
 		dataClusters += (len(files[n]) + fatCluster - 1) / fatCluster
 	}
 	if dataClusters > fatMaxClusters {
-		return nil, fmt.Errorf("fat: %d clusters of data exceed FAT12's %d", dataClusters, fatMaxClusters)
+		return 0, fmt.Errorf("fat: %d clusters of data exceed FAT12's %d", dataClusters, fatMaxClusters)
 	}
+	return dataClusters, nil
+}
 
-	// Size the volume: at least fatMinSectors, enough for the data plus
-	// slack, within FAT12's cluster limit.
+// fatGeometry is a volume's size in sectors and the size of each FAT.
+type fatGeometry struct{ total, fatSectors int }
+
+// sizeFAT sizes the volume: at least fatMinSectors, enough for the data plus
+// slack, within FAT12's cluster limit.
+func sizeFAT(dataClusters int) fatGeometry {
 	clusters := dataClusters + 16
 	fatSectors := (((clusters+2)*3+1)/2 + fatSector - 1) / fatSector
 	total := fatReserved + fatNumFATs*fatSectors + fatRootSectors + clusters*fatSecPerClus
@@ -225,12 +310,12 @@ func BuildFAT(label string, files map[string][]byte) ([]byte, error) {
 		clusters = fatMaxClusters
 		total = fatReserved + fatNumFATs*fatSectors + fatRootSectors + clusters*fatSecPerClus
 	}
+	return fatGeometry{total: total, fatSectors: fatSectors}
+}
 
-	img := make([]byte, total*fatSector)
+// writeBootSector fills bs with the BIOS parameter block (FAT12/16 layout).
+func writeBootSector(bs []byte, g fatGeometry, label string, volID uint32) {
 	le := binary.LittleEndian
-
-	// Boot sector with the BIOS parameter block (FAT12/16 layout).
-	bs := img[:fatSector]
 	copy(bs[0:3], []byte{0xEB, 0x3C, 0x90})
 	copy(bs[3:11], "VMCHAOS ")
 	le.PutUint16(bs[11:], fatSector)
@@ -238,55 +323,51 @@ func BuildFAT(label string, files map[string][]byte) ([]byte, error) {
 	le.PutUint16(bs[14:], fatReserved)
 	bs[16] = fatNumFATs
 	le.PutUint16(bs[17:], fatRootEntries)
-	if total < 0x10000 {
-		le.PutUint16(bs[19:], uint16(total))
+	if g.total < 0x10000 {
+		le.PutUint16(bs[19:], uint16(g.total))
 	} else {
-		le.PutUint32(bs[32:], uint32(total))
+		le.PutUint32(bs[32:], uint32(g.total))
 	}
 	bs[21] = fatMedia
-	le.PutUint16(bs[22:], uint16(fatSectors))
+	le.PutUint16(bs[22:], uint16(g.fatSectors))
 	le.PutUint16(bs[24:], 32) // sectors per track (geometry is nominal)
 	le.PutUint16(bs[26:], 64) // heads
 	bs[36] = 0x80             // drive number
 	bs[38] = 0x29             // extended boot signature: the next three fields are valid
-	le.PutUint32(bs[39:], volumeID(files))
+	le.PutUint32(bs[39:], volID)
 	copy(bs[43:54], padRight(label, 11))
 	copy(bs[54:62], "FAT12   ")
 	bs[510], bs[511] = 0x55, 0xAA
+}
 
-	fat := make([]byte, fatSectors*fatSector)
-	setFAT12(fat, 0, 0xF00|fatMedia)
-	setFAT12(fat, 1, 0xFFF)
+// fatDir is the root directory being filled, one 32-byte entry at a time.
+type fatDir struct {
+	root []byte
+	n    int
+}
 
-	rootOff := (fatReserved + fatNumFATs*fatSectors) * fatSector
-	dataOff := rootOff + fatRootSectors*fatSector
-	root := img[rootOff:dataOff]
-	ent := 0
-	putEntry := func(e []byte) error {
-		if ent >= fatRootEntries {
-			return errors.New("fat: root directory full")
-		}
-		copy(root[ent*32:], e)
-		ent++
-		return nil
+func (d *fatDir) put(e []byte) error {
+	if d.n >= fatRootEntries {
+		return errors.New("fat: root directory full")
 	}
-	// The volume label entry: what blkid and Windows read as the label.
-	lab := make([]byte, 32)
-	copy(lab[0:11], padRight(label, 11))
-	lab[11] = 0x08
-	le.PutUint16(lab[24:], fatDate)
-	if err := putEntry(lab); err != nil {
-		return nil, err
-	}
+	copy(d.root[d.n*32:], e)
+	d.n++
+	return nil
+}
 
+// writeFiles lays the files out in cluster order from cluster 2: their
+// directory entries (long name parts, then the 8.3 entry) into d, their
+// cluster chains into fat, their bytes into data (the data region).
+func writeFiles(d *fatDir, fat, data []byte, names []string, files map[string][]byte) error {
+	le := binary.LittleEndian
 	next := 2 // first data cluster
 	used := map[string]bool{}
 	for _, name := range names {
-		data := files[name]
+		body := files[name]
 		short := shortName(name, used)
 		for _, e := range lfnEntries(name, short) {
-			if err := putEntry(e); err != nil {
-				return nil, err
+			if err := d.put(e); err != nil {
+				return err
 			}
 		}
 		de := make([]byte, 32)
@@ -295,8 +376,8 @@ func BuildFAT(label string, files map[string][]byte) ([]byte, error) {
 		le.PutUint16(de[16:], fatDate)
 		le.PutUint16(de[18:], fatDate)
 		le.PutUint16(de[24:], fatDate)
-		le.PutUint32(de[28:], uint32(len(data)))
-		n := (len(data) + fatCluster - 1) / fatCluster
+		le.PutUint32(de[28:], uint32(len(body)))
+		n := (len(body) + fatCluster - 1) / fatCluster
 		if n > 0 {
 			le.PutUint16(de[26:], uint16(next))
 			for i := 0; i < n; i++ {
@@ -306,18 +387,15 @@ func BuildFAT(label string, files map[string][]byte) ([]byte, error) {
 					v = 0xFFF
 				}
 				setFAT12(fat, c, v)
-				copy(img[dataOff+(c-2)*fatCluster:], data[i*fatCluster:min(len(data), (i+1)*fatCluster)])
+				copy(data[(c-2)*fatCluster:], body[i*fatCluster:min(len(body), (i+1)*fatCluster)])
 			}
 			next += n
 		}
-		if err := putEntry(de); err != nil {
-			return nil, err
+		if err := d.put(de); err != nil {
+			return err
 		}
 	}
-	for i := 0; i < fatNumFATs; i++ {
-		copy(img[(fatReserved+i*fatSectors)*fatSector:], fat)
-	}
-	return img, nil
+	return nil
 }
 
 // checkLongName accepts what a VFAT long name can hold and read back
@@ -448,4 +526,12 @@ func volumeID(files map[string][]byte) uint32 {
 
 func sortedKeys(m map[string][]byte) []string {
 	return slices.Sorted(maps.Keys(m))
+}
+
+// clip shortens s to n bytes for an error message.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

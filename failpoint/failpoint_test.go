@@ -319,7 +319,7 @@ func TestCatalogueIsConsistent(t *testing.T) {
 	for _, n := range []string{"ch.boot", "ch.pause", "ch.resume", "ch.snapshot.begin", "ch.snapshot.memory-written", "ch.snapshot.done",
 		"ch.restore.begin", "ch.restore.done", "ch.net.added", "ch.net.removed", "ch.shutdown"} {
 		if !seen[n] {
-			t.Errorf("catalogue lacks %s (ARCHITECTURE §3)", n)
+			t.Errorf("catalogue lacks %s (docs/architecture.md §3)", n)
 		}
 	}
 }

@@ -36,7 +36,7 @@ type UnitSpec struct {
 }
 
 // Supervisor runs services with systemd's semantics for KillMode=process,
-// Restart=always (ARCHITECTURE §7, seed 001 method note: `stop` and a SIGKILL
+// Restart=always (docs/architecture.md §7, seed 001 method note: `stop` and a SIGKILL
 // of the main pid leave different damage, so both must be faithful).
 type Supervisor interface {
 	Kind() string

@@ -21,7 +21,7 @@ import (
 	"github.com/vmchaos/vmchaos/internal/rt"
 )
 
-// Trace is the harness end of the failpoint trace protocol (ARCHITECTURE §3):
+// Trace is the harness end of the failpoint trace protocol (docs/architecture.md §3):
 // a unixgram socket every component of the stack sends one datagram to per
 // phase hit (VMCHAOS_TRACE). It keeps every event in arrival order.
 //

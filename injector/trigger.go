@@ -16,7 +16,7 @@ const (
 	TriggerAfterExit = "after-exit" // OFFSET after the N-th exit of an agent child of kind CHILD
 )
 
-// Trigger says when a fault fires (ARCHITECTURE §7). Its text form is
+// Trigger says when a fault fires (docs/architecture.md §7). Its text form is
 //
 //	at POINT[#N][@vm=X] [+ OFFSET]     e.g. "at vm.clone.reserved#1@vm=x + 59ms"
 //	park POINT[@vm=X]                  e.g. "park snapshot.save.paused"

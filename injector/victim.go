@@ -158,7 +158,7 @@ func (in *Injector) childVictim(ctx context.Context, f Fault, hit *Hit) (*victim
 }
 
 // vmmVictim finds the VM's VMM: argv[0] basename is the VMM name and an
-// argument names <run>/<vm>/api.sock (the identity rule of ARCHITECTURE §4.3).
+// argument names <run>/<vm>/api.sock (the identity rule of docs/architecture.md §4.3).
 func (in *Injector) vmmVictim(vm string) (*victim, error) {
 	if vm == "" {
 		return nil, fmt.Errorf("sigkill-vmm: no VM id (set Fault.VM or trigger on a hit that carries vm)")

@@ -10,7 +10,7 @@ import (
 // Verb is one manager operation the manager-level catalogue drives.
 type Verb string
 
-// The verbs of the manager-level catalogue (ARCHITECTURE §14). An adapter
+// The verbs of the manager-level catalogue (docs/architecture.md §14). An adapter
 // maps each to its manager's own command line; a verb the manager does not
 // have makes Command return ErrNotSupported, and the catalogue does not
 // generate cases for it.

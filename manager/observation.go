@@ -1,4 +1,4 @@
-// Package manager is what the scenarios know about a VM manager (ARCHITECTURE
+// Package manager is what the scenarios know about a VM manager (docs/architecture.md
 // §14): the observations the convergence checker reads (this file) and the
 // verbs the manager-level catalogue drives (manager.go). One sub-package per
 // manager (manager/vmctl, manager/cocoon) turns the manager's own black-box

@@ -1,7 +1,7 @@
 // Package nodeagent is the bundled node agent: it keeps durable VM intents
 // (create, hibernate, wake, delete) received over an HTTP API on a unix
 // socket, drives vmctl as child processes to reach them, and converges by
-// itself after any crash or stop (ARCHITECTURE §6, seed 001).
+// itself after any crash or stop (docs/architecture.md §6, seed 001).
 package nodeagent
 
 import (

@@ -22,7 +22,7 @@ import (
 	"github.com/vmchaos/vmchaos/regress"
 )
 
-// Metric names (ARCHITECTURE §6).
+// Metric names (docs/architecture.md §6).
 const (
 	mStaleCreate  = "nodeagent_stale_create_reconcile_total"
 	mStartup      = "nodeagent_startup_resume_total"

@@ -8,7 +8,7 @@ import (
 	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
-// startup converges after a restart, in the order of ARCHITECTURE §6:
+// startup converges after a restart, in the order of docs/architecture.md §6:
 // list VMs; reconcile every creating record with reconcile-stale-create
 // (collected/not-found dropped, busy watched by the owning worker); adopt VMs
 // by id/name; derive owed work from the durable markers only and dispatch it

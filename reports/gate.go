@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Gate exit codes (ARCHITECTURE §12).
+// Gate exit codes (docs/architecture.md §12).
 const (
 	GatePass         = 0
 	GateFail         = 1 // an invariant was violated, or a regression against the baseline

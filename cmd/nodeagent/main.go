@@ -1,7 +1,7 @@
 // Command nodeagent is the bundled node agent: flags → nodeagent.Run → exit
 // code. SIGINT/SIGTERM cancel one lifecycle context, which kills in-flight
 // vmctl children (they run under exec.CommandContext on it); SIGKILL leaves
-// them running (ARCHITECTURE §6).
+// them running (docs/architecture.md §6).
 package main
 
 import (

@@ -21,7 +21,7 @@ func newPointsCmd() *cobra.Command {
 		Long: `points prints every named phase (failpoint) of the stack: the process that hits it, its
 operation, what has and what has not happened when it fires.
 
-Actions at a point (VMCHAOS_FAILPOINTS="POINT=ACTION;POINT=ACTION", ARCHITECTURE §3):
+Actions at a point (VMCHAOS_FAILPOINTS="POINT=ACTION;POINT=ACTION", docs/architecture.md §3):
   pause               block until <VMCHAOS_FAILPOINT_CTL>/POINT.release appears
   sleep(MS)           sleep MS milliseconds, then go on
   exit(CODE)          exit with CODE

@@ -1,5 +1,5 @@
 // Package cocoon is the manager adapter of a user's cocoon binary
-// (ARCHITECTURE §14): it runs the binary the user points at (--manager-bin)
+// (docs/architecture.md §14): it runs the binary the user points at (--manager-bin)
 // on a per-case root, run and log dir, and reads it only as a user can: its
 // `--format json` / `-o json` outputs, its documented dir layout, the command
 // lines of the VMMs it launches. The harness never builds, fetches or ships

@@ -1,4 +1,4 @@
-// Package vmctl is the manager adapter of the bundled vmctl (ARCHITECTURE
+// Package vmctl is the manager adapter of the bundled vmctl (docs/architecture.md
 // §14). It reads vmctl only as a user can: the binary's `-o json` verbs, the
 // lock files and socket paths its docs fix (docs/architecture.md §4.1,
 // §4.3). It decodes those outputs with vmctl's wire types (vmctl/api) and

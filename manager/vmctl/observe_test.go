@@ -120,6 +120,6 @@ func TestAPISocketsListsPresentSockets(t *testing.T) {
 		t.Fatalf("APISockets = %v, %v", got, err)
 	}
 	if o.OpsLockPath("A1") != "/r/locks/vm/A1.lock" || o.LeasePath("S1") != "/r/snapshots/S1.lease" {
-		t.Fatal("lock paths do not follow ARCHITECTURE §4.1")
+		t.Fatal("lock paths do not follow docs/architecture.md §4.1")
 	}
 }

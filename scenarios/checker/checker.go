@@ -1,4 +1,4 @@
-// Package checker is the convergence checker (ARCHITECTURE §9): after a
+// Package checker is the convergence checker (docs/architecture.md §9): after a
 // fault, the stack must reach a state where every invariant below holds for
 // several consecutive polls, by itself. Every invariant is a named entry in a
 // table and reports evidence when it fails; the names are the ones the

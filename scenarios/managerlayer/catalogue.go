@@ -1,4 +1,4 @@
-// Package managerlayer is the manager-level catalogue (ARCHITECTURE §14):
+// Package managerlayer is the manager-level catalogue (docs/architecture.md §14):
 // SIGKILL of a manager's verb at every fakech phase and at offsets inside
 // the verb's measured window, kill -9 of the VMM, then the manager's own
 // recovery (gc, its stale-create verb, the next verb), judged only from what

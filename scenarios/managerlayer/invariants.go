@@ -55,7 +55,7 @@ type stateCheck struct {
 	check func(ctx context.Context, m manager.Manager, o observation) (bool, string)
 }
 
-// stateChecks is the table of manager invariants (ARCHITECTURE §14, issue
+// stateChecks is the table of manager invariants (docs/architecture.md §14, issue
 // 17 item 3). A check whose data source failed never passes.
 var stateChecks = []stateCheck{
 	{"one-vm-per-name", func(_ context.Context, _ manager.Manager, o observation) (bool, string) {

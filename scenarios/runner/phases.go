@@ -40,8 +40,13 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	if o.Err == nil {
 		o.NotLanded = cr.inject(ctx, waits, results)
 		if len(o.NotLanded) > 0 {
-			return o
+			// a trigger point that never came: judge the stack as it is
+			if o.Err = cr.judgeStall(ctx, budget); o.Err == nil {
+				return o
+			}
 		}
+	}
+	if o.Err == nil {
 		o.Err = cr.restore(ctx, budget)
 	}
 	if o.Err == nil {
@@ -229,6 +234,9 @@ func (cr *caseRun) inject(ctx context.Context, waits []pendingFault, results []c
 	for i, ch := range results {
 		res := <-ch
 		if res.err != nil {
+			if p := unreachedPoint(cr.r.triggerString(cr.c, waits[i].idx[0]), res.err); p != "" {
+				cr.unreached = append(cr.unreached, p)
+			}
 			missed = append(missed, fmt.Sprintf("fault %v: %v", waits[i].idx, res.err))
 			for _, j := range waits[i].idx {
 				cr.rc.Injections = append(cr.rc.Injections, reports.Injection{Fault: s.Faults[j].Kind,
@@ -388,7 +396,7 @@ func (cr *caseRun) judge(o outcome) {
 		cr.rc.Invariants = append(cr.rc.Invariants, reports.Invariant{Name: ce.invariant, OK: false,
 			Evidence: strings.TrimSpace(ce.err.Error() + "\n" + ce.evidence)})
 	}
-	cr.rc.Verdict, cr.rc.Reason = verdict(o)
+	cr.rc.Verdict, cr.rc.Reason, cr.rc.Culprit = verdictOf(o)
 }
 
 // attachEvidence adds the agent's last log lines and its unit's status to a

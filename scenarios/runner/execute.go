@@ -233,6 +233,9 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 	cr.mu.Lock()
 	cr.held = append(cr.held, t.Point)
 	cr.mu.Unlock()
+	if cr.s.Expect.Adopted {
+		cr.listBaseline(ctx) // the parked operation's VM is there now, before its fault
+	}
 	var out []reports.Injection
 	var firstNs int64
 	for _, i := range idx {

@@ -122,6 +122,9 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 		}
 	}
 	cr.scraper.ScrapeNow(ctx, failpoint.Now)
+	if s.Expect.Adopted {
+		cr.listBaseline(ctx)
+	}
 	cr.mark, cr.armNs = st.Trace.Mark(), failpoint.Now()
 	return nil
 }
@@ -285,14 +288,7 @@ func (cr *caseRun) inject(ctx context.Context, waits []pendingFault, results []c
 func (cr *caseRun) restore(ctx context.Context, budget time.Duration) error {
 	st, s := cr.st, cr.s
 	if s.Expect.Adopted {
-		cr.adopted = map[string]string{}
-		if vms, err := st.ListVMs(ctx); err == nil {
-			for _, v := range vms {
-				if _, ours := cr.goals[v.Name]; ours {
-					cr.adopted[v.Name] = v.ID
-				}
-			}
-		}
+		cr.adoptBaseline()
 	}
 	var stop *scenarios.Fault
 	for i := range s.Faults {
@@ -334,7 +330,7 @@ func (cr *caseRun) restore(ctx context.Context, budget time.Duration) error {
 // the history invariants, the metric deltas and the agent's restarts.
 func (cr *caseRun) converge(ctx context.Context, budget time.Duration) ([]reports.Invariant, bool) {
 	in := &checker.Input{Stack: cr.st, Goals: cr.goals, Generation: cr.gens, DirectVMs: cr.s.Expect.DirectVMs,
-		AdoptedIDs: cr.adopted, BaseName: baseSnapshot}
+		AdoptedIDs: cr.adopted, AdoptedErr: cr.adoptErr, BaseName: baseSnapshot}
 	invs, convergedNs := cr.pollStable(ctx, in, budget)
 	if convergedNs > 0 {
 		cr.rc.ConvergeMs = max(float64(convergedNs-cr.faultNs)/1e6, 0)

@@ -325,7 +325,12 @@ type caseRun struct {
 	calibIssued bool
 	mark        int   // trace index after arming: the faults count hits from here
 	armNs       int64 // when the armed agent was up
-	adopted     map[string]string
+	// adoption baseline (Expect.Adopted, adopt.go): every VM listed before
+	// the fault (at arm time, and in the park before a parked fault), the
+	// first error listing them, and the ready intents' part of it
+	preFault map[string]string
+	adoptErr error
+	adopted  map[string]string
 	// unreached: the triggers whose point never came within the budget
 	// (stall.go)
 	unreached []string

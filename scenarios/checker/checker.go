@@ -308,13 +308,17 @@ type Evidence struct {
 // readIsEvidence: the invariant's sources, read whole, are its evidence.
 var readIsEvidence = Evidence{}
 
-// needGoals: a goal invariant needs goals to judge.
-var needGoals = Evidence{Of: func(in *Input, _ *Poll) []string {
-	if len(in.Goals) == 0 {
-		return []string{"no intent goal to judge"}
-	}
-	return nil
-}}
+// needGoals: a goal invariant needs goals to judge. A case that puts no
+// intent and only runs VMs of its own (DirectVMs, judged by
+// one-vm-per-name) does not ask for it; a case with neither fails it.
+var needGoals = Evidence{
+	Asked: func(in *Input) bool { return len(in.Goals) > 0 || len(in.DirectVMs) == 0 },
+	Of: func(in *Input, _ *Poll) []string {
+		if len(in.Goals) == 0 {
+			return []string{"no intent goal and no VM of the case's own to judge"}
+		}
+		return nil
+	}}
 
 // needCheckReport: the manager's check must have reported (OK, or its
 // violations): an empty report is no check.

@@ -283,7 +283,7 @@ func TestReadLocksErrorIsReported(t *testing.T) {
 // empty read is the proof.
 func TestNoStateInvariantPassesOnAbsentData(t *testing.T) {
 	empty := map[string][]func(in *Input, p *Poll){
-		IntentGoal:            {func(in *Input, p *Poll) { in.Goals = nil }},
+		IntentGoal:            {func(in *Input, p *Poll) { in.Goals, in.DirectVMs = nil, nil }},
 		NoPendingWithoutLease: {func(in *Input, p *Poll) { p.Snaps = nil }},
 		NoTombstone:           {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
 		IndexesConsistent:     {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
@@ -321,10 +321,15 @@ func TestNoStateInvariantPassesOnAbsentData(t *testing.T) {
 			}
 		})
 	}
-	// vms-adopted not asked (Expect.Adopted off) is left out, not held
+	// vms-adopted not asked (Expect.Adopted off) is left out, not held;
+	// so is intent-goal in a case that only runs VMs of its own
 	in, p := clean()
 	in.AdoptedIDs = nil
 	if got, ok := byName(Evaluate(in, p))[VMsAdopted]; ok {
 		t.Errorf("vms-adopted not asked was judged: %+v", got)
+	}
+	in.Goals = nil
+	if got, ok := byName(Evaluate(in, p))[IntentGoal]; ok {
+		t.Errorf("intent-goal of a case with direct VMs only was judged: %+v", got)
 	}
 }

@@ -29,11 +29,12 @@ func unreachedPoint(trig string, err error) string {
 	return trig
 }
 
-// delivered reports whether any fault reached the stack: its state is then
-// the fault's effect, not the operation's own, and is not judged here.
+// delivered reports whether any fault was fired at the stack (landed in its
+// window or not): its state may then be the fault's effect, not the
+// operation's own, and is not judged here.
 func delivered(injs []reports.Injection) bool {
 	for _, in := range injs {
-		if in.ActualNs > 0 && in.Err == "" {
+		if in.ActualNs > 0 {
 			return true
 		}
 	}
@@ -57,15 +58,17 @@ func (cr *caseRun) judgeStall(ctx context.Context, budget time.Duration) error {
 		missing, budget, strings.Join(ev, "; ")))
 }
 
-// goalEvidence is one look at the stack's goals (checker.IntentGoal: every
-// intent at its goal, nothing failed, the agent answering): the evidence
-// lines of what is wrong, none when every goal holds.
+// goalEvidence is one look at the stack's goals: checker.IntentGoal (every
+// intent at its goal, nothing failed, the agent answering) and
+// checker.OneVMPerName (the case's own VMs each running once). It returns
+// the evidence of what is wrong, none when every goal holds.
 func (cr *caseRun) goalEvidence(ctx context.Context) []string {
-	in := &checker.Input{Stack: cr.st, Goals: cr.goals, Generation: cr.gens}
+	in := &checker.Input{Stack: cr.st, Goals: cr.goals, Generation: cr.gens, DirectVMs: cr.s.Expect.DirectVMs}
+	var ev []string
 	for _, inv := range checker.Evaluate(in, checker.Collect(ctx, in, failpoint.Now)) {
-		if inv.Name == checker.IntentGoal && !inv.OK {
-			return []string{inv.Evidence}
+		if (inv.Name == checker.IntentGoal || inv.Name == checker.OneVMPerName) && !inv.OK {
+			ev = append(ev, inv.Name+": "+inv.Evidence)
 		}
 	}
-	return nil
+	return ev
 }

@@ -188,10 +188,25 @@ func (cr *caseRun) recordSession(name string, s *ledger.Workload) {
 func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []reports.Invariant {
 	w := cr.wl()
 	events := cr.st.Trace.Sorted()
-	var cuts []ledger.CutVerdict
-	wentOn := map[int]int{} // cut index → source acks past it (without the guest clock)
-	var ev []string
-	fail := func(format string, a ...any) { ev = append(ev, fmt.Sprintf(format, a...)) }
+	cuts, wentOn, ev := cr.judgeSaves(ctx, budget, events)
+	wakes, wev := cr.judgeWakes(ctx, events)
+	cuts, ev = append(cuts, wakes...), append(ev, wev...)
+	w.mu.Lock()
+	w.cuts = append(w.cuts, cuts...)
+	w.mu.Unlock()
+	if len(cuts) == 0 && len(ev) == 0 && !cr.s.Expect.Workload {
+		return nil
+	}
+	return []reports.Invariant{cr.cutInvariant(cuts, wentOn, ev)}
+}
+
+// judgeSaves judges the cut of every harness save of the case that
+// completed (a paused→resumed pair in the trace) through a clone of it, and
+// counts, without the guest clock, the source's acks past each cut
+// (wentOn, by cut index); ev says what could not be judged.
+func (cr *caseRun) judgeSaves(ctx context.Context, budget time.Duration, events []failpoint.Event) (cuts []ledger.CutVerdict, wentOn map[int]int, ev []string) {
+	w := cr.wl()
+	wentOn = map[int]int{}
 	w.mu.Lock()
 	saves := append([]wlSave(nil), w.saves...)
 	w.mu.Unlock()
@@ -207,19 +222,25 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 		v, err := cr.judgeSnapshot(cctx, s.vm, win, clone)
 		cancel()
 		if err != nil {
-			fail("%s: %v", win.Snapshot, err)
+			ev = append(ev, fmt.Sprintf("%s: %v", win.Snapshot, err))
 			continue
 		}
 		if !win.GuestClock {
 			entries, _, err := ledger.ReadJournal(cr.st.Ledger.JournalPath())
 			if err != nil {
-				fail("%s: %v", win.Snapshot, err)
+				ev = append(ev, fmt.Sprintf("%s: %v", win.Snapshot, err))
 				continue
 			}
 			wentOn[len(cuts)] = wentOnPast(ledger.WorkloadFromJournal(entries, s.vm).Acks, win.ResumeNs, v.Cut)
 		}
 		cuts = append(cuts, v)
 	}
+	return cuts, wentOn, ev
+}
+
+// judgeWakes judges the cut every hibernate/wake cycle of a guest the case
+// keeps gave; ev says what could not be judged.
+func (cr *caseRun) judgeWakes(ctx context.Context, events []failpoint.Event) (cuts []ledger.CutVerdict, ev []string) {
 	names := make([]string, 0, len(cr.cycles))
 	for n := range cr.cycles {
 		names = append(names, n)
@@ -232,19 +253,21 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 		v, why, err := cr.judgeWake(ctx, n, events)
 		switch {
 		case err != nil:
-			fail("%s wake: %v", n, err)
+			ev = append(ev, fmt.Sprintf("%s wake: %v", n, err))
 		case why != "":
-			w.note("%s wake: %s", n, why)
+			cr.wl().note("%s wake: %s", n, why)
 		default:
 			cuts = append(cuts, v)
 		}
 	}
-	w.mu.Lock()
-	w.cuts = append(w.cuts, cuts...)
-	w.mu.Unlock()
-	if len(cuts) == 0 && len(ev) == 0 && !cr.s.Expect.Workload {
-		return nil
-	}
+	return cuts, ev
+}
+
+// cutInvariant is WorkloadConsistentCut over the judged cuts: every cut
+// consistent and, where the case expects the workload, the source going on
+// past each save; nothing judged proves nothing.
+func (cr *caseRun) cutInvariant(cuts []ledger.CutVerdict, wentOn map[int]int, ev []string) reports.Invariant {
+	w := cr.wl()
 	inv := reports.Invariant{Name: WorkloadConsistentCut, OK: len(ev) == 0 && len(cuts) > 0}
 	judged := 0
 	for i, v := range cuts {
@@ -275,7 +298,7 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 	} else {
 		inv.Evidence = strings.Join(ev, "\n")
 	}
-	return []reports.Invariant{inv}
+	return inv
 }
 
 // guestClock: the guest's ack times are on the trace clock. The fake

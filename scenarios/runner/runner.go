@@ -410,6 +410,11 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
 	cr.inj = injector.New(r.run.Sup, st.Trace, injector.Options{CtlDir: st.CtlDir})
 	o := cr.execute(cctx, budget)
+	if o.Err == nil && errors.Is(ctx.Err(), context.Canceled) {
+		// the run was interrupted mid-case: what the phases saw after
+		// that (sources cut off, a converge cut short) is no evidence
+		o.Err = harnessErr(fmt.Errorf("run interrupted: %w", ctx.Err()))
+	}
 	cr.stopWorkloads()
 	// teardown is part of the verdict: a case that leaves processes behind
 	// is a harness error

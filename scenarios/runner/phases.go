@@ -40,7 +40,8 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	if o.Err == nil {
 		o.NotLanded = cr.inject(ctx, waits, results)
 		if len(o.NotLanded) > 0 {
-			// a trigger point that never came: judge the stack as it is
+			// a fault whose trigger point never came: the stack is
+			// judged as it is (stall.go); any other miss proves nothing
 			if o.Err = cr.judgeStall(ctx, budget); o.Err == nil {
 				return o
 			}

@@ -140,65 +140,103 @@ func judgeSide(in CutInput, idx map[int]WorkloadAck, first int, names []string) 
 			present[s] = true
 		}
 	}
-	var out cutSide
-	out.present = len(present)
-	ackedBefore := func(a WorkloadAck) bool {
+	out := cutSide{present: len(present)}
+	sp := spanOf(idx, w)
+	out.countAcked(idx, sp, present, w)
+	maxPresent := out.findPhantoms(idx, sp, present, first, w)
+	out.findHoles(idx, present, first, maxPresent, w)
+	judged := map[int]bool{}
+	for s := range idx {
+		judged[s] = true
+	}
+	for s := range present {
+		judged[s] = true
+	}
+	out.judged = len(judged)
+	sort.Slice(out.phantom, func(i, j int) bool { return out.phantom[i].Seq < out.phantom[j].Seq })
+	return out
+}
+
+// journalSpan is what the journaled acks say about the save's window.
+type journalSpan struct {
+	seqs []int // journaled seqs, ascending
+	// firstAfter: the lowest seq whose write began after the resume; the
+	// writer is sequential, so every higher seq began later still.
+	firstAfter   int
+	maxJournaled int
+	// writerPastResume: the last journaled write began after the resume,
+	// so a marker beyond the journal's end began after it too
+	writerPastResume bool
+}
+
+func spanOf(idx map[int]WorkloadAck, w CutWindow) journalSpan {
+	var sp journalSpan
+	var maxJournaledAck WorkloadAck
+	sp.seqs = make([]int, 0, len(idx))
+	for s, a := range idx {
+		sp.seqs = append(sp.seqs, s)
+		if s > sp.maxJournaled {
+			sp.maxJournaled, maxJournaledAck = s, a
+		}
+		if w.GuestClock && w.ResumeNs > 0 && a.BeginNs > w.ResumeNs && (sp.firstAfter == 0 || s < sp.firstAfter) {
+			sp.firstAfter = s
+		}
+	}
+	sp.writerPastResume = w.GuestClock && w.ResumeNs > 0 && sp.maxJournaled > 0 && maxJournaledAck.BeginNs > w.ResumeNs
+	sort.Ints(sp.seqs)
+	return sp
+}
+
+// countAcked counts the acks before the pause (lost when absent) and the
+// writes begun after the resume.
+func (out *cutSide) countAcked(idx map[int]WorkloadAck, sp journalSpan, present map[int]bool, w CutWindow) {
+	for _, s := range sp.seqs {
+		a := idx[s]
 		t := a.HostNs
 		if w.GuestClock {
 			t = a.AckNs
 		}
-		return t > 0 && t < w.PauseNs
-	}
-	// firstAfter: the lowest seq whose write began after the resume; the
-	// writer is sequential, so every higher seq began later still.
-	firstAfter := 0
-	maxJournaled := 0
-	var maxJournaledAck WorkloadAck
-	seqs := make([]int, 0, len(idx))
-	for s, a := range idx {
-		seqs = append(seqs, s)
-		if s > maxJournaled {
-			maxJournaled, maxJournaledAck = s, a
-		}
-		if w.GuestClock && w.ResumeNs > 0 && a.BeginNs > w.ResumeNs && (firstAfter == 0 || s < firstAfter) {
-			firstAfter = s
-		}
-	}
-	// a marker beyond the journal's end began after the last journaled one
-	writerPastResume := w.GuestClock && w.ResumeNs > 0 && maxJournaled > 0 && maxJournaledAck.BeginNs > w.ResumeNs
-	sort.Ints(seqs)
-	for _, s := range seqs {
-		a := idx[s]
-		if ackedBefore(a) {
+		if t > 0 && t < w.PauseNs {
 			out.ackedBefore++
 			if !present[s] {
 				out.lost = append(out.lost, SeqAt{s, relTimes(w, a)})
 			}
 		}
-		if firstAfter > 0 && s >= firstAfter {
+		if sp.firstAfter > 0 && s >= sp.firstAfter {
 			out.afterRes++
 		}
 	}
-	maxPresent := 0 // the highest present seq that is not a phantom: holes are judged below it
+}
+
+// findPhantoms finds the present markers the snapshot cannot hold (below
+// the writer's first seq, or begun after the resume) and returns the
+// highest present seq that is not one: holes are judged below it.
+func (out *cutSide) findPhantoms(idx map[int]WorkloadAck, sp journalSpan, present map[int]bool, first int, w CutWindow) int {
+	maxPresent := 0
 	for s := range present {
 		n := len(out.phantom)
 		switch {
 		case s < first:
 			out.phantom = append(out.phantom, SeqAt{s, "below the writer's first seq " + strconv.Itoa(first) + ": never written by this run"})
-		case firstAfter > 0 && s >= firstAfter:
-			a, ok := idx[s]
-			if ok {
+		case sp.firstAfter > 0 && s >= sp.firstAfter:
+			if a, ok := idx[s]; ok {
 				out.phantom = append(out.phantom, SeqAt{s, relTimes(w, a)})
 			} else {
-				out.phantom = append(out.phantom, SeqAt{s, "not journaled; after seq " + strconv.Itoa(firstAfter) + ", which began after the resume"})
+				out.phantom = append(out.phantom, SeqAt{s, "not journaled; after seq " + strconv.Itoa(sp.firstAfter) + ", which began after the resume"})
 			}
-		case s > maxJournaled && writerPastResume:
-			out.phantom = append(out.phantom, SeqAt{s, "not journaled; after seq " + strconv.Itoa(maxJournaled) + ", which began after the resume"})
+		case s > sp.maxJournaled && sp.writerPastResume:
+			out.phantom = append(out.phantom, SeqAt{s, "not journaled; after seq " + strconv.Itoa(sp.maxJournaled) + ", which began after the resume"})
 		}
 		if len(out.phantom) == n {
 			maxPresent = max(maxPresent, s)
 		}
 	}
+	return maxPresent
+}
+
+// findHoles sets the cut (the last seq of the unbroken run from first) and
+// lists the absent, not lost, seqs between it and maxPresent.
+func (out *cutSide) findHoles(idx map[int]WorkloadAck, present map[int]bool, first, maxPresent int, w CutWindow) {
 	lost := map[int]bool{}
 	for _, l := range out.lost {
 		lost[l.Seq] = true
@@ -216,16 +254,6 @@ func judgeSide(in CutInput, idx map[int]WorkloadAck, first int, names []string) 
 			out.hole = append(out.hole, SeqAt{s, when})
 		}
 	}
-	judged := map[int]bool{}
-	for s := range idx {
-		judged[s] = true
-	}
-	for s := range present {
-		judged[s] = true
-	}
-	out.judged = len(judged)
-	sort.Slice(out.phantom, func(i, j int) bool { return out.phantom[i].Seq < out.phantom[j].Seq })
-	return out
 }
 
 // ClassifyCut judges one listing against the capture window.

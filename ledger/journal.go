@@ -126,21 +126,25 @@ func (e Entry) validate() error {
 	return nil
 }
 
+// ErrJournal marks every failure to read the journal: the harness's own
+// record, so a verdict that needed it proves nothing either way (a harness
+// error, not the product's fail).
+var ErrJournal = errors.New("ledger journal unreadable")
+
 // ReadJournal reads every entry of the journal at path. A missing file is an
-// empty journal. A last line that is incomplete (no newline) or does not parse
-// is what a writer killed mid-append leaves: it is skipped and reported with
-// torn=true. Any earlier bad line is ErrCorruptJournal.
+// error, never an empty journal: Open creates it, so a journal that is gone
+// lost every claim it held (issue #31). A last line that is incomplete (no
+// newline) or does not parse is what a writer killed mid-append leaves: it is
+// skipped and reported with torn=true. Any earlier bad line is
+// ErrCorruptJournal. Every error wraps ErrJournal.
 func ReadJournal(path string) (entries []Entry, torn bool, err error) {
 	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, false, nil
-	}
 	if err != nil {
-		return nil, false, fmt.Errorf("read ledger journal: %w", err)
+		return nil, false, fmt.Errorf("%w: read %s: %w", ErrJournal, path, err)
 	}
 	entries, torn, _, err = parseJournal(b)
 	if err != nil {
-		return nil, false, fmt.Errorf("ledger journal %s: %w", path, err)
+		return nil, false, fmt.Errorf("%w: %s: %w", ErrJournal, path, err)
 	}
 	return entries, torn, nil
 }

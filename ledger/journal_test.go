@@ -64,10 +64,28 @@ func TestReadJournalTornTail(t *testing.T) {
 	}
 }
 
-func TestReadJournalMissingFileIsEmpty(t *testing.T) {
-	entries, torn, err := ReadJournal(filepath.Join(t.TempDir(), "none.jsonl"))
-	if err != nil || torn || len(entries) != 0 {
-		t.Fatalf("got %v %v %v", entries, torn, err)
+// TestReadJournalMissingFileIsAnError (issue #31): a missing journal is no
+// journal, never an empty one, and every read failure (missing, unreadable,
+// corrupt) is marked as the harness's own (ErrJournal). An empty file is an
+// empty journal.
+func TestReadJournalMissingFileIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	corrupt := filepath.Join(dir, "corrupt.jsonl")
+	if err := os.WriteFile(corrupt, []byte("{not json\n{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{filepath.Join(dir, "none.jsonl"), dir, corrupt} {
+		entries, _, err := ReadJournal(path)
+		if !errors.Is(err, ErrJournal) || len(entries) != 0 {
+			t.Errorf("%s: got %d entries, error %v; want ErrJournal", path, len(entries), err)
+		}
+	}
+	emptyPath := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(emptyPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if entries, torn, err := ReadJournal(emptyPath); err != nil || torn || len(entries) != 0 {
+		t.Fatalf("empty journal: %v %v %v", entries, torn, err)
 	}
 }
 

@@ -53,12 +53,34 @@ type markerState struct {
 //   - with CheckRAM, the boot id must equal the baseline (the guest's latest
 //     journaled boot id, from RecordBootID or the last ack) and every marker
 //     acked under that boot id must still be in RAM; otherwise the wake
-//     booted fresh over the hibernate snapshot (fails).
+//     booted fresh over the hibernate snapshot (fails);
+//   - no acked marker of the guest at all proves nothing (fails): a guest
+//     verified against an empty history would pass whatever it lost.
 func Classify(guest string, entries []Entry, obs Observed) Verdict {
 	v := Verdict{Guest: guest, RAMChecked: obs.CheckRAM}
-	markers := map[string]*markerState{}
-	var order []string
-	baseline := ""
+	markers, order, baseline := foldJournal(guest, entries)
+	v.classifyMarkers(markers, order, baseline, obs)
+	if obs.CheckRAM {
+		v.BootIDBefore = baseline
+		v.BootIDAfter = obs.BootID
+		v.BootIDChanged = baseline != "" && obs.BootID != baseline
+	}
+	ramOK := len(v.RAMMissing) == 0 && !v.BootIDChanged
+	if v.BootIDChanged && obs.ColdBootAllowed != "" {
+		// The markers a legitimate cold boot took are expected gone.
+		ramOK = true
+		v.ColdBootNote = obs.ColdBootAllowed
+	}
+	v.OK = v.Stable+v.Lost > 0 && v.Lost == 0 && v.Phantom == 0 && ramOK
+	v.Message = v.message()
+	return v
+}
+
+// foldJournal folds the journal into every marker's state (in first-seen
+// order) and guest's boot id baseline: its latest journaled boot id, reset
+// by a Forget of the guest.
+func foldJournal(guest string, entries []Entry) (markers map[string]*markerState, order []string, baseline string) {
+	markers = map[string]*markerState{}
 	for _, e := range entries {
 		switch e.Kind {
 		case KindForget:
@@ -92,11 +114,18 @@ func Classify(guest string, entries []Entry, obs Observed) Verdict {
 			}
 		}
 	}
+	return markers, order, baseline
+}
+
+// classifyMarkers counts the guest's journaled markers against the listing
+// (stable, lost, in flight, RAM missing) and the listed names the journal
+// does not give the guest (phantom, inherited).
+func (v *Verdict) classifyMarkers(markers map[string]*markerState, order []string, baseline string, obs Observed) {
 	disk := set(obs.Disk)
 	ram := set(obs.RAM)
 	for _, name := range order {
 		st := markers[name]
-		if st.guest != guest {
+		if st.guest != v.Guest {
 			continue
 		}
 		switch {
@@ -119,24 +148,10 @@ func Classify(guest string, entries []Entry, obs Observed) Verdict {
 		case st == nil:
 			v.Phantom++
 			v.PhantomNames = append(v.PhantomNames, name)
-		case st.guest != guest:
+		case st.guest != v.Guest:
 			v.Inherited++
 		}
 	}
-	if obs.CheckRAM {
-		v.BootIDBefore = baseline
-		v.BootIDAfter = obs.BootID
-		v.BootIDChanged = baseline != "" && obs.BootID != baseline
-	}
-	ramOK := len(v.RAMMissing) == 0 && !v.BootIDChanged
-	if v.BootIDChanged && obs.ColdBootAllowed != "" {
-		// The markers a legitimate cold boot took are expected gone.
-		ramOK = true
-		v.ColdBootNote = obs.ColdBootAllowed
-	}
-	v.OK = v.Lost == 0 && v.Phantom == 0 && ramOK
-	v.Message = v.message()
-	return v
 }
 
 func (v Verdict) message() string {
@@ -158,6 +173,9 @@ func (v Verdict) message() string {
 	case len(v.RAMMissing) > 0:
 		bad = append(bad, fmt.Sprintf("guest memory not restored intact (a stale or partial memory snapshot was restored): boot id unchanged but %d RAM marker(s) are gone from %s: %s",
 			len(v.RAMMissing), RAMDir, strings.Join(v.RAMMissing, ", ")))
+	}
+	if v.Stable+v.Lost == 0 {
+		bad = append(bad, "no acked marker of the guest in the journal: nothing proven")
 	}
 	if len(bad) > 0 {
 		return fmt.Sprintf("guest %s: %s", v.Guest, strings.Join(bad, "; "))

@@ -117,3 +117,29 @@ func TestClassifyForgetRetiresTheOldMachine(t *testing.T) {
 		t.Fatalf("without forget the old marker is lost: %+v", v)
 	}
 }
+
+// TestClassifyNeedsAnAckedMarker (issue #31): a guest whose journal holds no
+// acked marker of its own — none at all, only an interrupted intent, only
+// another guest's, or only markers retired by a Forget — proves nothing and
+// is not OK, whatever the listing shows.
+func TestClassifyNeedsAnAckedMarker(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		journal []Entry
+	}{
+		{"empty journal", nil},
+		{"an intent never acked", []Entry{intent("g", "m1")}},
+		{"only another guest's markers", []Entry{intent("other", "o1"), acked("other", "o1", "x")}},
+		{"only a boot id", []Entry{bootID("g", "b1")}},
+		{"markers retired by a forget", []Entry{intent("g", "m1"), acked("g", "m1", "b1"), {Kind: KindForget, Guest: "g"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, obs := range []Observed{{}, {Disk: []string{"m1"}}, {CheckRAM: true, BootID: "b1"}} {
+				v := Classify("g", tc.journal, obs)
+				if v.OK || !strings.Contains(v.Message, "no acked marker") {
+					t.Errorf("listing %+v: OK=%v %q, want not OK naming the missing marker", obs, v.OK, v.Message)
+				}
+			}
+		})
+	}
+}

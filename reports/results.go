@@ -75,10 +75,14 @@ type Case struct {
 	Metrics     map[string]float64 `json:"metric_deltas,omitempty"`
 	Verdict     string             `json:"verdict"`
 	Reason      string             `json:"reason,omitempty"`
-	Attempts    int                `json:"attempts"` // >1: retried (flaky) — visible in junit
-	Repro       string             `json:"repro"`
-	Logs        map[string]string  `json:"logs,omitempty"` // name → path relative to the run dir
-	Timeline    []TimelineEvent    `json:"timeline,omitempty"`
+	// Culprit is who a verdict other than pass blames: product (fail),
+	// harness (error), landing or precondition (inconclusive); "" for a
+	// pass and in results written before it.
+	Culprit  string            `json:"culprit,omitempty"`
+	Attempts int               `json:"attempts"` // >1: retried (flaky) — visible in junit
+	Repro    string            `json:"repro"`
+	Logs     map[string]string `json:"logs,omitempty"` // name → path relative to the run dir
+	Timeline []TimelineEvent   `json:"timeline,omitempty"`
 	// Window is the fault's operation window measured on the case's stack
 	// and the fault's margin to its edges (absent for park, now and
 	// window-less faults); Runs is every run's outcome under --repeat.
@@ -112,6 +116,11 @@ type Invariant struct {
 	Name     string `json:"name"`
 	OK       bool   `json:"ok"`
 	Evidence string `json:"evidence,omitempty"`
+	// HarnessError: not OK because the harness's own read of the evidence
+	// failed (its journal, its files), not because the product broke it:
+	// nothing proven either way, a harness error unless the product failed
+	// elsewhere.
+	HarnessError bool `json:"harness_error,omitempty"`
 }
 
 // LedgerVerdict is the ledger outcome for one guest.

@@ -70,8 +70,11 @@ type Input struct {
 	Goals      map[string]string // intent name → ready|hibernated|deleted
 	Generation map[string]int64  // intent name → generation the harness last set (0: unknown)
 	DirectVMs  []string          // harness-created VMs that must exist once and run
-	AdoptedIDs map[string]string // name → VM id before the fault (Expect.Adopted)
-	BaseName   string            // snapshot every intent clones from: never removed
+	AdoptedIDs map[string]string // name → VM id before the fault (Expect.Adopted; nil: not asked)
+	// AdoptedErr: the baseline of AdoptedIDs could not be read (vms-adopted
+	// then fails: no baseline, nothing proven).
+	AdoptedErr error
+	BaseName   string // snapshot every intent clones from: never removed
 	// Registry is the agent's registry dir: a hibernated intent's snapshot
 	// must be pushed there and readable ("": Stack.Registry).
 	Registry string
@@ -115,9 +118,12 @@ type AgentView struct {
 
 // Poll is one observation of the whole stack. Errs holds, per source, why it
 // could not be read; the fields of an errored source are not to be trusted.
+// Read holds the sources that were read: a source in neither was never
+// read, and its empty fields are no evidence either.
 type Poll struct {
 	TsNs     int64
 	Errs     map[Source]error
+	Read     map[Source]bool
 	Views    map[string]AgentView
 	VMs      []manager.VM
 	Snaps    []manager.Snapshot
@@ -143,14 +149,33 @@ type BootProbe struct {
 	Err    error
 }
 
-// Err returns the error of the first of srcs that failed.
+// errNotRead is the error of a source the poll never read.
+var errNotRead = errors.New("never read")
+
+// Err returns the error of the first of srcs that failed or was never read.
 func (p *Poll) Err(srcs ...Source) error {
 	for _, s := range srcs {
 		if err := p.Errs[s]; err != nil {
 			return fmt.Errorf("%s: %w", s, err)
 		}
+		if !p.Read[s] {
+			return fmt.Errorf("%s: %w", s, errNotRead)
+		}
 	}
 	return nil
+}
+
+// got records one read of src: an error fails it, else it was read (a
+// source that failed once in a poll stays failed).
+func (p *Poll) got(src Source, err error) {
+	if err == nil {
+		if p.Read == nil {
+			p.Read = map[Source]bool{}
+		}
+		p.Read[src] = true
+		return
+	}
+	p.fail(src, err)
 }
 
 func (p *Poll) fail(src Source, err error) {
@@ -177,25 +202,24 @@ func (in *Input) manager() manager.Observer {
 func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 	s, m := in.Stack, in.manager()
 	p := &Poll{TsNs: now(), Views: map[string]AgentView{}}
-	if vs, err := s.Agent.List(ctx); err != nil {
-		p.fail(SrcAgent, err)
-	} else {
+	vs, err := s.Agent.List(ctx)
+	p.got(SrcAgent, err)
+	if err == nil {
 		for _, v := range vs {
 			p.Views[v.Name] = AgentView{Name: v.Name, Lifecycle: v.Status.Lifecycle, ObservedGeneration: v.Status.ObservedGeneration,
 				Message: v.Status.Message, PostClone: v.Status.PostClone, VMID: v.Status.VMID,
 				FailedReason: v.Status.FailedReason, Op: v.Op, Step: v.Step}
 		}
 	}
-	var err error
 	p.VMs, err = m.VMs(ctx)
-	p.fail(SrcVMs, err)
+	p.got(SrcVMs, err)
 	p.Snaps, err = m.Snapshots(ctx)
-	p.fail(SrcSnaps, err)
+	p.got(SrcSnaps, err)
 	p.Check, err = m.Check(ctx)
-	p.fail(SrcCheck, err)
+	p.got(SrcCheck, err)
 
 	procs, err := s.ScanProcesses()
-	p.fail(SrcProcs, err)
+	p.got(SrcProcs, err)
 	p.VMMs = map[string][]stack.Proc{}
 	harness := s.HarnessPIDs()
 	for _, pr := range procs {
@@ -221,7 +245,7 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 		}
 	}
 	p.Sockets, err = m.APISockets()
-	p.fail(SrcSockets, err)
+	p.got(SrcSockets, err)
 	p.collectGoals(ctx, in)
 	return p
 }
@@ -232,8 +256,8 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 func (p *Poll) collectLocks(s *stack.Stack, m manager.Observer) {
 	p.OpsHolders, p.LeaseHolders = map[string][]manager.Holder{}, map[string][]manager.Holder{}
 	locks, err := ReadLocks()
+	p.got(SrcLocks, err)
 	if err != nil {
-		p.fail(SrcLocks, err)
 		return
 	}
 	resolve := func(path string) []manager.Holder {
@@ -263,19 +287,88 @@ func (p *Poll) collectLocks(s *stack.Stack, m manager.Observer) {
 
 // StateInvariant is one entry of the polled table.
 type StateInvariant struct {
-	Name  string
-	Why   string
-	Needs []Source                          // sources it reads: one errored → it fails with the error
-	Check func(in *Input, p *Poll) []string // evidence lines; none = holds
+	Name     string
+	Why      string
+	Needs    []Source                          // sources it reads: one errored or never read → it fails with the error
+	Evidence Evidence                          // the positive evidence it needs beyond its sources
+	Check    func(in *Input, p *Poll) []string // evidence lines; none = holds
 }
+
+// Evidence is what an invariant needs to hold at all (issue #31: nothing
+// passes on absent data). Of lists what is missing (none: it has its
+// evidence); nil Of means a successful read of its sources is the evidence
+// (an absence claim, such as no orphan VMM, is proven by a list read whole).
+// Asked, when set, says whether the case asked for the invariant at all: one
+// not asked is left out of the results, never reported as held.
+type Evidence struct {
+	Of    func(in *Input, p *Poll) []string
+	Asked func(in *Input) bool
+}
+
+// readIsEvidence: the invariant's sources, read whole, are its evidence.
+var readIsEvidence = Evidence{}
+
+// needGoals: a goal invariant needs goals to judge. A case that puts no
+// intent and only runs VMs of its own (DirectVMs, judged by
+// one-vm-per-name) does not ask for it; a case with neither fails it.
+var needGoals = Evidence{
+	Asked: func(in *Input) bool { return len(in.Goals) > 0 || len(in.DirectVMs) == 0 },
+	Of: func(in *Input, _ *Poll) []string {
+		if len(in.Goals) == 0 {
+			return []string{"no intent goal and no VM of the case's own to judge"}
+		}
+		return nil
+	}}
+
+// needCheckReport: the manager's check must have reported (OK, or its
+// violations): an empty report is no check.
+var needCheckReport = Evidence{Of: checkReported}
+
+func checkReported(_ *Input, p *Poll) []string {
+	if !p.Check.OK && len(p.Check.Violations) == 0 {
+		return []string{"the manager's check reported neither OK nor a violation"}
+	}
+	return nil
+}
+
+// needBase: the base snapshot's name, and the check that judges its data.
+var needBase = Evidence{Of: func(in *Input, p *Poll) []string {
+	if in.BaseName == "" {
+		return []string{"no base snapshot named: nothing to keep"}
+	}
+	return checkReported(in, p)
+}}
+
+// needSnapshots: the snapshot list always holds the base snapshot; an empty
+// one is no listing.
+var needSnapshots = Evidence{Of: func(in *Input, p *Poll) []string {
+	if len(p.Snaps) == 0 {
+		return []string{"the snapshot list is empty, not even the base snapshot"}
+	}
+	return nil
+}}
+
+// needBaseline: vms-adopted, asked by Expect.Adopted, needs the baseline
+// taken before the fault, read and not empty.
+var needBaseline = Evidence{
+	Asked: func(in *Input) bool { return in.AdoptedIDs != nil || in.AdoptedErr != nil },
+	Of: func(in *Input, _ *Poll) []string {
+		switch {
+		case in.AdoptedErr != nil:
+			return []string{fmt.Sprintf("the baseline before the fault could not be read: %v", in.AdoptedErr)}
+		case len(in.AdoptedIDs) == 0:
+			return []string{"the baseline before the fault is empty: no VM of the case to prove adopted"}
+		}
+		return nil
+	}}
 
 // State is the table of invariants polled until stable.
 var State = []StateInvariant{
 	{IntentGoal, "every intent reached its goal (hibernated: pushed and readable; ready: the guest answers), nothing failed",
-		[]Source{SrcAgent, SrcVMs, SrcProcs}, checkIntentGoal},
-	{OneVMPerName, "exactly one VM per name", []Source{SrcVMs, SrcProcs}, checkOneVMPerName},
+		[]Source{SrcAgent, SrcVMs, SrcProcs}, needGoals, checkIntentGoal},
+	{OneVMPerName, "exactly one VM per name", []Source{SrcVMs, SrcProcs}, readIsEvidence, checkOneVMPerName},
 	{NoOrphanCreating, "a creating record has a live ops-lock holder of this stack (a free ops lock proves no operation owns it)",
-		[]Source{SrcVMs, SrcLocks}, func(in *Input, p *Poll) []string {
+		[]Source{SrcVMs, SrcLocks}, readIsEvidence, func(in *Input, p *Poll) []string {
 			var ev []string
 			for _, v := range p.VMs {
 				if v.State != manager.StateCreating {
@@ -288,8 +381,8 @@ var State = []StateInvariant{
 			return ev
 		}},
 	{NoOrphanVMM, "every VMM process is the only one of its VM, and its VM's record owns it",
-		[]Source{SrcVMs, SrcProcs, SrcLocks}, checkOrphanVMM},
-	{NoRunningWithDeadVMM, "a running record has a live VMM", []Source{SrcVMs, SrcProcs}, func(in *Input, p *Poll) []string {
+		[]Source{SrcVMs, SrcProcs, SrcLocks}, readIsEvidence, checkOrphanVMM},
+	{NoRunningWithDeadVMM, "a running record has a live VMM", []Source{SrcVMs, SrcProcs}, readIsEvidence, func(in *Input, p *Poll) []string {
 		var ev []string
 		for _, v := range p.VMs {
 			if v.State == manager.StateStale || (v.State == manager.StateRunning && !alive(p, v.ID)) {
@@ -299,7 +392,7 @@ var State = []StateInvariant{
 		return ev
 	}},
 	{NoPausedRunning, "no VMM Paused while its record says running (an orphaned pause of a dead capture)",
-		[]Source{SrcVMs, SrcProcs}, func(in *Input, p *Poll) []string {
+		[]Source{SrcVMs, SrcProcs}, readIsEvidence, func(in *Input, p *Poll) []string {
 			var ev []string
 			for id, st := range p.VMMState {
 				if st != "Running" {
@@ -309,7 +402,7 @@ var State = []StateInvariant{
 			sort.Strings(ev)
 			return ev
 		}},
-	{NoPendingWithoutLease, "a pending snapshot has a live lease holder of this stack", []Source{SrcSnaps, SrcLocks},
+	{NoPendingWithoutLease, "a pending snapshot has a live lease holder of this stack", []Source{SrcSnaps, SrcLocks}, needSnapshots,
 		func(in *Input, p *Poll) []string {
 			var ev []string
 			for _, sn := range p.Snaps {
@@ -322,10 +415,10 @@ var State = []StateInvariant{
 			}
 			return ev
 		}},
-	{NoTombstone, "no delete left half-done (read from the manager's check)", []Source{SrcCheck}, fromCheck(manager.CheckTombstone)},
-	{IndexesConsistent, "the store loads and its name indexes and records agree (read from the manager's check)", []Source{SrcCheck},
+	{NoTombstone, "no delete left half-done (read from the manager's check)", []Source{SrcCheck}, needCheckReport, fromCheck(manager.CheckTombstone)},
+	{IndexesConsistent, "the store loads and its name indexes and records agree (read from the manager's check)", []Source{SrcCheck}, needCheckReport,
 		fromCheck(manager.CheckStoreLoadable, manager.CheckIndexes)},
-	{NoVmctlChild, "no vmctl child still running (besides the agent's event watcher and the daemon)", []Source{SrcProcs},
+	{NoVmctlChild, "no vmctl child still running (besides the agent's event watcher and the daemon)", []Source{SrcProcs}, readIsEvidence,
 		func(in *Input, p *Poll) []string {
 			var ev []string
 			for _, pr := range p.Vmctls {
@@ -336,7 +429,7 @@ var State = []StateInvariant{
 			}
 			return ev
 		}},
-	{NoLeftoverSockets, "no api socket without a live VMM", []Source{SrcSockets, SrcProcs}, func(in *Input, p *Poll) []string {
+	{NoLeftoverSockets, "no api socket without a live VMM", []Source{SrcSockets, SrcProcs}, readIsEvidence, func(in *Input, p *Poll) []string {
 		var ev []string
 		for id, sock := range p.Sockets {
 			if !alive(p, id) {
@@ -346,11 +439,11 @@ var State = []StateInvariant{
 		sort.Strings(ev)
 		return ev
 	}},
-	{NoLeftoverStaging, "no staging dir of a dead snapshot build (read from the manager's check)", []Source{SrcCheck},
+	{NoLeftoverStaging, "no staging dir of a dead snapshot build (read from the manager's check)", []Source{SrcCheck}, needCheckReport,
 		fromCheck(manager.CheckLeftoverStaging)},
-	{NoUnreferencedDirs, "no VM, run or snapshot dir without a record (read from the manager's check)", []Source{SrcCheck},
+	{NoUnreferencedDirs, "no VM, run or snapshot dir without a record (read from the manager's check)", []Source{SrcCheck}, needCheckReport,
 		fromCheck(manager.CheckUnreferencedDirs)},
-	{BaseSnapshotKept, "snapshots no intent owns are never touched", []Source{SrcSnaps, SrcCheck}, func(in *Input, p *Poll) []string {
+	{BaseSnapshotKept, "snapshots no intent owns are never touched", []Source{SrcSnaps, SrcCheck}, needBase, func(in *Input, p *Poll) []string {
 		if in.BaseName == "" {
 			return nil
 		}
@@ -367,7 +460,7 @@ var State = []StateInvariant{
 		}
 		return []string{fmt.Sprintf("snapshot %q is gone", in.BaseName)}
 	}},
-	{VMsAdopted, "VMs that existed before the fault are adopted, not recreated", []Source{SrcVMs}, func(in *Input, p *Poll) []string {
+	{VMsAdopted, "VMs that existed before the fault are adopted, not recreated", []Source{SrcVMs}, needBaseline, func(in *Input, p *Poll) []string {
 		var ev []string
 		for name, id := range in.AdoptedIDs {
 			found := false
@@ -585,19 +678,32 @@ func checkOneVMPerName(in *Input, p *Poll) []string {
 }
 
 // Evaluate runs the state table over one poll. An invariant whose data
-// source errored fails with that error: missing data is never a pass.
+// source errored or was never read fails with that error, and one without
+// the evidence it declares fails saying what is missing: missing data is
+// never a pass. An invariant the case did not ask for is left out.
 func Evaluate(in *Input, p *Poll) []reports.Invariant {
 	out := make([]reports.Invariant, 0, len(State))
 	for _, inv := range State {
-		var ev []string
-		if err := p.Err(inv.Needs...); err != nil {
-			ev = []string{"data source failed, nothing proven: " + err.Error()}
-		} else {
-			ev = inv.Check(in, p)
+		if inv.Evidence.Asked != nil && !inv.Evidence.Asked(in) {
+			continue
 		}
-		out = append(out, result(inv.Name, ev))
+		out = append(out, result(inv.Name, inv.judge(in, p)))
 	}
 	return out
+}
+
+// judge is one invariant over one poll: its sources, its evidence, then
+// its check.
+func (inv StateInvariant) judge(in *Input, p *Poll) []string {
+	if err := p.Err(inv.Needs...); err != nil {
+		return []string{"data source failed, nothing proven: " + err.Error()}
+	}
+	if inv.Evidence.Of != nil {
+		if missing := inv.Evidence.Of(in, p); len(missing) > 0 {
+			return append([]string{"no evidence, nothing proven"}, missing...)
+		}
+	}
+	return inv.Check(in, p)
 }
 
 func result(name string, ev []string) reports.Invariant {

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,8 +51,13 @@ func clean() (*Input, *Poll) {
 		Pushed:       map[string]error{"b": nil},
 		Boot:         map[string]BootProbe{"a": {BootID: "boot-1"}},
 	}
+	for _, src := range allSources {
+		p.got(src, nil)
+	}
 	return in, p
 }
+
+var allSources = []Source{SrcAgent, SrcVMs, SrcSnaps, SrcCheck, SrcProcs, SrcLocks, SrcSockets}
 
 func byName(invs []reports.Invariant) map[string]reports.Invariant {
 	out := map[string]reports.Invariant{}
@@ -264,5 +270,66 @@ func TestReadLocksErrorIsReported(t *testing.T) {
 	defer func() { procLocks = old }()
 	if _, err := ReadLocks(); err == nil {
 		t.Fatal("missing /proc/locks read as no locks")
+	}
+}
+
+// TestNoStateInvariantPassesOnAbsentData (issue #31 item 2): every entry of
+// the state table declares its evidence, and fed data that is missing (its
+// sources never read), unreadable (a source errored) or empty (the
+// evidence it declares absent: no goals, an empty check report, an empty
+// snapshot list, no base name, no or an unreadable adoption baseline) it
+// fails, naming what is missing. An invariant whose evidence is the read
+// itself (an absence claim over a list read whole) has no empty case: its
+// empty read is the proof.
+func TestNoStateInvariantPassesOnAbsentData(t *testing.T) {
+	empty := map[string][]func(in *Input, p *Poll){
+		IntentGoal:            {func(in *Input, p *Poll) { in.Goals, in.DirectVMs = nil, nil }},
+		NoPendingWithoutLease: {func(in *Input, p *Poll) { p.Snaps = nil }},
+		NoTombstone:           {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
+		IndexesConsistent:     {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
+		NoLeftoverStaging:     {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
+		NoUnreferencedDirs:    {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
+		RecordsHaveData:       {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
+		BaseSnapshotKept:      {func(in *Input, p *Poll) { in.BaseName = "" }, func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
+		VMsAdopted: {func(in *Input, p *Poll) { in.AdoptedIDs = map[string]string{} },
+			func(in *Input, p *Poll) { in.AdoptedIDs, in.AdoptedErr = nil, errors.New("vmctl vm list: exit 1") }},
+	}
+	for _, inv := range State {
+		t.Run(inv.Name, func(t *testing.T) {
+			judge := func(what string, change func(in *Input, p *Poll)) {
+				in, p := clean()
+				change(in, p)
+				got, ok := byName(Evaluate(in, p))[inv.Name]
+				if !ok || got.OK || got.Evidence == "" {
+					t.Errorf("%s: judged %v, OK=%v evidence %q; want a fail with evidence", what, ok, got.OK, got.Evidence)
+				}
+			}
+			for _, src := range inv.Needs {
+				judge("missing "+string(src), func(_ *Input, p *Poll) { delete(p.Read, src) })
+				judge("unreadable "+string(src), func(_ *Input, p *Poll) { p.fail(src, errors.New("exit 1")) })
+			}
+			judge("nothing read at all", func(_ *Input, p *Poll) { *p = Poll{} })
+			cases, ok := empty[inv.Name]
+			if !ok && inv.Evidence.Of != nil {
+				t.Errorf("declares evidence but has no empty fixture")
+			}
+			if ok && inv.Evidence.Of == nil {
+				t.Errorf("has an empty fixture but declares no evidence beyond its read")
+			}
+			for i, change := range cases {
+				judge(fmt.Sprintf("empty #%d", i), change)
+			}
+		})
+	}
+	// vms-adopted not asked (Expect.Adopted off) is left out, not held;
+	// so is intent-goal in a case that only runs VMs of its own
+	in, p := clean()
+	in.AdoptedIDs = nil
+	if got, ok := byName(Evaluate(in, p))[VMsAdopted]; ok {
+		t.Errorf("vms-adopted not asked was judged: %+v", got)
+	}
+	in.Goals = nil
+	if got, ok := byName(Evaluate(in, p))[IntentGoal]; ok {
+		t.Errorf("intent-goal of a case with direct VMs only was judged: %+v", got)
 	}
 }

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -200,27 +201,90 @@ type LedgerResult struct {
 }
 
 // LedgerCleanInvariant: every guest's ledger verdict is clean, and was
-// actually taken: an SSH error is no verdict, and a RAM check without a
-// journaled boot id baseline cannot tell a fresh boot from a restored one.
+// actually taken: an SSH error is no verdict, a verdict needs an acked
+// marker of the guest (ledger.Classify), and a RAM check without a journaled
+// boot id baseline cannot tell a fresh boot from a restored one. A guest
+// whose journal the harness could not read (ledger.ErrJournal) proves
+// nothing: when that is all that is wrong, the invariant is the harness's
+// error (HarnessError), not the product's fail.
 func LedgerCleanInvariant(results []LedgerResult) reports.Invariant {
 	if len(results) == 0 {
 		return result(LedgerClean, []string{"no guest was verified: the ledger proved nothing"})
 	}
 	var ev []string
+	unread := 0
 	for _, r := range results {
 		switch v := r.Verdict; {
+		case r.Err != nil && errors.Is(r.Err, ledger.ErrJournal):
+			unread++
+			ev = append(ev, fmt.Sprintf("%s: %v", r.Guest, r.Err))
 		case r.Err != nil:
 			ev = append(ev, fmt.Sprintf("%s: %v", r.Guest, r.Err))
 		case v.RAMChecked && v.BootIDBefore == "":
 			ev = append(ev, fmt.Sprintf("%s: RAM and boot id checked without a journaled boot id baseline: a fresh boot cannot be told from a restore", r.Guest))
 		case v.RAMChecked && v.BootIDAfter == "":
 			ev = append(ev, fmt.Sprintf("%s: the guest reported no boot id", r.Guest))
-		case !v.OK:
+		case !v.OK || v.Stable == 0:
 			ev = append(ev, fmt.Sprintf("%s: %s", r.Guest, v.Message))
 		}
 	}
 	if len(ev) > 0 {
-		return result(LedgerClean, ev)
+		inv := result(LedgerClean, ev)
+		inv.HarnessError = unread == len(ev)
+		return inv
 	}
 	return reports.Invariant{Name: LedgerClean, OK: true, Evidence: fmt.Sprintf("%d guest(s) verified", len(results))}
+}
+
+// MetricWant is one expected delta of a series over a case (the catalogue's
+// Expect.Metrics): at least Min and, with Max ≥ 0, at most Max.
+type MetricWant struct {
+	Series   string
+	Min, Max float64
+}
+
+// MetricExpectationsInvariant judges the deltas of the wanted series between
+// the first and the last sample. A series the last sample does not have was
+// never exported (or is misnamed): that is missing data, never a delta of 0.
+// A labelled counter child absent from the first sample only (a fresh stack
+// exports it from its first increment on) starts from 0, and the evidence
+// says so; any other series must be in both.
+func MetricExpectationsInvariant(samples []Sample, wants []MetricWant) reports.Invariant {
+	if len(samples) < 2 {
+		return result(MetricExpectations, []string{fmt.Sprintf("only %d scrape(s): no delta to judge", len(samples))})
+	}
+	first, last := samples[0], samples[len(samples)-1]
+	var ev, notes []string
+	for _, w := range wants {
+		key := Canonical(w.Series)
+		to, ok := last.Values[key]
+		if !ok {
+			ev = append(ev, fmt.Sprintf("%s: missing from the last scrape (never exported): nothing proven", w.Series))
+			continue
+		}
+		from, ok := first.Values[key]
+		if !ok {
+			if _, typ := family(key, last.Types); typ != "counter" || !strings.Contains(key, "{") {
+				ev = append(ev, fmt.Sprintf("%s: missing from the first scrape and not a labelled counter: no baseline", w.Series))
+				continue
+			}
+			notes = append(notes, w.Series+" first exported during the case (from 0)")
+		}
+		d := to - from
+		switch {
+		case d < w.Min:
+			ev = append(ev, fmt.Sprintf("%s delta %g, want ≥ %g", w.Series, d, w.Min))
+		case w.Max >= 0 && d > w.Max:
+			ev = append(ev, fmt.Sprintf("%s delta %g, want in [%g, %g]", w.Series, d, w.Min, w.Max))
+		default:
+			notes = append(notes, fmt.Sprintf("%s delta %g", w.Series, d))
+		}
+	}
+	if len(wants) == 0 {
+		ev = append(ev, "no series expected: nothing to judge")
+	}
+	if len(ev) > 0 {
+		return result(MetricExpectations, ev)
+	}
+	return reports.Invariant{Name: MetricExpectations, OK: true, Evidence: strings.Join(notes, "; ")}
 }

@@ -28,7 +28,7 @@ const (
 func init() {
 	State = append(State, StateInvariant{RecordsHaveData,
 		"no VM record past creating without its disk, no ready snapshot without its files (read from the manager's check)",
-		[]Source{SrcCheck}, fromCheck(CheckVMData, manager.CheckSnapshotData)})
+		[]Source{SrcCheck}, needCheckReport, fromCheck(CheckVMData, manager.CheckSnapshotData)})
 }
 
 // Ack is one intent change the agent acknowledged with a 2xx.
@@ -80,6 +80,10 @@ func AckedIntentsKeptInvariant(acks []Ack, cutNs int64, listed []agentapi.VMView
 		case v.Generation < a.Generation:
 			ev = append(ev, fmt.Sprintf("%s: generation %d acknowledged before the cut, the agent lists %d", n, a.Generation, v.Generation))
 		}
+	}
+	if len(names) == 0 {
+		// nothing acknowledged before the cut: nothing to keep, nothing proven
+		ev = append(ev, fmt.Sprintf("no intent change acknowledged before the cut (%d ack(s) in all): nothing proven", len(acks)))
 	}
 	inv.OK = len(ev) == 0
 	if inv.OK {

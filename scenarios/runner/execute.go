@@ -233,78 +233,76 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 	cr.mu.Lock()
 	cr.held = append(cr.held, t.Point)
 	cr.mu.Unlock()
+	if cr.s.Expect.Adopted {
+		cr.listBaseline(ctx) // the parked operation's VM is there now, before its fault
+	}
 	var out []reports.Injection
 	var firstNs int64
 	for _, i := range idx {
-		f := cr.s.Faults[i]
-		if f.Kind == "none" {
-			// the park itself is the interference (a live operation held
-			// at an exact phase while something else happens)
-			now := failpoint.Now()
-			rec := reports.Injection{Fault: "none (held parked)", Trigger: trig, RequestedNs: now, ActualNs: now, VictimPID: pid}
-			cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
-			out = append(out, rec)
-			if firstNs == 0 {
-				firstNs = now
-			}
-			continue
-		}
-		if f.Kind == scenarios.FaultPowerCut {
-			rec := cr.cutPower(ctx, trig, t.Point, nil)
-			rec.IntendedPhase = t.Point
-			cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
-			if firstNs == 0 {
-				firstNs = rec.ActualNs
-			}
-			out = append(out, rec)
-			continue
-		}
-		if f.Kind == "sigkill-direct" {
-			// a vmctl the harness started itself, parked: kill it there,
-			// through the injector (its pidfd and its accounting)
-			in := cr.inj.InjectHit(ctx, injector.Fault{Kind: injector.FaultSigkillHitter}, hit, injector.Resolve(cr.directHost))
-			rec := reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
-				VictimPID: in.VictimPID, Err: in.Err, IntendedPhase: t.Point}
-			cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
-			if firstNs == 0 {
-				firstNs = rec.ActualNs
-			}
-			cr.mu.Lock()
-			cr.victims[pid] = true
-			cr.mu.Unlock()
-			out = append(out, rec)
-			continue
-		}
-		in := cr.inj.Inject(ctx, cr.injFault(f))
-		rec := reports.Injection{Fault: in.Fault.String(), Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
-			Err: in.Err, VictimPID: in.VictimPID, IntendedPhase: t.Point}
-		if firstNs == 0 {
-			firstNs = in.ActualNs
-		}
-		// The parked process cannot have moved on: the window closes at
-		// its next phase.
+		rec := cr.parkedFault(ctx, i, trig, t, hit, pid)
 		cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
-		if in.VictimPID > 0 {
-			cr.mu.Lock()
-			cr.victims[in.VictimPID] = true
-			cr.mu.Unlock()
+		if firstNs == 0 {
+			firstNs = rec.ActualNs
 		}
 		out = append(out, rec)
 	}
-	f := cr.s.Faults[idx[0]]
+	cr.releasePark(ctx, mark, t.Point, cr.s.Faults[idx[0]], firstNs)
+	return out, nil
+}
+
+// parkedFault injects fault i into the stack parked at t's point (hit by
+// pid), and records it; the caller judges where it landed (the parked
+// process cannot have moved on: its window closes at its next phase).
+func (cr *caseRun) parkedFault(ctx context.Context, i int, trig string, t injector.Trigger, hit injector.Hit, pid int) reports.Injection {
+	switch f := cr.s.Faults[i]; f.Kind {
+	case "none":
+		// the park itself is the interference (a live operation held at
+		// an exact phase while something else happens)
+		now := failpoint.Now()
+		return reports.Injection{Fault: "none (held parked)", Trigger: trig, RequestedNs: now, ActualNs: now, VictimPID: pid}
+	case scenarios.FaultPowerCut:
+		rec := cr.cutPower(ctx, trig, t.Point, nil)
+		rec.IntendedPhase = t.Point
+		return rec
+	case "sigkill-direct":
+		// a vmctl the harness started itself, parked: kill it there,
+		// through the injector (its pidfd and its accounting)
+		in := cr.inj.InjectHit(ctx, injector.Fault{Kind: injector.FaultSigkillHitter}, hit, injector.Resolve(cr.directHost))
+		cr.noteVictim(pid)
+		return reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
+			VictimPID: in.VictimPID, Err: in.Err, IntendedPhase: t.Point}
+	default:
+		in := cr.inj.Inject(ctx, cr.injFault(f))
+		if in.VictimPID > 0 {
+			cr.noteVictim(in.VictimPID)
+		}
+		return reports.Injection{Fault: in.Fault.String(), Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
+			Err: in.Err, VictimPID: in.VictimPID, IntendedPhase: t.Point}
+	}
+}
+
+// noteVictim records a pid the harness killed itself.
+func (cr *caseRun) noteVictim(pid int) {
+	cr.mu.Lock()
+	cr.victims[pid] = true
+	cr.mu.Unlock()
+}
+
+// releasePark releases the parked point at once, or once f's hold
+// condition is met after the first injection at firstNs.
+func (cr *caseRun) releasePark(ctx context.Context, mark int, point string, f scenarios.Fault, firstNs int64) {
 	switch {
 	case f.ReleaseAfter == "reconcile-started":
-		go cr.releaseWhen(ctx, t.Point, func(ctx context.Context) { cr.waitReconcile(ctx) })
+		go cr.releaseWhen(ctx, point, func(ctx context.Context) { cr.waitReconcile(ctx) })
 	case f.ReleaseAfter != "":
-		go cr.releaseWhen(ctx, t.Point, func(ctx context.Context) {
+		go cr.releaseWhen(ctx, point, func(ctx context.Context) {
 			_, _ = cr.st.Trace.Wait(ctx, mark, 1, func(e *failpoint.Event) bool { return e.Point == f.ReleaseAfter && e.TsNs > firstNs })
 		})
 	case f.ReleaseAfterChild != "":
-		go cr.releaseWhen(ctx, t.Point, func(ctx context.Context) { cr.waitChildExit(ctx, mark, firstNs, f.ReleaseAfterChild) })
+		go cr.releaseWhen(ctx, point, func(ctx context.Context) { cr.waitChildExit(ctx, mark, firstNs, f.ReleaseAfterChild) })
 	default:
-		cr.release(t.Point)
+		cr.release(point)
 	}
-	return out, nil
 }
 
 func (cr *caseRun) releaseWhen(ctx context.Context, point string, cond func(context.Context)) {
@@ -436,121 +434,160 @@ func (cr *caseRun) waitFailpoint(ctx context.Context, mark, i int, trig string) 
 
 // step runs one harness step.
 func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Duration) error {
-	st := cr.st
-	names := []string{step.VM}
-	if step.N > 0 {
-		names = names[:0]
-		for i := 0; i < step.N; i++ {
-			names = append(names, fmt.Sprintf("%s-%d", step.VM, i))
-		}
-	}
 	switch step.Kind {
 	case scenarios.StepCreate, scenarios.StepWake, scenarios.StepHibernate:
-		hib := step.Kind == scenarios.StepHibernate
-		for _, n := range names {
-			if hib {
-				cr.cycles[n] = true
-			}
-			if err := cr.put(ctx, n, nodeagent.Intent{Snapshot: baseSnapshot, Hibernate: hib}); err != nil {
-				return err
-			}
-		}
-		if step.Wait {
-			for _, n := range names {
-				if err := cr.waitGoal(ctx, n, budget); err != nil {
-					return err
-				}
-			}
-			if step.Kind == scenarios.StepWake {
-				cr.restartWorkloads(ctx, names) // the writer runs again right after the wake
-			}
-		}
+		return cr.stepIntent(ctx, step, budget)
 	case scenarios.StepDelete:
-		if err := st.Agent.Delete(ctx, step.VM); err != nil {
-			return err
-		}
-		cr.noteAck(step.VM, 0, true, failpoint.Now())
-		cr.goals[step.VM] = checker.GoalDeleted
-		if step.Wait {
-			return cr.waitGoal(ctx, step.VM, budget)
-		}
+		return cr.stepDelete(ctx, step, budget)
 	case scenarios.StepLedgerWrite:
-		g, err := cr.guest(ctx, step.VM)
-		if err != nil {
-			return err
-		}
-		cr.ledger[step.VM]++
-		if _, err := st.Ledger.WriteMarkers(ctx, g, cr.ledger[step.VM]); err != nil {
-			return err
-		}
-		// the baseline the next wake's boot id and RAM markers are
-		// compared against (recorded now: the guest may be unreachable,
-		// e.g. paused, right before the hibernate)
-		if _, err := st.Ledger.RecordBootID(ctx, g); err != nil {
-			return err
-		}
-		cr.startWorkload(ctx, step.VM) // runs through the case's operations
+		return cr.stepLedgerWrite(ctx, step)
 	case scenarios.StepDirectClone:
-		if _, err := cr.startDirect(step.VM, func() (*exec.Cmd, <-chan int, error) {
-			return st.StartProc("direct-clone-"+step.VM, "vm", "clone", "--name", step.VM, baseSnapshot)
-		}); err != nil {
-			return harnessErr(err)
-		}
+		return cr.stepDirect(step.VM, "direct-clone-"+step.VM, "vm", "clone", "--name", step.VM, baseSnapshot)
 	case scenarios.StepDirectSave:
-		v, ok, err := st.VMByName(ctx, step.VM)
-		if err != nil || !ok {
-			return fmt.Errorf("direct-save: no vm %s (%v)", step.VM, err)
-		}
-		cr.noteSave(step.VM, v.ID)
-		if _, err := cr.startDirect("save-"+step.VM, func() (*exec.Cmd, <-chan int, error) {
-			return st.StartProc("direct-save-"+step.VM, "snapshot", "save", "--name", step.VM+"-manual", v.ID)
-		}); err != nil {
-			return harnessErr(err)
-		}
+		return cr.stepDirectSave(ctx, step)
 	case scenarios.StepHoldLease:
 		return cr.holdLease(ctx, step.VM)
 	case scenarios.StepOrphanPause:
 		return cr.orphanPause(ctx, step.VM)
 	case scenarios.StepReconcile:
-		// the record exists (creating) once the clone reserved it
-		var id string
-		deadline := time.Now().Add(budget)
-		for id == "" && time.Now().Before(deadline) {
-			if v, ok, _ := st.VMByName(ctx, step.VM); ok {
-				id = v.ID
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if id == "" {
-			return fmt.Errorf("reconcile: no record named %s", step.VM)
-		}
-		if _, err := cr.startDirect("reconcile", func() (*exec.Cmd, <-chan int, error) {
-			return st.StartProc("reconcile-"+step.VM, "vm", "reconcile-stale-create", id, "-o", "json")
-		}); err != nil {
-			return harnessErr(err)
-		}
+		return cr.stepReconcile(ctx, step, budget)
 	case scenarios.StepKillVMM:
-		v, ok, err := st.VMByName(ctx, step.VM)
-		if err != nil || !ok {
-			return fmt.Errorf("kill-vmm: no vm %s (%v)", step.VM, err)
-		}
-		sent := failpoint.Now() // events must be stamped after the signal, not after we saw the death
-		if _, err := st.KillVMM(ctx, v.ID); err != nil {
-			return err
-		}
-		cr.mu.Lock()
-		cr.kills = append(cr.kills, vmmKill{ID: v.ID, Name: step.VM, TsNs: sent})
-		cr.mu.Unlock()
+		return cr.stepKillVMM(ctx, step)
 	case scenarios.StepWipeStatus:
-		if err := wipeStatus(st.State, step.VM); err != nil {
+		if err := wipeStatus(cr.st.State, step.VM); err != nil {
 			return harnessErr(err)
 		}
+		return nil
 	case scenarios.StepCounterClaim:
 		return cr.counterClaim(ctx, step.VM, budget)
-	default:
-		return harnessErr(fmt.Errorf("unknown step %q", step.Kind))
 	}
+	return harnessErr(fmt.Errorf("unknown step %q", step.Kind))
+}
+
+// stepNames are the VMs a step acts on: VM, or VM-0 … VM-(N-1).
+func stepNames(step scenarios.Step) []string {
+	if step.N <= 0 {
+		return []string{step.VM}
+	}
+	names := make([]string, step.N)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", step.VM, i)
+	}
+	return names
+}
+
+// stepIntent puts a create, wake or hibernate intent for each of the step's
+// VMs and, with Wait, waits for every goal (a wake restarts the writers).
+func (cr *caseRun) stepIntent(ctx context.Context, step scenarios.Step, budget time.Duration) error {
+	names := stepNames(step)
+	hib := step.Kind == scenarios.StepHibernate
+	for _, n := range names {
+		if hib {
+			cr.cycles[n] = true
+		}
+		if err := cr.put(ctx, n, nodeagent.Intent{Snapshot: baseSnapshot, Hibernate: hib}); err != nil {
+			return err
+		}
+	}
+	if !step.Wait {
+		return nil
+	}
+	for _, n := range names {
+		if err := cr.waitGoal(ctx, n, budget); err != nil {
+			return err
+		}
+	}
+	if step.Kind == scenarios.StepWake {
+		cr.restartWorkloads(ctx, names) // the writer runs again right after the wake
+	}
+	return nil
+}
+
+// stepDelete deletes the step's intent (waiting for it with Wait).
+func (cr *caseRun) stepDelete(ctx context.Context, step scenarios.Step, budget time.Duration) error {
+	if err := cr.st.Agent.Delete(ctx, step.VM); err != nil {
+		return err
+	}
+	cr.noteAck(step.VM, 0, true, failpoint.Now())
+	cr.goals[step.VM] = checker.GoalDeleted
+	if step.Wait {
+		return cr.waitGoal(ctx, step.VM, budget)
+	}
+	return nil
+}
+
+// stepLedgerWrite writes the next ledger markers into the step's guest,
+// records its boot id and starts its writer.
+func (cr *caseRun) stepLedgerWrite(ctx context.Context, step scenarios.Step) error {
+	g, err := cr.guest(ctx, step.VM)
+	if err != nil {
+		return err
+	}
+	cr.ledger[step.VM]++
+	if _, err := cr.st.Ledger.WriteMarkers(ctx, g, cr.ledger[step.VM]); err != nil {
+		return err
+	}
+	// the baseline the next wake's boot id and RAM markers are compared
+	// against (recorded now: the guest may be unreachable, e.g. paused,
+	// right before the hibernate)
+	if _, err := cr.st.Ledger.RecordBootID(ctx, g); err != nil {
+		return err
+	}
+	cr.startWorkload(ctx, step.VM) // runs through the case's operations
+	return nil
+}
+
+// stepDirect starts a vmctl of the harness's own (key names it in direct).
+func (cr *caseRun) stepDirect(key, log string, args ...string) error {
+	if _, err := cr.startDirect(key, func() (*exec.Cmd, <-chan int, error) {
+		return cr.st.StartProc(log, args...)
+	}); err != nil {
+		return harnessErr(err)
+	}
+	return nil
+}
+
+// stepDirectSave starts the harness's own snapshot save of the step's VM.
+func (cr *caseRun) stepDirectSave(ctx context.Context, step scenarios.Step) error {
+	v, ok, err := cr.st.VMByName(ctx, step.VM)
+	if err != nil || !ok {
+		return fmt.Errorf("direct-save: no vm %s (%v)", step.VM, err)
+	}
+	cr.noteSave(step.VM, v.ID)
+	return cr.stepDirect("save-"+step.VM, "direct-save-"+step.VM, "snapshot", "save", "--name", step.VM+"-manual", v.ID)
+}
+
+// stepReconcile starts the harness's own reconcile-stale-create of the
+// step's VM once its record exists (creating, after the clone reserved it).
+func (cr *caseRun) stepReconcile(ctx context.Context, step scenarios.Step, budget time.Duration) error {
+	var id string
+	deadline := time.Now().Add(budget)
+	for id == "" && time.Now().Before(deadline) {
+		if v, ok, _ := cr.st.VMByName(ctx, step.VM); ok {
+			id = v.ID
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if id == "" {
+		return fmt.Errorf("reconcile: no record named %s", step.VM)
+	}
+	return cr.stepDirect("reconcile", "reconcile-"+step.VM, "vm", "reconcile-stale-create", id, "-o", "json")
+}
+
+// stepKillVMM SIGKILLs the step's VMM; the event stream must report it.
+func (cr *caseRun) stepKillVMM(ctx context.Context, step scenarios.Step) error {
+	v, ok, err := cr.st.VMByName(ctx, step.VM)
+	if err != nil || !ok {
+		return fmt.Errorf("kill-vmm: no vm %s (%v)", step.VM, err)
+	}
+	sent := failpoint.Now() // events must be stamped after the signal, not after we saw the death
+	if _, err := cr.st.KillVMM(ctx, v.ID); err != nil {
+		return err
+	}
+	cr.mu.Lock()
+	cr.kills = append(cr.kills, vmmKill{ID: v.ID, Name: step.VM, TsNs: sent})
+	cr.mu.Unlock()
 	return nil
 }
 

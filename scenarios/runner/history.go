@@ -38,26 +38,11 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 		out = append(out, checker.MetricsMonotonicInvariant(in, samples, cr.scraper.Failures(),
 			checker.Restarts(events, cr.scraper.Since())))
 		if len(ex.Metrics) > 0 {
-			inv := reports.Invariant{Name: checker.MetricExpectations, OK: len(samples) >= 2}
-			var ev []string
-			if !inv.OK {
-				ev = append(ev, fmt.Sprintf("only %d scrape(s): no delta to judge", len(samples)))
+			wants := make([]checker.MetricWant, len(ex.Metrics))
+			for i, m := range ex.Metrics {
+				wants[i] = checker.MetricWant{Series: m.Series, Min: m.Min, Max: m.Max}
 			}
-			deltas := cr.metricDeltas()
-			for _, m := range ex.Metrics {
-				d := deltas[checker.Canonical(m.Series)]
-				bad := d < m.Min || (m.Max >= 0 && d > m.Max)
-				want := fmt.Sprintf("≥ %g", m.Min)
-				if m.Max >= 0 {
-					want = fmt.Sprintf("in [%g, %g]", m.Min, m.Max)
-				}
-				if bad {
-					inv.OK = false
-					ev = append(ev, fmt.Sprintf("%s delta %g, want %s", m.Series, d, want))
-				}
-			}
-			inv.Evidence = strings.Join(ev, "; ")
-			out = append(out, inv)
+			out = append(out, checker.MetricExpectationsInvariant(samples, wants))
 		}
 	}
 
@@ -114,24 +99,24 @@ func (cr *caseRun) verifyLedger(ctx context.Context, budget time.Duration) repor
 			continue
 		case checker.GoalHibernated:
 			if err := cr.put(ctx, name, nodeagent.Intent{Snapshot: baseSnapshot}); err != nil {
-				fail("verification wake: %v", err)
+				fail("verification wake: %w", err)
 				continue
 			}
 			if err := cr.waitGoal(ctx, name, budget); err != nil {
-				fail("verification wake: %v", err)
+				fail("verification wake: %w", err)
 				continue
 			}
 		}
 		g, err := cr.guest(ctx, name)
 		if err != nil {
-			fail("%v", err)
+			fail("%w", err)
 			continue
 		}
 		vctx, cancel := context.WithTimeout(ctx, budget)
 		v, err := cr.st.Ledger.Verify(vctx, g, ledger.VerifyOpts{ExpectRAM: cr.cycles[name], ColdBootAllowed: cr.coldBootReason()})
 		cancel()
 		if err != nil {
-			fail("verify: %v", err)
+			fail("verify: %w", err)
 			continue
 		}
 		cr.rc.Ledger = append(cr.rc.Ledger, reports.LedgerVerdict{Guest: v.Guest, Stable: v.Stable, Lost: v.Lost,

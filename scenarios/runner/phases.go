@@ -40,8 +40,14 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	if o.Err == nil {
 		o.NotLanded = cr.inject(ctx, waits, results)
 		if len(o.NotLanded) > 0 {
-			return o
+			// a fault whose trigger point never came: the stack is
+			// judged as it is (stall.go); any other miss proves nothing
+			if o.Err = cr.judgeStall(ctx, budget); o.Err == nil {
+				return o
+			}
 		}
+	}
+	if o.Err == nil {
 		o.Err = cr.restore(ctx, budget)
 	}
 	if o.Err == nil {
@@ -117,6 +123,9 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 		}
 	}
 	cr.scraper.ScrapeNow(ctx, failpoint.Now)
+	if s.Expect.Adopted {
+		cr.listBaseline(ctx)
+	}
 	cr.mark, cr.armNs = st.Trace.Mark(), failpoint.Now()
 	return nil
 }
@@ -229,6 +238,9 @@ func (cr *caseRun) inject(ctx context.Context, waits []pendingFault, results []c
 	for i, ch := range results {
 		res := <-ch
 		if res.err != nil {
+			if p := unreachedPoint(cr.r.triggerString(cr.c, waits[i].idx[0]), res.err); p != "" {
+				cr.unreached = append(cr.unreached, p)
+			}
 			missed = append(missed, fmt.Sprintf("fault %v: %v", waits[i].idx, res.err))
 			for _, j := range waits[i].idx {
 				cr.rc.Injections = append(cr.rc.Injections, reports.Injection{Fault: s.Faults[j].Kind,
@@ -277,14 +289,7 @@ func (cr *caseRun) inject(ctx context.Context, waits []pendingFault, results []c
 func (cr *caseRun) restore(ctx context.Context, budget time.Duration) error {
 	st, s := cr.st, cr.s
 	if s.Expect.Adopted {
-		cr.adopted = map[string]string{}
-		if vms, err := st.ListVMs(ctx); err == nil {
-			for _, v := range vms {
-				if _, ours := cr.goals[v.Name]; ours {
-					cr.adopted[v.Name] = v.ID
-				}
-			}
-		}
+		cr.adoptBaseline()
 	}
 	var stop *scenarios.Fault
 	for i := range s.Faults {
@@ -326,7 +331,7 @@ func (cr *caseRun) restore(ctx context.Context, budget time.Duration) error {
 // the history invariants, the metric deltas and the agent's restarts.
 func (cr *caseRun) converge(ctx context.Context, budget time.Duration) ([]reports.Invariant, bool) {
 	in := &checker.Input{Stack: cr.st, Goals: cr.goals, Generation: cr.gens, DirectVMs: cr.s.Expect.DirectVMs,
-		AdoptedIDs: cr.adopted, BaseName: baseSnapshot}
+		AdoptedIDs: cr.adopted, AdoptedErr: cr.adoptErr, BaseName: baseSnapshot}
 	invs, convergedNs := cr.pollStable(ctx, in, budget)
 	if convergedNs > 0 {
 		cr.rc.ConvergeMs = max(float64(convergedNs-cr.faultNs)/1e6, 0)
@@ -391,7 +396,7 @@ func (cr *caseRun) judge(o outcome) {
 		cr.rc.Invariants = append(cr.rc.Invariants, reports.Invariant{Name: ce.invariant, OK: false,
 			Evidence: strings.TrimSpace(ce.err.Error() + "\n" + ce.evidence)})
 	}
-	cr.rc.Verdict, cr.rc.Reason = verdict(o)
+	cr.rc.Verdict, cr.rc.Reason, cr.rc.Culprit = verdictOf(o)
 }
 
 // attachEvidence adds the agent's last log lines and its unit's status to a

@@ -237,7 +237,7 @@ func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []strin
 		rc = reports.Case{ID: c.ID, Scenario: c.Scenario.ID, Title: c.Scenario.Title, SeedRef: c.Scenario.SeedRef,
 			Labels: c.Labels, Backend: r.opts.Backend, Supervisor: r.opts.Supervisor, TimeScale: r.opts.Scale,
 			Seed: r.opts.Seed, Operation: c.Scenario.Op, Fault: faultsString(c.Scenario), ConvergeMs: -1, Attempts: 1,
-			StartedAt: time.Now().UTC(), Repro: r.repro(c, bugs), Verdict: reports.Inconclusive, Reason: r.skip}
+			StartedAt: time.Now().UTC(), Repro: r.repro(c, bugs), Verdict: reports.Inconclusive, Reason: r.skip, Culprit: byPrecondition.String()}
 	} else if r.opts.Repeat > 1 {
 		rc = r.repeatCase(ctx, c, bugs)
 	} else {
@@ -325,12 +325,20 @@ type caseRun struct {
 	calibIssued bool
 	mark        int   // trace index after arming: the faults count hits from here
 	armNs       int64 // when the armed agent was up
-	adopted     map[string]string
-	vArms       map[int]victimArm // faults armed in their victim (invictim.go)
-	salt        int64
-	cut         *cutState     // what a power cut left (power-cut cases)
-	acks        []checker.Ack // intent changes the agent acknowledged
-	mu          sync.Mutex
+	// adoption baseline (Expect.Adopted, adopt.go): every VM listed before
+	// the fault (at arm time, and in the park before a parked fault), the
+	// first error listing them, and the ready intents' part of it
+	preFault map[string]string
+	adoptErr error
+	adopted  map[string]string
+	// unreached: the triggers whose point never came within the budget
+	// (stall.go)
+	unreached []string
+	vArms     map[int]victimArm // faults armed in their victim (invictim.go)
+	salt      int64
+	cut       *cutState     // what a power cut left (power-cut cases)
+	acks      []checker.Ack // intent changes the agent acknowledged
+	mu        sync.Mutex
 }
 
 type vmmKill struct {
@@ -390,7 +398,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	rs := r.scale(orDefault(s.Env.RestartDelay, 5*time.Second))
 	lazy, noLazy := lazyStack(s, r.opts.Lazyfs)
 	if noLazy != "" {
-		rc.Verdict, rc.Reason = verdict(outcome{Err: preconditionErr(errors.New(noLazy))})
+		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(errors.New(noLazy))})
 		return rc
 	}
 	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
@@ -402,6 +410,11 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
 	cr.inj = injector.New(r.run.Sup, st.Trace, injector.Options{CtlDir: st.CtlDir})
 	o := cr.execute(cctx, budget)
+	if o.Err == nil && errors.Is(ctx.Err(), context.Canceled) {
+		// the run was interrupted mid-case: what the phases saw after
+		// that (sources cut off, a converge cut short) is no evidence
+		o.Err = harnessErr(fmt.Errorf("run interrupted: %w", ctx.Err()))
+	}
 	cr.stopWorkloads()
 	// teardown is part of the verdict: a case that leaves processes behind
 	// is a harness error
@@ -425,7 +438,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 
 // harnessFailed is a case the harness could not even set up: error.
 func harnessFailed(rc reports.Case, err error) reports.Case {
-	rc.Verdict, rc.Reason = verdict(outcome{Err: harnessErr(err)})
+	rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: harnessErr(err)})
 	return rc
 }
 

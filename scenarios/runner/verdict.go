@@ -76,6 +76,9 @@ const (
 	GoalReached         = "goal-reached"          // an intent reached its goal within budget (setup, act, after steps)
 	ServedAfterRestart  = "served-after-restart"  // the agent answered its API again after a restart
 	NoUnexpectedRestart = "no-unexpected-restart" // the agent unit restarted only for the injected faults
+	// OperationProgressed: the operation reached the phase its fault waits
+	// for within its budget, or reached its goal another way (stall.go).
+	OperationProgressed = "operation-progressed"
 )
 
 // outcome is everything a case's verdict is decided from.
@@ -95,20 +98,27 @@ type outcome struct {
 // that missed its window or a refused case proves nothing; then the
 // invariants decide.
 func verdict(o outcome) (string, string) {
-	v, reason := judgeOutcome(o)
+	v, reason, _ := verdictOf(o)
+	return v, reason
+}
+
+// verdictOf is verdict with who the verdict blames (reports.Case.Culprit):
+// "" for a pass.
+func verdictOf(o outcome) (v, reason, who string) {
+	v, reason, who = judgeOutcome(o)
 	if o.TeardownErr != nil {
 		switch v {
 		case reports.Pass, reports.Inconclusive:
 			// processes left behind: the harness did not clean up
-			return reports.Error, "teardown: " + o.TeardownErr.Error()
+			return reports.Error, "teardown: " + o.TeardownErr.Error(), byHarness.String()
 		default:
 			reason += "; teardown: " + o.TeardownErr.Error()
 		}
 	}
-	return v, reason
+	return v, reason, who
 }
 
-func judgeOutcome(o outcome) (string, string) {
+func judgeOutcome(o outcome) (string, string, string) {
 	if o.Err != nil {
 		who := culpritOf(o.Err)
 		if errors.Is(o.Err, context.Canceled) {
@@ -116,37 +126,54 @@ func judgeOutcome(o outcome) (string, string) {
 		}
 		switch who {
 		case byProduct:
-			return reports.Fail, "product: " + o.Err.Error()
+			return reports.Fail, "product: " + o.Err.Error(), who.String()
 		case byPrecondition:
-			return reports.Inconclusive, "precondition: " + o.Err.Error()
+			return reports.Inconclusive, "precondition: " + o.Err.Error(), who.String()
 		case byLanding:
-			return reports.Inconclusive, "fault did not land as intended: " + o.Err.Error()
+			return reports.Inconclusive, "fault did not land as intended: " + o.Err.Error(), who.String()
 		default:
-			return reports.Error, "harness: " + o.Err.Error()
+			return reports.Error, "harness: " + o.Err.Error(), who.String()
 		}
 	}
 	if o.Refusal != "" {
-		return reports.Inconclusive, o.Refusal
+		return reports.Inconclusive, o.Refusal, byLanding.String()
 	}
 	if len(o.NotLanded) > 0 {
-		return reports.Inconclusive, "fault did not land as intended: " + strings.Join(o.NotLanded, "; ")
+		return reports.Inconclusive, "fault did not land as intended: " + strings.Join(o.NotLanded, "; "), byLanding.String()
 	}
-	var bad []string
+	return judgeInvariants(o)
+}
+
+// judgeInvariants: any violated invariant is a fail, unless every violated
+// one failed only because the harness's own read failed (HarnessError):
+// then nothing is proven, a harness error. Nothing checked is never a pass.
+func judgeInvariants(o outcome) (string, string, string) {
+	var bad, unread []string
 	for _, inv := range o.Invariants {
-		if !inv.OK {
+		switch {
+		case inv.OK:
+		case inv.HarnessError:
+			unread = append(unread, inv.Name)
+		default:
 			bad = append(bad, inv.Name)
 		}
 	}
 	if len(bad) > 0 {
 		r := "violated: " + strings.Join(bad, ", ")
+		if len(unread) > 0 {
+			r += "; unread: " + strings.Join(unread, ", ")
+		}
 		if !o.Converged {
 			r += fmt.Sprintf(" (not converged within %s)", o.Budget)
 		}
-		return reports.Fail, r
+		return reports.Fail, r, byProduct.String()
+	}
+	if len(unread) > 0 {
+		return reports.Error, "harness: the harness could not read the evidence of " + strings.Join(unread, ", "), byHarness.String()
 	}
 	if len(o.Invariants) == 0 {
 		// nothing was checked: never a pass
-		return reports.Error, "harness: the case checked no invariant"
+		return reports.Error, "harness: the case checked no invariant", byHarness.String()
 	}
-	return reports.Pass, ""
+	return reports.Pass, "", ""
 }

@@ -124,3 +124,33 @@ func TestCrashLoopingAgentIsCounted(t *testing.T) {
 		t.Errorf("two agent restarts and a daemon stop explain %d agent starts, want 2", want)
 	}
 }
+
+// TestVerdictNamesItsCulprit: every verdict but a pass says who it blames
+// (reports.Case.Culprit), and an invariant that failed only because the
+// harness's own read failed is a harness error, never a pass, while a
+// product violation beside it still fails the case.
+func TestVerdictNamesItsCulprit(t *testing.T) {
+	unread := reports.Invariant{Name: "ledger-clean", Evidence: "journal missing", HarnessError: true}
+	broken := reports.Invariant{Name: "intent-goal", Evidence: "vm-a failed"}
+	held := reports.Invariant{Name: "fault-landed", OK: true}
+	stall := productErr(OperationProgressed, errors.New("the operation never reached park agent.create.cloned within 20s"))
+	for _, tc := range []struct {
+		name                 string
+		o                    outcome
+		verdict, who, reason string
+	}{
+		{"a pass blames nobody", outcome{Invariants: []reports.Invariant{held}, Converged: true}, reports.Pass, "", ""},
+		{"a stalled operation off its goal", outcome{Err: stall, NotLanded: []string{"fault [0]: deadline"}}, reports.Fail, "product", "never reached park agent.create.cloned"},
+		{"a fault that missed its window", outcome{NotLanded: []string{"late"}}, reports.Inconclusive, "landing", "late"},
+		{"only the harness's own read failed", outcome{Invariants: []reports.Invariant{held, unread}, Converged: true}, reports.Error, "harness", "could not read the evidence of ledger-clean"},
+		{"a product violation beside an unread one", outcome{Invariants: []reports.Invariant{unread, broken}, Converged: true}, reports.Fail, "product", "violated: intent-goal; unread: ledger-clean"},
+		{"teardown left processes", outcome{Invariants: []reports.Invariant{held}, TeardownErr: errors.New("pid 7")}, reports.Error, "harness", "teardown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, reason, who := verdictOf(tc.o)
+			if v != tc.verdict || who != tc.who || !strings.Contains(reason, tc.reason) {
+				t.Fatalf("%s [%s] (%s), want %s [%s] containing %q", v, who, reason, tc.verdict, tc.who, tc.reason)
+			}
+		})
+	}
+}

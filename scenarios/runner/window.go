@@ -59,7 +59,17 @@ func windowed(s *scenarios.Scenario) bool {
 // window's edges after it: start = first Open at or after the hit, end =
 // first Close after the start; both relative to the hit.
 func spanAfter(evs []failpoint.Event, t injector.Trigger, w [2]string, fromNs int64) (start, end int64, ok bool) {
-	var trig int64 = -1
+	trig, open, closed := spanEdges(evs, t, w, fromNs)
+	if closed < 0 {
+		return 0, 0, false
+	}
+	return open - trig, closed - trig, true
+}
+
+// spanEdges are the times of the trigger's hit, the window's open and its
+// close as spanAfter finds them; -1 for each that never came.
+func spanEdges(evs []failpoint.Event, t injector.Trigger, w [2]string, fromNs int64) (trig, open, closed int64) {
+	trig, open = -1, -1
 	n := 0
 	want := max(t.N, 1)
 	var match func(*failpoint.Event) bool
@@ -68,32 +78,29 @@ func spanAfter(evs []failpoint.Event, t injector.Trigger, w [2]string, fromNs in
 	} else {
 		match = func(e *failpoint.Event) bool { return e.Point == t.Point }
 	}
-	open := int64(-1)
 	for i := range evs {
 		e := &evs[i]
 		if e.TsNs < fromNs {
 			continue
 		}
 		if trig < 0 {
-			if match(e) {
-				if n++; n == want {
-					trig = e.TsNs
-				} else {
-					continue
-				}
-			} else {
+			// the trigger's own hit may open the window too
+			if !match(e) {
 				continue
 			}
+			if n++; n < want {
+				continue
+			}
+			trig = e.TsNs
 		}
-		if open < 0 && e.Point == w[0] && e.TsNs >= trig {
+		switch {
+		case open < 0 && e.Point == w[0] && e.TsNs >= trig:
 			open = e.TsNs
-			continue
-		}
-		if open >= 0 && e.Point == w[1] && e.TsNs > open {
-			return open - trig, e.TsNs - trig, true
+		case open >= 0 && e.Point == w[1] && e.TsNs > open:
+			return trig, open, e.TsNs
 		}
 	}
-	return 0, 0, false
+	return trig, open, -1
 }
 
 // calibSteps are the steps that bring calibration VM vm to the operation
@@ -168,8 +175,7 @@ func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opW
 			}
 		}
 		if !ok {
-			// the fault cannot be placed: nothing proven either way
-			return ow, landingErr(fmt.Errorf("calibration %s: no %s → %s after %s in the trace", vm, f.Window[0], f.Window[1], f.Trigger))
+			return ow, cr.noWindow(ctx, vm, t, f.Window, fromNs)
 		}
 		got = append(got, fmt.Sprintf("%s..%s", ms(start), ms(end)))
 		ow.StartNs = max(ow.StartNs, start)
@@ -365,3 +371,28 @@ func marginOf(evs []failpoint.Event, ow opWindow, trigNs, faultNs int64) (start,
 func nsMs(ns int64) float64 { return float64(ns) / 1e6 }
 
 func ms(ns int64) string { return fmt.Sprintf("%.1fms", float64(ns)/1e6) }
+
+// noWindow judges a calibration run whose trace has no window: the phase it
+// lacks is named, and the stack is judged at once (stall.go): off its goal
+// is the product's fail; at its goal the operation took another path and
+// the fault cannot be placed, nothing proven either way.
+func (cr *caseRun) noWindow(ctx context.Context, vm string, t injector.Trigger, w [2]string, fromNs int64) error {
+	missing := spanMissing(cr.st.Trace.Sorted(), t, w, fromNs)
+	if ev := cr.goalEvidence(ctx); len(ev) > 0 {
+		return productErr(OperationProgressed, fmt.Errorf("calibration %s: the operation never reached %s and the stack is off its goal: %s",
+			vm, missing, strings.Join(ev, "; ")))
+	}
+	return landingErr(fmt.Errorf("calibration %s: no %s → %s after %s in the trace (%s never came; every goal reached)", vm, w[0], w[1], t.Point, missing))
+}
+
+// spanMissing names the first point of a calibration span (spanEdges)
+// that never came after fromNs: the trigger's, the window's open or close.
+func spanMissing(evs []failpoint.Event, t injector.Trigger, w [2]string, fromNs int64) string {
+	switch trig, open, _ := spanEdges(evs, t, w, fromNs); {
+	case trig < 0:
+		return "the trigger " + t.String()
+	case open < 0:
+		return w[0]
+	}
+	return w[1]
+}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +127,32 @@ func TestFractionsArePlacedInTheRunsNarrowestSpan(t *testing.T) {
 	other, _ := scenarios.Lookup("sweep-hibernate-stop")
 	if span, _ := r.narrowestSpan(other, opWindow{W: [2]string{"agent.hibernate.begin", "agent.hibernate.done"}, EndNs: 500}); span != 500 {
 		t.Errorf("another operation window shares no floor: span %d", span)
+	}
+}
+
+// TestSpanMissingNamesThePhaseTheCalibrationLacks: a calibration without a
+// window names the point that never came (issue #31), so a stall there is
+// reported with its missing phase.
+func TestSpanMissingNamesThePhaseTheCalibrationLacks(t *testing.T) {
+	evs := []failpoint.Event{
+		{TsNs: 1000, Point: "agent.hibernate.begin"},
+		{TsNs: 2500, Point: "agent.hibernate.saved"},
+	}
+	for _, c := range []struct {
+		trig string
+		w    [2]string
+		want string
+	}{
+		{"at agent.hibernate.nic-dropped + 0ms", [2]string{"agent.hibernate.saved", "agent.hibernate.pushed"}, "the trigger at agent.hibernate.nic-dropped"},
+		{"at agent.hibernate.begin + 0ms", [2]string{"agent.hibernate.dhcp-released", "agent.hibernate.saved"}, "agent.hibernate.dhcp-released"},
+		{"at agent.hibernate.begin + 0ms", [2]string{"agent.hibernate.saved", "agent.hibernate.pushed"}, "agent.hibernate.pushed"},
+	} {
+		tr, err := injector.ParseTrigger(c.trig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := spanMissing(evs, tr, c.w, 500); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s %v: missing %q, want %q", c.trig, c.w, got, c.want)
+		}
 	}
 }

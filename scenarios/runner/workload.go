@@ -188,10 +188,25 @@ func (cr *caseRun) recordSession(name string, s *ledger.Workload) {
 func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []reports.Invariant {
 	w := cr.wl()
 	events := cr.st.Trace.Sorted()
-	var cuts []ledger.CutVerdict
-	wentOn := map[int]int{} // cut index → source acks past it (without the guest clock)
-	var ev []string
-	fail := func(format string, a ...any) { ev = append(ev, fmt.Sprintf(format, a...)) }
+	cuts, wentOn, errs := cr.judgeSaves(ctx, budget, events)
+	wakes, werrs := cr.judgeWakes(ctx, events)
+	cuts, errs = append(cuts, wakes...), append(errs, werrs...)
+	w.mu.Lock()
+	w.cuts = append(w.cuts, cuts...)
+	w.mu.Unlock()
+	if len(cuts) == 0 && len(errs) == 0 && !cr.s.Expect.Workload {
+		return nil
+	}
+	return []reports.Invariant{cr.cutInvariant(cuts, wentOn, errs)}
+}
+
+// judgeSaves judges the cut of every harness save of the case that
+// completed (a paused→resumed pair in the trace) through a clone of it, and
+// counts, without the guest clock, the source's acks past each cut
+// (wentOn, by cut index); errs say what could not be judged.
+func (cr *caseRun) judgeSaves(ctx context.Context, budget time.Duration, events []failpoint.Event) (cuts []ledger.CutVerdict, wentOn map[int]int, errs []error) {
+	w := cr.wl()
+	wentOn = map[int]int{}
 	w.mu.Lock()
 	saves := append([]wlSave(nil), w.saves...)
 	w.mu.Unlock()
@@ -207,19 +222,25 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 		v, err := cr.judgeSnapshot(cctx, s.vm, win, clone)
 		cancel()
 		if err != nil {
-			fail("%s: %v", win.Snapshot, err)
+			errs = append(errs, fmt.Errorf("%s: %w", win.Snapshot, err))
 			continue
 		}
 		if !win.GuestClock {
 			entries, _, err := ledger.ReadJournal(cr.st.Ledger.JournalPath())
 			if err != nil {
-				fail("%s: %v", win.Snapshot, err)
+				errs = append(errs, fmt.Errorf("%s: %w", win.Snapshot, err))
 				continue
 			}
 			wentOn[len(cuts)] = wentOnPast(ledger.WorkloadFromJournal(entries, s.vm).Acks, win.ResumeNs, v.Cut)
 		}
 		cuts = append(cuts, v)
 	}
+	return cuts, wentOn, errs
+}
+
+// judgeWakes judges the cut every hibernate/wake cycle of a guest the case
+// keeps gave; errs say what could not be judged.
+func (cr *caseRun) judgeWakes(ctx context.Context, events []failpoint.Event) (cuts []ledger.CutVerdict, errs []error) {
 	names := make([]string, 0, len(cr.cycles))
 	for n := range cr.cycles {
 		names = append(names, n)
@@ -232,20 +253,32 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 		v, why, err := cr.judgeWake(ctx, n, events)
 		switch {
 		case err != nil:
-			fail("%s wake: %v", n, err)
+			errs = append(errs, fmt.Errorf("%s wake: %w", n, err))
 		case why != "":
-			w.note("%s wake: %s", n, why)
+			cr.wl().note("%s wake: %s", n, why)
 		default:
 			cuts = append(cuts, v)
 		}
 	}
-	w.mu.Lock()
-	w.cuts = append(w.cuts, cuts...)
-	w.mu.Unlock()
-	if len(cuts) == 0 && len(ev) == 0 && !cr.s.Expect.Workload {
-		return nil
+	return cuts, errs
+}
+
+// cutInvariant is WorkloadConsistentCut over the judged cuts: every cut
+// consistent and, where the case expects the workload, the source going on
+// past each save; nothing judged proves nothing. A cut the harness could
+// not judge because its own journal was unreadable (ledger.ErrJournal) is
+// the harness's error when nothing else is wrong.
+func (cr *caseRun) cutInvariant(cuts []ledger.CutVerdict, wentOn map[int]int, errs []error) reports.Invariant {
+	w := cr.wl()
+	inv := reports.Invariant{Name: WorkloadConsistentCut, OK: len(errs) == 0 && len(cuts) > 0}
+	var ev []string
+	unread := 0
+	for _, err := range errs {
+		ev = append(ev, err.Error())
+		if errors.Is(err, ledger.ErrJournal) {
+			unread++
+		}
 	}
-	inv := reports.Invariant{Name: WorkloadConsistentCut, OK: len(ev) == 0 && len(cuts) > 0}
 	judged := 0
 	for i, v := range cuts {
 		judged += v.Judged
@@ -274,8 +307,9 @@ func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []re
 		inv.Evidence = fmt.Sprintf("%d cut(s) consistent, %d marker(s) judged", len(cuts), judged)
 	} else {
 		inv.Evidence = strings.Join(ev, "\n")
+		inv.HarnessError = unread > 0 && unread == len(ev)
 	}
-	return []reports.Invariant{inv}
+	return inv
 }
 
 // guestClock: the guest's ack times are on the trace clock. The fake

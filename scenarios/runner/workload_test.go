@@ -2,6 +2,8 @@ package runner
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/stackbin"
@@ -162,5 +165,27 @@ func TestDownsampleKeepsTheAcksNextToMarks(t *testing.T) {
 	}
 	if got := downsample(acks[:10], marks, 150); len(got) != 10 {
 		t.Fatal("a short list was thinned")
+	}
+}
+
+// TestACutTheJournalCouldNotJudgeIsTheHarnesss: workload-consistent-cut
+// fails when a cut could not be judged; when the only reason is the
+// harness's own journal (ledger.ErrJournal) it is a harness error, and
+// beside an inconsistent cut it stays the product's fail.
+func TestACutTheJournalCouldNotJudgeIsTheHarnesss(t *testing.T) {
+	cr := &caseRun{s: &scenarios.Scenario{Expect: scenarios.Expect{Workload: true}}}
+	unread := fmt.Errorf("vm-a wake: %w: read /x/ledger.jsonl: no such file", ledger.ErrJournal)
+	inv := cr.cutInvariant(nil, nil, []error{unread})
+	if inv.OK || !inv.HarnessError || !strings.Contains(inv.Evidence, "ledger journal unreadable") {
+		t.Fatalf("journal unreadable: %+v, want a harness error", inv)
+	}
+	bad := ledger.CutVerdict{Snapshot: "hibernate", Message: "PHANTOM 1"}
+	inv = cr.cutInvariant([]ledger.CutVerdict{bad}, nil, []error{unread})
+	if inv.OK || inv.HarnessError || !strings.Contains(inv.Evidence, "PHANTOM") {
+		t.Fatalf("journal unreadable beside a bad cut: %+v, want the product's fail", inv)
+	}
+	inv = cr.cutInvariant(nil, nil, []error{errors.New("vm-a wake: ssh: connection refused")})
+	if inv.OK || inv.HarnessError {
+		t.Fatalf("guest unreachable: %+v, want a fail", inv)
 	}
 }

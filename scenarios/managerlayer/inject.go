@@ -34,35 +34,54 @@ func (cr *caseRun) settle() time.Duration {
 // inject delivers the case's fault. ok is false (with why) when it did not
 // land where the case intended: the case is then inconclusive.
 func (cr *caseRun) inject(ctx context.Context, window time.Duration) (inj reports.Injection, ok bool, why string) {
+	if cr.c.Trigger == TrigKillVMM {
+		return cr.killVMM(ctx)
+	}
+	inj, why = cr.planInjection(window)
+	if why != "" {
+		return inj, false, why
+	}
+	mark := cr.trace.Mark()
+	t0 := time.Now()
+	rv, err := cr.startVerb(cr.c.Op.Call)
+	if err != nil {
+		return inj, false, "start the verb: " + err.Error()
+	}
+	inj.VictimPID = rv.cmd.Process.Pid
+	if why := cr.waitToFire(ctx, rv, mark, t0); why != "" {
+		return inj, false, why
+	}
+	return cr.killVerb(ctx, rv, inj, mark)
+}
+
+// planInjection is the injection record for the case's trigger, and arms a
+// park: from then on the first hit of the point parks.
+func (cr *caseRun) planInjection(window time.Duration) (inj reports.Injection, why string) {
 	c := cr.c
 	switch c.Trigger {
-	case TrigKillVMM:
-		return cr.killVMM(ctx)
 	case TrigPark:
 		inj = reports.Injection{Fault: "sigkill-verb", Trigger: "park " + c.Point, IntendedPhase: c.Point}
+		for _, f := range []string{".release", ".paused"} {
+			if err := os.Remove(filepath.Join(cr.ctl, c.Point+f)); err != nil && !os.IsNotExist(err) {
+				return inj, err.Error()
+			}
+		}
 	case TrigOffset:
 		off := time.Duration(float64(window) * c.Fraction)
 		cr.out.OffsetMs = float64(off) / float64(time.Millisecond)
 		inj = reports.Injection{Fault: "sigkill-verb", Trigger: fmt.Sprintf("%s start + %.0f%% of %s (%s)", c.Op.Verb, c.Fraction*100, window.Round(time.Millisecond), off.Round(time.Millisecond)),
 			IntendedPhase: fmt.Sprintf("inside %s", c.Op.Verb)}
 	default:
-		return inj, false, "unknown trigger " + c.Trigger
+		return inj, "unknown trigger " + c.Trigger
 	}
-	if c.Trigger == TrigPark {
-		// Arm: from now on the first hit of the point parks.
-		for _, f := range []string{".release", ".paused"} {
-			if err := os.Remove(filepath.Join(cr.ctl, c.Point+f)); err != nil && !os.IsNotExist(err) {
-				return inj, false, err.Error()
-			}
-		}
-	}
-	mark := cr.trace.Mark()
-	t0 := time.Now()
-	rv, err := cr.startVerb(c.Op.Call)
-	if err != nil {
-		return inj, false, "start the verb: " + err.Error()
-	}
-	inj.VictimPID = rv.cmd.Process.Pid
+	return inj, ""
+}
+
+// waitToFire polls until the fault is due (the VMM parked at the point, or
+// the offset passed since t0). It returns why not when the verb exited
+// first, the context ended or the park never came.
+func (cr *caseRun) waitToFire(ctx context.Context, rv *running, mark int, t0 time.Time) string {
+	c := cr.c
 	var target time.Time
 	if c.Trigger == TrigOffset {
 		target = t0.Add(time.Duration(cr.out.OffsetMs * float64(time.Millisecond)))
@@ -75,36 +94,39 @@ func (cr *caseRun) inject(ctx context.Context, window time.Duration) (inj report
 			phases := cr.phasesSince(mark)
 			if c.Trigger == TrigPark {
 				_ = cr.releasePark()
-				return inj, false, fmt.Sprintf("%s exited %d after %s without the VMM parking at %s (VMM phases: %s)",
+				return fmt.Sprintf("%s exited %d after %s without the VMM parking at %s (VMM phases: %s)",
 					c.Op.Verb, code, time.Since(t0).Round(time.Millisecond), c.Point, orNone(phases))
 			}
-			return inj, false, fmt.Sprintf("%s finished (exit %d) in %s, before the offset %.0fms: the window was shorter than calibrated (VMM phases: %s)",
+			return fmt.Sprintf("%s finished (exit %d) in %s, before the offset %.0fms: the window was shorter than calibrated (VMM phases: %s)",
 				c.Op.Verb, code, time.Since(t0).Round(time.Millisecond), cr.out.OffsetMs, orNone(phases))
 		case <-ctx.Done():
 			_ = rv.cmd.Process.Kill()
-			return inj, false, ctx.Err().Error()
+			return ctx.Err().Error()
 		case <-time.After(time.Millisecond):
 		}
-		fire := false
 		if c.Trigger == TrigPark {
-			_, err := os.Stat(filepath.Join(cr.ctl, c.Point+".paused"))
-			fire = err == nil
-		} else {
-			fire = !time.Now().Before(target)
-		}
-		if fire {
-			break
+			if _, err := os.Stat(filepath.Join(cr.ctl, c.Point+".paused")); err == nil {
+				return ""
+			}
+		} else if !time.Now().Before(target) {
+			return ""
 		}
 		if time.Now().After(deadline) {
 			_ = rv.cmd.Process.Kill()
 			_ = cr.releasePark()
-			return inj, false, fmt.Sprintf("%s did not reach %s within %s", c.Op.Verb, c.Point, parkWait)
+			return fmt.Sprintf("%s did not reach %s within %s", c.Op.Verb, c.Point, parkWait)
 		}
 	}
+}
+
+// killVerb SIGKILLs the verb and records where it died; a park is released
+// so the VMM finishes the request of its dead client.
+func (cr *caseRun) killVerb(ctx context.Context, rv *running, inj reports.Injection, mark int) (reports.Injection, bool, string) {
+	c := cr.c
 	inj.RequestedNs = failpoint.Now()
 	// The verb is our own child and not yet waited for, so its pid cannot
 	// have been reused: a plain kill(2) hits exactly it.
-	err = rv.cmd.Process.Signal(syscall.SIGKILL)
+	err := rv.cmd.Process.Signal(syscall.SIGKILL)
 	inj.ActualNs = failpoint.Now()
 	if err != nil {
 		inj.Err = err.Error()

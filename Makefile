@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/vmchaos/vmchaos/reports.Version=$(VERSION)
 
-.PHONY: all setup build test unit fast-suite lint fuzz-short fuzz bench bench-accuracy kvm-preflight chaos selftest selftest-fast systemd-fast manager stability clean
+.PHONY: all setup build test unit fast-suite lint fuzz-short fuzz bench bench-accuracy kvm-preflight chaos selftest selftest-fast selftest-rates systemd-fast manager stability clean
 
 all: build
 
@@ -109,6 +109,13 @@ selftest: setup build
 
 selftest-fast: setup build
 	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --fast --parallel 12 --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest-fast
+
+# selftest-rates: every bug SELFTEST_COUNT times with its switch on and off:
+# detection rate k/N, the first catching run, false positives (must be 0/N);
+# park (exact-phase) rows must be N/N (docs/selftest.md).
+SELFTEST_COUNT ?= 20
+selftest-rates: setup build
+	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos selftest --count $(SELFTEST_COUNT) --parallel 4 --time-scale $(SCALE) --report-dir $(REPORTDIR)/selftest-rates
 
 clean:
 	rm -rf $(BIN) $(REPORTDIR)

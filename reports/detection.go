@@ -85,7 +85,8 @@ func (d DetectionRate) Full() bool { return d.Runs > 0 && d.Caught == d.Runs }
 
 // Judge says whether the row holds and, when not, why. A false positive,
 // a row without any clean run or any with-bug run (missing data), no catch
-// at all, or an exact-phase (park) row under Runs/Runs fails; a timed row
+// at all, fewer runs than asked (interrupted; --failfast's stop excepted),
+// or an exact-phase (park) row under Runs/Runs fails; a timed row
 // caught in some runs only holds, reported under 100 %.
 func (d DetectionRate) Judge() (ok bool, note string) {
 	switch {
@@ -97,6 +98,9 @@ func (d DetectionRate) Judge() (ok bool, note string) {
 		return false, fmt.Sprintf("false positive: %d/%d runs without the bug did not pass", d.FalsePositives, d.CleanRuns)
 	case d.Caught == 0:
 		return false, fmt.Sprintf("not detected in any of %d run(s)", d.Runs)
+	case (d.Runs < d.Count && !d.StoppedEarly) || d.CleanRuns < d.Count:
+		// interrupted: a rate over fewer runs than asked proves less
+		return false, fmt.Sprintf("only %d and %d of %d runs done with and without the bug", d.Runs, d.CleanRuns, d.Count)
 	case d.Exact && !d.Full():
 		return false, fmt.Sprintf("exact-phase (park) detection %d/%d: must be %d/%d", d.Caught, d.Runs, d.Runs, d.Runs)
 	}
@@ -107,8 +111,11 @@ func (d DetectionRate) Judge() (ok bool, note string) {
 // with how far --failfast got when it stopped the row.
 func (d DetectionRate) RateLabel() string {
 	s := fmt.Sprintf("%d/%d (%s)", d.Caught, d.Runs, percent(d.Caught, d.Runs))
-	if d.StoppedEarly {
+	switch {
+	case d.StoppedEarly:
 		s += fmt.Sprintf(", stopped early after run %d of %d", d.Runs, d.Count)
+	case d.Runs < d.Count:
+		s += fmt.Sprintf(", %d of %d runs done", d.Runs, d.Count)
 	}
 	return s
 }

@@ -75,6 +75,11 @@ func TestDetectionFalsePositive(t *testing.T) {
 	if ok, _ := d.Judge(); ok || d.FalsePositives != 1 {
 		t.Errorf("inconclusive bug-off run: %+v ok=%v", d, ok)
 	}
+	// an interrupted row (fewer runs than asked, no --failfast) does not hold
+	d = MeasureDetection("intent-goal", []Case{detRun("c", Fail, "intent-goal"), {}}, passes(2), 2, false, false)
+	if ok, note := d.Judge(); ok || d.RateLabel() != "1/1 (100 %), 1 of 2 runs done" {
+		t.Errorf("interrupted row: ok=%v %q %q", ok, note, d.RateLabel())
+	}
 	// missing data never passes
 	d = MeasureDetection("intent-goal", with, []Case{{}, {}}, 2, false, false)
 	if ok, _ := d.Judge(); ok {

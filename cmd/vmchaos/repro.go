@@ -67,7 +67,7 @@ status is the gate code of the most common outcome.`,
 	c.Flags().StringVar(&id, "scenario", "", "scenario id (see `vmchaos run --list`)")
 	c.Flags().StringVar(&offset, "offset", "", "offset added to the scenario's trigger, real time (e.g. 59ms), or a percentage of the operation's window (35%); default the scenario's first")
 	c.Flags().IntVar(&repeat, "repeat", 1, "run the case this many times")
-	c.Flags().IntVar(&count, "count", 1, "run the case N times and report how often its verdict and failed invariants repeat and what varied between runs (landed phase, window margin, injection error), e.g. --count 20; exit status: the gate code of the most common outcome (default 1: one run)")
+	c.Flags().IntVar(&count, "count", 1, "run the case N times and report how often its verdict and failed invariants repeat and what varied between runs (landed phase, window margin, injection error), e.g. --count 20; exit status: the gate code of the most common outcome; 1 is one run, no table")
 	_ = c.MarkFlagRequired("scenario")
 	return c
 }

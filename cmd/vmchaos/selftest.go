@@ -64,7 +64,7 @@ and no false positive.`,
 	c.Flags().IntVar(&o.parallel, "parallel", 1, "with-bug cases run at once (the cases without a bug, which must pass, always run one at a time first); a with-bug case usually waits out the 20 s convergence budget, so CI runs its 12 at once")
 	c.Flags().BoolVar(&o.fast, "fast", false, "only the quickest detecting scenario per bug (what CI runs)")
 	c.Flags().BoolVar(&o.list, "list", false, "list every bug with its seed, the invariant it breaks and the scenarios targeting it")
-	c.Flags().IntVar(&o.count, "count", 1, "run every check N times with the bug on and N times with it off, and report the detection rate k/N, the first catching run and the false positives, e.g. --count 20 (default 1: one run each, today's table)")
+	c.Flags().IntVar(&o.count, "count", 1, "run every check N times with the bug on and N times with it off, and report the detection rate k/N, the first catching run and the false positives, e.g. --count 20; 1 is one run each, the one-run table")
 	c.Flags().BoolVar(&o.failfast, "failfast", false, "with --count: stop a bug's row at its first catch (its rate is then k/runs done, marked stopped early) and a scenario's runs without a bug at their first non-pass, e.g. --count 100 --failfast (CI)")
 	return c
 }

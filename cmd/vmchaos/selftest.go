@@ -291,14 +291,13 @@ func anyNot(runs []reports.Case, v string) bool {
 	return false
 }
 
-// runWithBugs fills with[i][k] on o.parallel workers, run 1 of every row
-// first, then run 2, and so on, so that rows progress side by side; with
-// --failfast a row's later runs are skipped once one of its runs caught
-// the bug.
+// runWithBugs fills with[i][k] on o.parallel workers. Without --failfast
+// run 1 of every row goes first, then run 2, and so on, so that rows
+// progress side by side; with it a row's runs go one after the other on
+// one worker, each only once the one before missed, so a row stops at its
+// first catch and rows still run side by side.
 func runWithBugs(ctx context.Context, r *runner.Runner, plan []selftestItem, cases []scenarios.Case, with [][]reports.Case, o selftestOpts) {
-	type job struct{ i, k int }
-	var mu sync.Mutex
-	caught := make([]bool, len(plan))
+	type job struct{ i, from, to int } // runs from..to-1 of plan[i]
 	jobs := make(chan job)
 	var wg sync.WaitGroup
 	for w := 0; w < max(o.parallel, 1); w++ {
@@ -306,28 +305,35 @@ func runWithBugs(ctx context.Context, r *runner.Runner, plan []selftestItem, cas
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				mu.Lock()
-				skip := o.failfast && caught[j.i]
-				mu.Unlock()
-				if skip {
-					continue
-				}
 				p := plan[j.i]
-				rc := r.RunCaseWith(ctx, nthRun(cases[j.i], j.k, o.count), []string{p.bug.Name})
-				mu.Lock()
-				with[j.i][j.k] = rc
-				caught[j.i] = caught[j.i] || reports.Catches(rc, p.bug.Invariant)
-				mu.Unlock()
+				for k := j.from; k < j.to && ctx.Err() == nil; k++ {
+					// each (i, k) is written by this worker only, and read
+					// after wg.Wait
+					with[j.i][k] = r.RunCaseWith(ctx, nthRun(cases[j.i], k, o.count), []string{p.bug.Name})
+					if o.failfast && reports.Catches(with[j.i][k], p.bug.Invariant) {
+						break
+					}
+				}
 			}
 		}()
 	}
-	for k := 0; k < o.count; k++ {
-		for i := range plan {
-			if ctx.Err() != nil {
-				break
+	var order []job
+	for i := range plan {
+		order = append(order, job{i, 0, o.count})
+	}
+	if !o.failfast {
+		order = order[:0]
+		for k := 0; k < o.count; k++ {
+			for i := range plan {
+				order = append(order, job{i, k, k + 1})
 			}
-			jobs <- job{i, k}
 		}
+	}
+	for _, j := range order {
+		if ctx.Err() != nil {
+			break
+		}
+		jobs <- j
 	}
 	close(jobs)
 	wg.Wait()

@@ -26,6 +26,12 @@ type SelftestRow struct {
 	OK                bool   `json:"ok"`
 	Repro             string `json:"repro,omitempty"` // command reproducing the with-bug run
 	Note              string `json:"note,omitempty"`  // why a row is not OK, or anything else worth saying
+	// Rate is the row measured over --count N runs with the bug on and N
+	// with it off (detection.go); with N > 1 the verdict fields above are
+	// those of a representative run: the first that caught the bug (else
+	// the first done), and the first without it that did not pass (else
+	// the first).
+	Rate *DetectionRate `json:"rate,omitempty"`
 }
 
 // Selftest files inside the selftest report dir.
@@ -39,7 +45,10 @@ const (
 type SelftestTally struct {
 	Rows, RowsOK, Bugs, BugsCaught int
 	Missed                         []string // bugs with a row that is not OK
-	Untested                       []string // bugs of regress.Bugs without any row
+	// Partial lists the rows that hold but did not catch their bug in every
+	// run ("bug/scenario 3/5"): they are not counted in BugsCaught.
+	Partial  []string
+	Untested []string // bugs of regress.Bugs without any row
 }
 
 // TallySelftest computes the tally over rows, listing every known bug that
@@ -60,14 +69,19 @@ func TallySelftest(rows []SelftestRow) SelftestTally {
 	}
 	for _, b := range order {
 		t.Bugs++
-		all := true
+		all, full := true, true
 		for _, r := range byBug[b] {
 			all = all && r.OK
+			if r.OK && r.Rate != nil && !r.Rate.Full() {
+				full = false
+				t.Partial = append(t.Partial, fmt.Sprintf("%s/%s %d/%d", r.Bug, r.Scenario, r.Rate.Caught, r.Rate.Runs))
+			}
 		}
-		if all {
-			t.BugsCaught++
-		} else {
+		switch {
+		case !all:
 			t.Missed = append(t.Missed, b)
+		case full:
+			t.BugsCaught++
 		}
 	}
 	for _, b := range regress.Bugs {
@@ -83,6 +97,9 @@ func (t SelftestTally) OK() bool { return t.Rows > 0 && t.RowsOK == t.Rows }
 
 func (t SelftestTally) String() string {
 	s := fmt.Sprintf("selftest: %d/%d bugs caught, %d/%d checks ok", t.BugsCaught, t.Bugs, t.RowsOK, t.Rows)
+	if len(t.Partial) > 0 {
+		s += "; caught in some runs only: " + strings.Join(t.Partial, ", ")
+	}
 	if len(t.Missed) > 0 {
 		s += "; MISSED: " + strings.Join(t.Missed, ", ")
 	}
@@ -101,7 +118,15 @@ func expectedInvariant(bug string) string {
 }
 
 // FormatSelftest writes the terminal table of a self-test and its tally.
+// With --count N above 1 it is the rates table instead (detection.go).
 func FormatSelftest(w io.Writer, rows []SelftestRow) error {
+	if hasRates(rows) {
+		if err := formatRates(w, rows); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintln(w, TallySelftest(rows))
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUG\tSEED\tSCENARIO\tWITH BUG\tVIOLATED (EXPECTED)\tWITHOUT BUG\tOK")
 	for _, r := range rows {
@@ -176,6 +201,10 @@ func SelftestMarkdown(rows []SelftestRow) string {
 
 	b.WriteString("## Track record\n\n")
 	selftestTrackRecord(&b, rows)
+	if hasRates(rows) {
+		b.WriteString("\n")
+		ratesMarkdown(&b, rows)
+	}
 	b.WriteString("\n## Every check\n\n")
 	b.WriteString("| bug | seed | scenario | with bug | violated invariant | expected | without bug | ok |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
@@ -237,8 +266,12 @@ func selftestTrackRecord(b *strings.Builder, rows []SelftestRow) {
 			what = bug.What
 		}
 		caught := "`" + mdCode(best.Scenario) + "`"
-		if !best.OK {
+		switch {
+		case !best.OK:
 			caught = "**not caught** (" + caught + ")"
+		case best.Rate != nil && best.Rate.Count > 1:
+			// the rate, never rounded: 19/20 is not "caught"
+			caught += " " + mdEscape(best.Rate.RateLabel())
 		}
 		repro := "-"
 		if best.Repro != "" {

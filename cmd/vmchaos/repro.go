@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -16,17 +17,25 @@ func init() { register(newReproCmd) }
 func newReproCmd() *cobra.Command {
 	var f runFlags
 	var id, offset string
-	var repeat int
+	var repeat, count int
 	c := &cobra.Command{
 		Use:   "repro",
 		Short: "Rerun one case (a scenario at one offset): the command every failing case prints",
 		Long: `repro runs one catalogue scenario at one offset with the given seed, time scale and backend,
 and writes the same reports as run. VMCHAOS_REGRESS in the environment switches historical bugs
-back on, as selftest does. --repeat N runs it N times (verdict stability).`,
+back on, as selftest does. --repeat N runs it N times (verdict stability).
+--count N runs it N times, each on a fresh stack in its own case dir (<id>.runK), and prints how
+often the verdict and the set of failed invariants repeated ("fail [intent-goal] 18/20, pass
+2/20") with what varied between the runs: landed phase, window margin, injection error. Its exit
+status is the gate code of the most common outcome.`,
 		Example: `  vmchaos repro --scenario s001-h-wake-sigkill-after-commit --offset 28ms --seed 1 --time-scale 0.05 --backend fake
-  VMCHAOS_REGRESS=net-refuses-paused vmchaos repro --scenario s001-2-stop-in-pause-window --time-scale 0.05`,
+  VMCHAOS_REGRESS=net-refuses-paused vmchaos repro --scenario s001-2-stop-in-pause-window --time-scale 0.05
+  VMCHAOS_REGRESS=save-rm-by-name vmchaos repro --scenario s001-3-pending-holder --count 20 --time-scale 0.05`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if count < 1 || (count > 1 && repeat > 1) {
+				return fmt.Errorf("--count %d --repeat %d: want --count >= 1, and not both above 1", count, repeat)
+			}
 			cs, err := caseFromFlags(id, offset, f.backend)
 			if err != nil {
 				return err
@@ -45,6 +54,9 @@ back on, as selftest does. --repeat N runs it N times (verdict stability).`,
 			if err != nil {
 				return runInfraError{err}
 			}
+			if count > 1 {
+				return reproCount(ctx, cmd, r, dir, cs, count)
+			}
 			for i := 0; i < max(repeat, 1) && ctx.Err() == nil; i++ {
 				r.RunCase(ctx, cs)
 			}
@@ -55,6 +67,7 @@ back on, as selftest does. --repeat N runs it N times (verdict stability).`,
 	c.Flags().StringVar(&id, "scenario", "", "scenario id (see `vmchaos run --list`)")
 	c.Flags().StringVar(&offset, "offset", "", "offset added to the scenario's trigger, real time (e.g. 59ms), or a percentage of the operation's window (35%); default the scenario's first")
 	c.Flags().IntVar(&repeat, "repeat", 1, "run the case this many times")
+	c.Flags().IntVar(&count, "count", 1, "run the case N times and report how often its verdict and failed invariants repeat and what varied between runs (landed phase, window margin, injection error), e.g. --count 20; exit status: the gate code of the most common outcome; 1 is one run, no table")
 	_ = c.MarkFlagRequired("scenario")
 	return c
 }
@@ -78,6 +91,41 @@ func caseFromFlags(id, offset, backend string) (scenarios.Case, error) {
 		return scenarios.Case{}, fmt.Errorf("--offset: %w", err)
 	}
 	return scenarios.CaseFor(id, d, true, backend)
+}
+
+// reproCount runs the case count times, each in its own case dir, writes
+// the reports, prints the outcome table (reports.FormatRepro) and returns
+// the gate code of the most common outcome: the code that case usually
+// gets.
+func reproCount(ctx context.Context, cmd *cobra.Command, r *runner.Runner, dir string, cs scenarios.Case, count int) error {
+	var runs []reports.Case
+	for k := 0; k < count && ctx.Err() == nil; k++ {
+		runs = append(runs, r.RunCase(ctx, nthRun(cs, k, count)))
+	}
+	res, werr := r.WriteAll()
+	if cerr := r.Close(); cerr != nil {
+		fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
+	}
+	res.Dir = dir
+	reports.Summary(cmd.OutOrStdout(), res)
+	if werr != nil {
+		return fmt.Errorf("write reports: %w", werr)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "\nrepro %s: %d of %d run(s) done\n", cs.ID, len(runs), count)
+	if err := reports.FormatRepro(cmd.OutOrStdout(), runs); err != nil {
+		return err
+	}
+	if len(runs) < count {
+		// interrupted: what ran is shown, but nothing is proven
+		return &reports.GateError{Code: reports.GateInconclusive}
+	}
+	mode := reports.TallyOutcomes(runs)[0]
+	judged := *res
+	judged.Cases = nil
+	for _, k := range mode.Runs {
+		judged.Cases = append(judged.Cases, runs[k-1])
+	}
+	return reports.Gate(&judged, nil, reports.DefaultGateOptions()).Err()
 }
 
 // finish writes the reports, prints the summary and returns the gate's exit.

@@ -2,11 +2,13 @@ package vmctl
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net"
 	"net/netip"
 	"strconv"
+	"syscall"
 )
 
 // netPool hands out guest addresses from one CIDR.
@@ -70,11 +72,14 @@ func (p *netPool) allocate(root string, n int, port int, used map[string]bool) (
 	return out, nil
 }
 
-// bindable probes whether ip:port is free right now.
+// bindable probes whether ip:port is free right now. Only EADDRINUSE says
+// another process holds it: an unprivileged caller cannot bind a guest's
+// port 22 at all (EACCES), which says nothing about the address, and the
+// VMM that serves it may have the privilege vmctl lacks.
 func bindable(ip string, port int) bool {
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 	if err != nil {
-		return false
+		return !errors.Is(err, syscall.EADDRINUSE)
 	}
 	l.Close()
 	return true

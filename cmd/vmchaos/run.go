@@ -75,14 +75,14 @@ func signalContext() (context.Context, context.CancelFunc) {
 // runCmd holds run's flags: the shared runFlags, the manager-layer flags and
 // run's own.
 type runCmd struct {
-	f                runFlags
-	mf               managerFlags
-	filter, shard    string
-	parallel         string // --parallel: auto or N (suite.ParseParallel)
-	repeat           int
-	list             bool
-	load             string
-	maxInjErr        time.Duration
+	f             runFlags
+	mf            managerFlags
+	filter, shard string
+	parallel      string // --parallel: auto or N (suite.ParseParallel)
+	repeat        int
+	list          bool
+	load          string
+	maxInjErr     time.Duration
 }
 
 func newRunCmd() *cobra.Command {

@@ -108,7 +108,8 @@ func TestAutoWorkers(t *testing.T) {
 		load float64
 		want int
 	}{
-		{2, 0, 4}, {2, 0.4, 4}, {2, 1.6, 2}, {2, 3.2, 1}, {2, 16, 1}, {16, 0, MaxAuto}, {1, 0, 2}, {2, -1, 4},
+		{2, 0, 2}, {2, 0.4, 2}, {2, 2.4, 2}, {2, 2.6, 1}, {2, 3.2, 1}, {2, 16, 1}, {16, 0, MaxAuto}, {8, 13, 3},
+		{1, 0, 1}, {2, -1, 2}, {0, 0, 1},
 	} {
 		if got := AutoWorkers(tc.cpus, tc.load); got != tc.want {
 			t.Errorf("AutoWorkers(%d, %v) = %d, want %d", tc.cpus, tc.load, got, tc.want)

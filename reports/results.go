@@ -44,6 +44,10 @@ type Results struct {
 	// (coverage.go); absent in runs written before it.
 	Coverage *Coverage `json:"coverage,omitempty"`
 
+	// Parallel is --parallel as resolved: "1", "4", "auto=3 (2 CPUs, load
+	// 1.2)" (issue #37); absent in runs written before the scheduler.
+	Parallel string `json:"parallel,omitempty"`
+
 	// Dir is the run dir this was loaded from or written to (not stored);
 	// report paths printed by Summary are relative to it.
 	Dir string `json:"-"`
@@ -91,6 +95,13 @@ type Case struct {
 	// CoverageKind is the matrix fault kind the case exercises (the
 	// coverage map's column for its landed phase); "" for none.
 	CoverageKind string `json:"coverage_kind,omitempty"`
+	// Class is the scheduler's class of the case ("alone": nothing else of
+	// the run ran beside it; "shared": it may share the machine), and
+	// Concurrency the most cases of the run in flight at once while it
+	// ran, itself included (1: alone or sequential). Absent in runs
+	// written before the scheduler (issue #37).
+	Class       string `json:"class,omitempty"`
+	Concurrency int    `json:"concurrency,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.

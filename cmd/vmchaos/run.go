@@ -75,13 +75,14 @@ func signalContext() (context.Context, context.CancelFunc) {
 // runCmd holds run's flags: the shared runFlags, the manager-layer flags and
 // run's own.
 type runCmd struct {
-	f                runFlags
-	mf               managerFlags
-	filter, shard    string
-	parallel, repeat int
-	list             bool
-	load             string
-	maxInjErr        time.Duration
+	f             runFlags
+	mf            managerFlags
+	filter, shard string
+	parallel      string // --parallel: auto or N (suite.ParseParallel)
+	repeat        int
+	list          bool
+	load          string
+	maxInjErr     time.Duration
 }
 
 func newRunCmd() *cobra.Command {
@@ -89,12 +90,17 @@ func newRunCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "Run the scenario catalogue (or the cases a label filter selects) and write the reports",
-		Long: `run executes catalogue cases against the bundled stack, one after the other, through the
-Ginkgo suite of scenarios/suite (run programmatically from this binary), and writes results.json,
+		Long: `run executes catalogue cases against the bundled stack and writes results.json,
 junit.xml, ginkgo.json, report.md and report.html plus every process log, the trace and the ledger
 journal of each case into the run dir. One line per case goes to stderr as it finishes; the summary
 and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated, 2 inconclusive,
-3 infrastructure error (reports.Gate).`,
+3 infrastructure error (reports.Gate).
+
+With --parallel 1 the cases run one after the other through the Ginkgo suite of scenarios/suite
+(run programmatically from this binary). Otherwise (the default, auto) the scheduler runs every case
+whose fault lands by the clock (at, after-exit, offsets, sweep points, while-down, window calibration)
+alone, then the cases whose fault lands at an exact phase (park) or at steady state N at a time;
+results.json records each case's class and the concurrency it ran under.`,
 		Example: `  vmchaos run --label-filter speed:fast --time-scale 0.05
   vmchaos run --label-filter 'seed:001 && op:hibernate' --time-scale 0.05
   vmchaos run --list --label-filter 'fault:stop'
@@ -112,7 +118,7 @@ func (o *runCmd) add(c *cobra.Command) {
 	o.mf.add(c)
 	c.Flags().StringVar(&o.filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
 	c.Flags().StringVar(&o.shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
-	c.Flags().IntVar(&o.parallel, "parallel", 1, "cases run at once; >1 runs worker goroutines outside Ginkgo's scheduler and writes the same ginkgo.json (default 1: timing-sensitive cases on 2 cores)")
+	c.Flags().StringVar(&o.parallel, "parallel", "auto", "shared cases run at once: auto (2 per CPU less the load average, at least 1, at most one per CPU and 4) or N; cases with timed faults or a window calibration always run alone. 1: sequential through Ginkgo, as before the scheduler. >1 (or auto): the scheduler of scenarios/suite, same ginkgo.json")
 	c.Flags().BoolVar(&o.list, "list", false, "list the selected cases with their labels and exit")
 	c.Flags().IntVar(&o.repeat, "repeat", 1, "run every case N times, each on a fresh stack; a case whose verdicts differ is reported flaky (not a pass). Composes with --shard, e.g. --repeat 5 --shard 1/2")
 	c.Flags().StringVar(&o.load, "load", "", "run under a bounded CPU hog for the run's duration: cpu=N spins N cores (e.g. cpu=1), torn down with the run")
@@ -145,6 +151,10 @@ func (o *runCmd) run(cmd *cobra.Command) error {
 	if o.repeat < 1 {
 		return fmt.Errorf("--repeat %d: want N >= 1", o.repeat)
 	}
+	workers, how, err := suite.ParseParallel(o.parallel)
+	if err != nil {
+		return err
+	}
 	hogs, err := runner.ParseLoad(o.load)
 	if err != nil {
 		return err
@@ -160,7 +170,8 @@ func (o *runCmd) run(cmd *cobra.Command) error {
 	// the hog runs for the run's duration and ends with it
 	hog := runner.StartLoad(ctx, hogs)
 	defer hog.Stop()
-	runErr := o.runCases(ctx, r, cases, dir)
+	r.Results().Parallel = how
+	runErr := o.runCases(ctx, r, cases, dir, workers)
 	if spins := hog.Stop(); hogs > 0 && spins == 0 {
 		fmt.Fprintln(os.Stderr, "warning: --load: the CPU hog never completed a spin round")
 	}
@@ -176,22 +187,23 @@ func (o *runCmd) run(cmd *cobra.Command) error {
 	return reports.Gate(res, nil, gopt).Err()
 }
 
-// runCases announces the run on stderr and runs the cases through the suite,
-// in parallel workers when --parallel asks for them.
-func (o *runCmd) runCases(ctx context.Context, r *runner.Runner, cases []scenarios.Case, dir string) error {
+// runCases announces the run on stderr and runs the cases through the suite:
+// through Ginkgo one at a time with one worker, else through the scheduler.
+func (o *runCmd) runCases(ctx context.Context, r *runner.Runner, cases []scenarios.Case, dir string, workers int) error {
 	f := &o.f
 	sup := r.Supervisor()
 	if note := r.SupervisorNote(); note != "" {
 		sup += " (" + note + ")"
 	}
-	fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d%s → %s\n",
-		len(cases), f.backend, sup, f.scale, f.seed, repeatLoadNote(o.repeat, o.load), dir)
+	fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d, parallel %s%s → %s\n",
+		len(cases), f.backend, sup, f.scale, f.seed, r.Results().Parallel, repeatLoadNote(o.repeat, o.load), dir)
 	var runErr error
-	f.meter.Start("run", len(cases), o.parallel)
-	if o.parallel > 1 {
-		runErr = suite.RunParallel(ctx, r, cases, o.parallel, dir, f.seed)
+	f.meter.Start("run", len(cases), workers)
+	if workers > 1 {
+		runErr = suite.RunScheduled(ctx, r, cases, workers, dir, f.seed)
 	} else {
 		runErr = suite.Run(ctx, r, cases, o.filter, dir, f.seed)
+		suite.Annotate(r.Results(), cases, nil)
 	}
 	f.meter.Stop()
 	return runErr

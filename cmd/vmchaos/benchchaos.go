@@ -1,0 +1,207 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vmchaos/vmchaos/progress"
+	"github.com/vmchaos/vmchaos/reports"
+)
+
+func init() { register(newBenchChaosCmd) }
+
+// benchChaosCmd holds bench-chaos's flags: what both runs share.
+type benchChaosCmd struct {
+	filter, backend, supervisor, parallel, dir string
+	scale                                      float64
+	seed                                       int64
+}
+
+func newBenchChaosCmd() *cobra.Command {
+	var o benchChaosCmd
+	c := &cobra.Command{
+		Use:   "bench-chaos",
+		Short: "Run the same cases sequentially and through the scheduler, and compare wall time and verdicts",
+		Long: `bench-chaos runs ` + "`vmchaos run`" + ` twice with this binary, on the same selection, seed and time
+scale: first --parallel 1 (one case at a time, through Ginkgo), then --parallel as given (default auto:
+the scheduler, timed cases alone, the others N at a time). Each run writes its own run dir under
+--report-dir (sequential/, scheduled/) and its output to <name>.log beside it. It prints each run's
+wall time, cases per minute, verdicts and the load average before it, and every case whose verdict
+differs between the two (reports.Stability over both runs, plus cases only one run has). Exit status:
+0 no verdict differs, 1 a verdict differs, 3 a run left no results.`,
+		Example: `  vmchaos bench-chaos --label-filter speed:fast --time-scale 0.05
+  BENCH_FILTER=speed:fast make bench-chaos`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.OutOrStdout()) },
+	}
+	c.Flags().StringVar(&o.filter, "label-filter", "!speed:nightly", "label filter of both runs")
+	c.Flags().StringVar(&o.backend, "backend", "fake", "stack backend of both runs")
+	c.Flags().StringVar(&o.supervisor, "supervisor", "auto", "supervisor of both runs")
+	c.Flags().StringVar(&o.parallel, "parallel", "auto", "--parallel of the scheduled run (the other is 1)")
+	c.Flags().Float64Var(&o.scale, "time-scale", 0.05, "time scale of both runs")
+	c.Flags().Int64Var(&o.seed, "seed", 1, "seed of both runs")
+	c.Flags().StringVar(&o.dir, "report-dir", "", "dir of both run dirs (default ./vmchaos-results/bench-chaos-<time>)")
+	return c
+}
+
+// benchRun is one of the two runs as bench-chaos saw it.
+type benchRun struct {
+	Name, Dir, Parallel string
+	Wall                time.Duration
+	LoadBefore          string
+	Exit                int // vmchaos run's exit status (the gate's: 0..3)
+	Res                 *reports.Results
+}
+
+func (o *benchChaosCmd) run(out io.Writer) error {
+	dir := o.dir
+	if dir == "" {
+		dir = filepath.Join("vmchaos-results", "bench-chaos-"+time.Now().UTC().Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return reports.InfraError{Err: fmt.Errorf("bench-chaos: %w", err)}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return reports.InfraError{Err: fmt.Errorf("bench-chaos: own binary: %w", err)}
+	}
+	runs := []*benchRun{{Name: "sequential", Parallel: "1"}, {Name: "scheduled", Parallel: o.parallel}}
+	for _, r := range runs {
+		r.Dir = filepath.Join(dir, r.Name)
+		fmt.Fprintf(os.Stderr, "bench-chaos: %s run (--parallel %s) → %s (output in %s.log)\n", r.Name, r.Parallel, r.Dir, r.Dir)
+		if err := o.runOnce(self, r); err != nil {
+			return reports.InfraError{Err: fmt.Errorf("bench-chaos: %s run: %w", r.Name, err)}
+		}
+		fmt.Fprintf(os.Stderr, "bench-chaos: %s run: %s, exit %d\n", r.Name, progress.Round(r.Wall), r.Exit)
+	}
+	cmp := compareBench(runs[0].Res, runs[1].Res)
+	writeBench(out, o.filter, o.scale, runs, cmp)
+	if n := len(cmp.Differ) + len(cmp.OnlyIn); n > 0 {
+		return benchError{fmt.Sprintf("%d case(s) differ between the sequential and the scheduled run", n)}
+	}
+	return nil
+}
+
+// runOnce runs `vmchaos run` once as a child (Ginkgo allows one suite run
+// per process) and loads its results; a run that fails its gate still
+// counts, a run with no results.json is an error.
+func (o *benchChaosCmd) runOnce(self string, r *benchRun) error {
+	args := []string{"run", "--label-filter", o.filter, "--backend", o.backend, "--supervisor", o.supervisor,
+		"--time-scale", strconv.FormatFloat(o.scale, 'g', -1, 64), "--seed", strconv.FormatInt(o.seed, 10),
+		"--parallel", r.Parallel, "--report-dir", r.Dir}
+	log, err := os.Create(r.Dir + ".log")
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	c := exec.Command(self, args...)
+	c.Stdout, c.Stderr = log, log
+	r.LoadBefore = loadAvg()
+	t0 := time.Now()
+	err = c.Run()
+	r.Wall = time.Since(t0)
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.Exit = ee.ExitCode()
+	case err != nil:
+		return fmt.Errorf("vmchaos %s: %w", strings.Join(args, " "), err)
+	}
+	r.Res, err = reports.Load(r.Dir)
+	if err != nil {
+		return fmt.Errorf("exit %d, see %s.log: %w", r.Exit, r.Dir, err)
+	}
+	return nil
+}
+
+// loadAvg is /proc/loadavg's three averages, or "?" where it cannot be read.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if err != nil || len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// benchComparison is what differs between the sequential and the scheduled
+// run of the same selection.
+type benchComparison struct {
+	Differ []string // "id: pass×1, inconclusive×1" (reports.Stability's flips)
+	OnlyIn []string // "id: only in sequential"
+}
+
+// compareBench compares the verdicts of two runs of the same selection.
+func compareBench(seq, sched *reports.Results) benchComparison {
+	var c benchComparison
+	c.Differ = reports.Stability(seq, sched).Flipped
+	in := func(r *reports.Results) map[string]bool {
+		m := map[string]bool{}
+		for _, k := range r.Cases {
+			m[k.ID] = true
+		}
+		return m
+	}
+	a, b := in(seq), in(sched)
+	for _, k := range seq.Cases {
+		if !b[k.ID] {
+			c.OnlyIn = append(c.OnlyIn, k.ID+": only in sequential")
+		}
+	}
+	for _, k := range sched.Cases {
+		if !a[k.ID] {
+			c.OnlyIn = append(c.OnlyIn, k.ID+": only in scheduled")
+		}
+	}
+	return c
+}
+
+// writeBench prints the table of both runs and the differences.
+func writeBench(w io.Writer, filter string, scale float64, runs []*benchRun, cmp benchComparison) {
+	fmt.Fprintf(w, "bench-chaos: label filter %q, time scale %g\n", filter, scale)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tCASES\tWALL\tCASES/MIN\tVERDICTS\tPARALLEL\tLOAD BEFORE\tEXIT")
+	for _, r := range runs {
+		n := len(r.Res.Cases)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%s\t%s\t%s\t%d\n", r.Name, n, progress.Round(r.Wall), perMinute(n, r.Wall),
+			reports.CountVerdicts(r.Res.Cases), orDash(r.Res.Parallel), r.LoadBefore, r.Exit)
+	}
+	_ = tw.Flush()
+	if len(runs) == 2 && runs[0].Wall > 0 {
+		fmt.Fprintf(w, "scheduled wall time: %.0f%% of sequential (×%.2f)\n",
+			100*runs[1].Wall.Seconds()/runs[0].Wall.Seconds(), runs[0].Wall.Seconds()/max(runs[1].Wall.Seconds(), 1e-9))
+	}
+	fmt.Fprintf(w, "verdict differences: %d\n", len(cmp.Differ)+len(cmp.OnlyIn))
+	for _, d := range append(append([]string{}, cmp.Differ...), cmp.OnlyIn...) {
+		fmt.Fprintln(w, "  "+d)
+	}
+}
+
+func perMinute(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Minutes()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// benchError is a verdict difference: exit 1.
+type benchError struct{ msg string }
+
+func (e benchError) Error() string { return "bench-chaos: " + e.msg }
+func (e benchError) ExitCode() int { return 1 }

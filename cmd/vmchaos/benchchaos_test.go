@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/reports"
+)
+
+func benchResults(verdicts ...string) *reports.Results {
+	r := &reports.Results{}
+	for i := 0; i+1 < len(verdicts); i += 2 {
+		r.Cases = append(r.Cases, reports.Case{ID: verdicts[i], Verdict: verdicts[i+1]})
+	}
+	return r
+}
+
+func TestCompareBenchSameVerdictsDifferNowhere(t *testing.T) {
+	seq := benchResults("a", reports.Pass, "b", reports.Fail)
+	sched := benchResults("b", reports.Fail, "a", reports.Pass) // completion order does not matter
+	if c := compareBench(seq, sched); len(c.Differ)+len(c.OnlyIn) != 0 {
+		t.Errorf("same verdicts: %+v", c)
+	}
+}
+
+func TestCompareBenchFindsFlipsAndMissingCases(t *testing.T) {
+	seq := benchResults("a", reports.Pass, "b", reports.Pass, "c", reports.Pass)
+	sched := benchResults("a", reports.Pass, "b", reports.Inconclusive, "d", reports.Pass)
+	c := compareBench(seq, sched)
+	if len(c.Differ) != 1 || !strings.HasPrefix(c.Differ[0], "b:") {
+		t.Errorf("Differ = %v, want b", c.Differ)
+	}
+	want := []string{"c: only in sequential", "d: only in scheduled"}
+	if strings.Join(c.OnlyIn, "|") != strings.Join(want, "|") {
+		t.Errorf("OnlyIn = %v, want %v", c.OnlyIn, want)
+	}
+}
+
+func TestWriteBenchPrintsWallRateAndDifferences(t *testing.T) {
+	seq := benchResults("a", reports.Pass, "b", reports.Pass)
+	sched := benchResults("a", reports.Pass, "b", reports.Fail)
+	sched.Parallel = "auto=3 (2 CPUs, load 0.50)"
+	runs := []*benchRun{{Name: "sequential", Wall: 2 * time.Minute, Res: seq, LoadBefore: "0.1 0.2 0.3"},
+		{Name: "scheduled", Wall: time.Minute, Res: sched, LoadBefore: "0.5 0.4 0.3", Exit: 1}}
+	var b bytes.Buffer
+	writeBench(&b, "speed:fast", 0.05, runs, compareBench(seq, sched))
+	out := b.String()
+	for _, w := range []string{"sequential  2", "1.0", "2.0", "auto=3", "50% of sequential (×2.00)", "verdict differences: 1", "  b: "} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}

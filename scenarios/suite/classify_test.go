@@ -1,0 +1,133 @@
+package suite
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/vmchaos/vmchaos/scenarios"
+)
+
+// catalogueCase is the case with this id in the fake backend's catalogue
+// (nightly cases included).
+func catalogueCase(t *testing.T, id string) scenarios.Case {
+	t.Helper()
+	all, err := scenarios.Expand("fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range all {
+		if c.ID == id {
+			return c
+		}
+	}
+	t.Fatalf("no case %s in the catalogue", id)
+	return scenarios.Case{}
+}
+
+func TestClassifyRealCatalogueCases(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		want Class
+		why  string // a word of the reason
+	}{
+		{"s001-1-busy-create-orphan", Shared, "park"},                   // park vm.clone.reserved
+		{"s002-verb-spares-live-clone", Shared, "park"},                 // park, ReleaseAfter
+		{"s001-h-ten-vms-adopted", Shared, "steady"},                    // now, setup waited
+		{"gap-wake-restores-snapshot", Shared, "steady"},                // no fault
+		{"powercut-create-agent-create-begin", Shared, "park"},          // power cut at a park
+		{"s001-5-transient-failed", Alone, "at agent.failed"},           // at (failpoint)
+		{"s001-h-delete-restart-144ms@144ms", Alone, "offset"},          // at + fixed offset
+		{"s000-vmm-kill-event@500ms", Alone, "offset"},                  // now + offset
+		{"s001-3-sigkill-after-save-exit@20%", Alone, "calibrated"},     // sweep fraction: calibration
+		{"sweep-clone-sigkill@30%", Alone, "calibrated"},                // coarse sweep point
+		{"s001-h-double-restart", Alone, "at agent.startup.reconciled"}, // park first, at second
+		{"mx-create-agent-create-cloned-vmm-kill-while-stopped", Alone, "while-down"},
+		{"powercut-hibernate-after-save-exit", Alone, "after-exit"}, // power cut by after-exit
+	} {
+		c := catalogueCase(t, tc.id)
+		got, why := Classify(c)
+		if got != tc.want || !strings.Contains(why, tc.why) {
+			t.Errorf("%s: Classify = %s (%s), want %s (%q)", tc.id, got, why, tc.want, tc.why)
+		}
+	}
+}
+
+// Every case the runner calibrates a window for runs alone, and so does
+// every case whose faults name an at or after-exit trigger: over the whole
+// catalogue, not a sample.
+func TestClassifyEveryTimedCaseIsAlone(t *testing.T) {
+	all, err := scenarios.Expand("fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calibrated, shared := 0, 0
+	for _, c := range all {
+		cl, why := Classify(c)
+		if NeedsCalibration(c) {
+			calibrated++
+			if cl != Alone {
+				t.Errorf("%s calibrates a window but is %s (%s)", c.ID, cl, why)
+			}
+		}
+		for _, f := range c.Scenario.Faults {
+			timed := strings.HasPrefix(f.Trigger, "at ") || strings.HasPrefix(f.Trigger, "after-exit ") ||
+				f.Trigger == scenarios.TriggerWhileDown
+			if timed && cl != Alone {
+				t.Errorf("%s: fault %s %q is timed but the case is %s", c.ID, f.Kind, f.Trigger, cl)
+			}
+		}
+		if cl == Shared {
+			shared++
+		}
+	}
+	// the test must have looked at both kinds, or it proved nothing
+	if calibrated == 0 || shared == 0 {
+		t.Fatalf("catalogue: %d calibrated, %d shared case(s): want some of each", calibrated, shared)
+	}
+}
+
+func TestClassifyNowDuringAnActInFlightIsAlone(t *testing.T) {
+	s := &scenarios.Scenario{ID: "t", Act: []scenarios.Step{{Kind: scenarios.StepCreate, VM: "vm-a"}},
+		Faults: []scenarios.Fault{{Kind: "restart", Trigger: "now"}}}
+	if cl, why := Classify(scenarios.Case{ID: "t", Scenario: s}); cl != Alone {
+		t.Errorf("now after an act step without Wait: %s (%s), want alone", cl, why)
+	}
+	s.Act[0].Wait = true
+	if cl, why := Classify(scenarios.Case{ID: "t", Scenario: s}); cl != Shared {
+		t.Errorf("now after an act step that waited: %s (%s), want shared", cl, why)
+	}
+	s.WhileStopped = []scenarios.Step{{Kind: scenarios.StepWipeStatus, VM: "vm-a"}}
+	if cl, why := Classify(scenarios.Case{ID: "t", Scenario: s}); cl != Alone {
+		t.Errorf("while-stopped steps after a restart: %s (%s), want alone (they race RestartSec)", cl, why)
+	}
+}
+
+func TestAutoWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		cpus int
+		load float64
+		want int
+	}{
+		{2, 0, 2}, {2, 0.4, 2}, {2, 2.4, 2}, {2, 2.6, 1}, {2, 3.2, 1}, {2, 16, 1}, {16, 0, MaxAuto}, {8, 13, 3},
+		{1, 0, 1}, {2, -1, 2}, {0, 0, 1},
+	} {
+		if got := AutoWorkers(tc.cpus, tc.load); got != tc.want {
+			t.Errorf("AutoWorkers(%d, %v) = %d, want %d", tc.cpus, tc.load, got, tc.want)
+		}
+	}
+}
+
+func TestParseParallel(t *testing.T) {
+	if n, how, err := ParseParallel("3"); err != nil || n != 3 || how != "3" {
+		t.Errorf(`ParseParallel("3") = %d, %q, %v`, n, how, err)
+	}
+	n, how, err := ParseParallel("auto")
+	if err != nil || n < 1 || n > MaxAuto || !strings.HasPrefix(how, "auto=") {
+		t.Errorf(`ParseParallel("auto") = %d, %q, %v`, n, how, err)
+	}
+	for _, bad := range []string{"0", "-2", "x", ""} {
+		if _, _, err := ParseParallel(bad); err == nil {
+			t.Errorf("ParseParallel(%q): no error", bad)
+		}
+	}
+}

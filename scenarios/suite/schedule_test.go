@@ -1,0 +1,170 @@
+package suite
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// overlapRecorder is a fake case runner: it records, for every case, the
+// cases in flight at any moment while it ran.
+type overlapRecorder struct {
+	mu       sync.Mutex
+	running  map[int]bool
+	overlaps map[int]map[int]bool
+	peak     int
+	// pair is closed once two shared cases were in flight at once; a
+	// shared case waits for it (or the safety timeout) so that a scheduler
+	// that does run shared cases together is seen doing it
+	pair     chan struct{}
+	pairOnce sync.Once
+	waitPair bool // more than one worker: shared cases wait for a pair
+	classes  []Class
+	ran      []int
+}
+
+func newOverlapRecorder(classes []Class, workers int) *overlapRecorder {
+	return &overlapRecorder{running: map[int]bool{}, overlaps: map[int]map[int]bool{}, pair: make(chan struct{}),
+		classes: classes, waitPair: workers > 1}
+}
+
+func (o *overlapRecorder) run(ctx context.Context, i int) {
+	o.mu.Lock()
+	o.overlaps[i] = map[int]bool{}
+	shared := 0
+	for j := range o.running {
+		o.overlaps[i][j], o.overlaps[j][i] = true, true
+	}
+	o.running[i] = true
+	o.ran = append(o.ran, i)
+	for j := range o.running {
+		if o.classes[j] == Shared {
+			shared++
+		}
+	}
+	o.peak = max(o.peak, len(o.running))
+	if shared >= 2 {
+		o.pairOnce.Do(func() { close(o.pair) })
+	}
+	o.mu.Unlock()
+	if o.classes[i] == Shared && o.waitPair {
+		select {
+		case <-o.pair:
+		case <-time.After(10 * time.Second): // safety net: the assertions say what went wrong
+		case <-ctx.Done():
+		}
+	}
+	// give any case a broken scheduler started beside this one the chance
+	// to be in flight while it still runs
+	for k := 0; k < 50; k++ {
+		runtime.Gosched()
+	}
+	time.Sleep(time.Millisecond)
+	o.mu.Lock()
+	delete(o.running, i)
+	o.mu.Unlock()
+}
+
+// mixed interleaves alone cases with shared ones, as the catalogue does.
+func mixed() []Class {
+	var cs []Class
+	for i := 0; i < 24; i++ {
+		if i%4 == 1 {
+			cs = append(cs, Alone)
+		} else {
+			cs = append(cs, Shared)
+		}
+	}
+	return cs
+}
+
+func TestScheduleAloneCasesNeverOverlapAndSharedOnesDo(t *testing.T) {
+	classes := mixed()
+	rec := newOverlapRecorder(classes, 3)
+	slots := Schedule(context.Background(), classes, 3, rec.run)
+	if len(rec.ran) != len(classes) {
+		t.Fatalf("%d case(s) ran, want %d", len(rec.ran), len(classes))
+	}
+	sharedOverlap := false
+	for i, c := range classes {
+		if !slots[i].Ran || slots[i].Class != c {
+			t.Errorf("case %d: slot %+v, want ran as %s", i, slots[i], c)
+		}
+		switch c {
+		case Alone:
+			if len(rec.overlaps[i]) > 0 {
+				t.Errorf("alone case %d overlapped cases %v", i, rec.overlaps[i])
+			}
+			if slots[i].Concurrency != 1 {
+				t.Errorf("alone case %d: concurrency %d, want 1", i, slots[i].Concurrency)
+			}
+		case Shared:
+			sharedOverlap = sharedOverlap || len(rec.overlaps[i]) > 0
+			if len(rec.overlaps[i]) > 0 && slots[i].Concurrency < 2 {
+				t.Errorf("shared case %d overlapped %v but recorded concurrency %d", i, rec.overlaps[i], slots[i].Concurrency)
+			}
+		}
+	}
+	if !sharedOverlap {
+		t.Error("with 3 workers no shared case ever ran beside another")
+	}
+	if rec.peak > 3 {
+		t.Errorf("%d cases in flight at once, want at most 3", rec.peak)
+	}
+}
+
+func TestScheduleOneWorkerRunsOneCaseAtATime(t *testing.T) {
+	classes := mixed()
+	rec := newOverlapRecorder(classes, 1)
+	slots := Schedule(context.Background(), classes, 1, rec.run)
+	if len(rec.ran) != len(classes) {
+		t.Fatalf("%d case(s) ran, want %d", len(rec.ran), len(classes))
+	}
+	if rec.peak != 1 {
+		t.Errorf("%d cases in flight at once with one worker", rec.peak)
+	}
+	for i, s := range slots {
+		if s.Concurrency != 1 {
+			t.Errorf("case %d: concurrency %d, want 1", i, s.Concurrency)
+		}
+	}
+}
+
+// The order within each class is the catalogue's: alone cases first, then
+// shared ones started in order.
+func TestScheduleRunsAloneCasesFirstInOrder(t *testing.T) {
+	classes := mixed()
+	rec := newOverlapRecorder(classes, 1)
+	Schedule(context.Background(), classes, 1, rec.run)
+	var want []int
+	for _, c := range []Class{Alone, Shared} {
+		for i, k := range classes {
+			if k == c {
+				want = append(want, i)
+			}
+		}
+	}
+	for k := range want {
+		if rec.ran[k] != want[k] {
+			t.Fatalf("start order %v, want %v", rec.ran, want)
+		}
+	}
+}
+
+func TestScheduleCancelledStartsNothing(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	classes := mixed()
+	rec := newOverlapRecorder(classes, 3)
+	slots := Schedule(ctx, classes, 3, rec.run)
+	if len(rec.ran) != 0 {
+		t.Errorf("cancelled run started %v", rec.ran)
+	}
+	for i, s := range slots {
+		if s.Ran {
+			t.Errorf("case %d marked ran", i)
+		}
+	}
+}

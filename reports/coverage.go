@@ -24,10 +24,10 @@ type Coverage struct {
 	Kinds       []string `json:"kinds"`                  // columns, in table order
 	Ops         []string `json:"ops"`                    // operation contexts, in table order
 	// FallbackOps: a landing whose case's operation has no such cell is
-	// credited to the first of these that has it (a hibernate's save, a
-	// harness-run verb, the agent's restart); never to another agent
-	// operation.
-	FallbackOps []string `json:"fallback_ops,omitempty"`
+	// credited to the first of FallbackOps[op], then of FallbackOps[""],
+	// that has it (a hibernate's save, a harness-run verb, the agent's
+	// restart); never to an unrelated agent operation.
+	FallbackOps map[string][]string `json:"fallback_ops,omitempty"`
 	// VictimProcs: the process each kind hits (its last phase before the
 	// fault is where a timed fault landed); "" = the stack's last phase
 	// (power cut) or the action's own point (failpoint actions).
@@ -105,7 +105,7 @@ func (c *Coverage) lookup(idx map[cellKey]int, op, point, kind string) (int, boo
 	if i, ok := idx[cellKey{op, point, kind}]; ok {
 		return i, true
 	}
-	for _, fb := range c.FallbackOps {
+	for _, fb := range append(append([]string(nil), c.FallbackOps[op]...), c.FallbackOps[""]...) {
 		if i, ok := idx[cellKey{fb, point, kind}]; ok {
 			return i, true
 		}

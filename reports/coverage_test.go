@@ -13,7 +13,7 @@ var covVictims = map[string]string{"sigkill-main": "nodeagent", "sigkill-child":
 // power cut not runnable on this host.
 func covSpec() *Coverage {
 	return &Coverage{Version: CoverageVersion, Kinds: []string{"sigkill-main", "sigkill-child", "power-cut", "failpoint-error"},
-		Ops: []string{"create", "save"}, FallbackOps: []string{"save"}, VictimProcs: covVictims,
+		Ops: []string{"create", "save"}, FallbackOps: map[string][]string{"hibernate": {"save"}}, VictimProcs: covVictims,
 		Cells: []CoverageCell{
 			{Op: "create", Point: "agent.create.begin", Proc: "nodeagent", Kind: "sigkill-main"},
 			{Op: "create", Point: "vm.clone.reserved", Proc: "vmctl", Kind: "sigkill-main"},

@@ -96,17 +96,18 @@ func coverContexts() []coverContext {
 	return append(out, verbContexts...)
 }
 
-// CoverageFallbackOps are the contexts a credit falls back to when the
-// case's own operation has no such cell: a fault in a hibernate case that
-// lands in its save, a harness-run verb inside a case of another
-// operation, the agent's restart. Other agent operations are never a
+// CoverageFallbackOps are the contexts a credit falls back to, in order,
+// when the case's own operation has no such cell (key "": every operation):
+// a fault in a hibernate case that lands in its save, in a save case that
+// lands in the hibernate around it, a harness-run verb inside a case of
+// another operation, the agent's restart. No other agent operation is a
 // fallback (a create's phase does not credit a wake).
-func CoverageFallbackOps() []string {
-	out := []string{OpSave}
+func CoverageFallbackOps() map[string][]string {
+	var all []string
 	for _, c := range verbContexts {
-		out = append(out, c.Op)
+		all = append(all, c.Op)
 	}
-	return out
+	return map[string][]string{"": all, OpHibernate: {OpSave}, OpSave: {OpHibernate}}
 }
 
 // coverFact is one candidate (operation, point, kind) with the facts the

@@ -119,8 +119,8 @@ func (c *Coverage) lookup(idx map[cellKey]int, op, point, kind string) (int, boo
 // parked point; a failpoint action credits its own point (CoverageAt); a
 // power cut credits the stack's last phase (every process was hit, that
 // phase's among them); any other timed fault credits the last phase the
-// victim process (by pid, else by the kind's victim process) reached at or
-// before the fault. Never another process's phase.
+// victim process (victimPhase) reached at or before the fault. Never
+// another process's phase.
 func CreditedPoint(c Case, victims map[string]string) (string, bool) {
 	if c.CoverageKind == "" || !allLanded(c) {
 		return "", false
@@ -139,7 +139,7 @@ func CreditedPoint(c Case, victims map[string]string) (string, bool) {
 	case proc == "":
 		return first.LastPhase, first.LastPhase != ""
 	default:
-		p := victimPhase(c.Timeline, first, proc)
+		p := victimPhase(c.Timeline, first, proc, c.CoverageKind)
 		return p, p != ""
 	}
 }
@@ -153,18 +153,17 @@ func parkPoint(trigger string) string {
 }
 
 // victimPhase is the last phase the fault's victim reached at or before
-// the fault: the timeline's phases of its pid when the timeline has any of
-// that pid (the trace's pid is the host's on the fake backend), else those
-// of the victim's process name.
-func victimPhase(tl []TimelineEvent, in Injection, proc string) string {
-	byPid := false
-	if in.VictimPID > 0 {
-		for _, e := range tl {
-			if e.Pid == in.VictimPID && e.Point != "" {
-				byPid = true
-				break
-			}
-		}
+// the fault. The victim is found, in order, by its host pid on the
+// timeline (no pid namespace), by the trigger's hitter when that is the
+// victim's process (its pid as emitted: the trigger point's last hit
+// before the fault), else by the victim's process name (the vmctl
+// daemon's phase is its pass: only the daemon's kind reads it, and only it).
+func victimPhase(tl []TimelineEvent, in Injection, proc, kind string) string {
+	match := func(e TimelineEvent) bool {
+		return e.Proc == proc && (e.Point == "daemon.pass") == (kind == "sigkill-daemon")
+	}
+	if pid := victimPid(tl, in, proc); pid > 0 {
+		match = func(e TimelineEvent) bool { return e.Pid == pid }
 	}
 	last := ""
 	for _, e := range tl {
@@ -174,11 +173,36 @@ func victimPhase(tl []TimelineEvent, in Injection, proc string) string {
 		if (e.Kind != "phase" && e.Kind != "restart") || bookkeepingPoint(e.Point) {
 			continue
 		}
-		if (byPid && e.Pid == in.VictimPID) || (!byPid && e.Proc == proc) {
+		if match(e) {
 			last = e.Point
 		}
 	}
 	return last
+}
+
+// victimPid is the victim's pid as the timeline has it (0: unknown).
+func victimPid(tl []TimelineEvent, in Injection, proc string) int {
+	if in.VictimPID > 0 {
+		for _, e := range tl {
+			if e.Pid == in.VictimPID && e.Point != "" {
+				return e.Pid
+			}
+		}
+	}
+	at, ok := strings.CutPrefix(in.Trigger, "at ")
+	if !ok {
+		return 0
+	}
+	at, _, _ = strings.Cut(at, " ")
+	at, _, _ = strings.Cut(at, "@")
+	at, _, _ = strings.Cut(at, "#")
+	pid := 0
+	for _, e := range tl {
+		if e.TsNs <= in.ActualNs && e.Point == at && e.Proc == proc && e.Pid > 0 {
+			pid = e.Pid
+		}
+	}
+	return pid
 }
 
 // bookkeepingPoint: emitted by the agent's other goroutines and the store

@@ -7,7 +7,8 @@ import (
 	"testing"
 )
 
-var covVictims = map[string]string{"sigkill-main": "nodeagent", "sigkill-child": "vmctl", "sigkill-vmm": "fakech", "stop": "nodeagent", "power-cut": ""}
+var covVictims = map[string]string{"sigkill-main": "nodeagent", "sigkill-child": "vmctl", "sigkill-vmm": "fakech", "stop": "nodeagent", "power-cut": "",
+	"sigkill-direct": "vmctl", "sigkill-daemon": "vmctl"}
 
 // covSpec is a small denominator: two operations, a failpoint action, a
 // power cut not runnable on this host.
@@ -45,6 +46,23 @@ func parkCase(id, op, kind, point string, landed bool) Case {
 		Injections: []Injection{{Fault: kind, Trigger: "park " + point + "@vm=a", ActualNs: 5, LastPhase: point, Landed: landed}}}
 }
 
+// sandboxCase: host pid 9999 is on no timeline event (a pid namespace);
+// the harness-run vmctl (emitted pid 3) hit vm.clone.reserved, then the
+// daemon (emitted pid 4) made a pass before the fault.
+func sandboxCase(kind string) Case {
+	tl := []TimelineEvent{
+		{TsNs: 100, Kind: "phase", Proc: "vmctl", Pid: 3, Point: "vm.clone.reserved"},
+		{TsNs: 120, Kind: "phase", Proc: "vmctl", Pid: 4, Point: "daemon.pass"},
+		{TsNs: 130, Kind: "phase", Proc: "vmctl", Pid: 5, Point: "vm.rm.tombstoned"}, // another vmctl
+	}
+	trig := "at vm.clone.reserved + 59ms"
+	if kind == "sigkill-daemon" {
+		trig = "now + 0s"
+	}
+	return Case{ID: "s", Operation: "clone", CoverageKind: kind, Timeline: tl,
+		Injections: []Injection{{Trigger: trig, ActualNs: 150, VictimPID: 9999, Landed: true}}}
+}
+
 // The crediting rule: a timed fault credits its victim's last phase, never
 // the stack's (another process's); a park credits its point; a fault that
 // did not land credits nothing.
@@ -66,6 +84,8 @@ func TestCoverageCreditingRule(t *testing.T) {
 		{"failpoint action: its own point", Case{ID: "f1", Operation: "create", CoverageKind: "failpoint-error", CoverageAt: "agent.create.begin",
 			Injections: []Injection{{Trigger: "at agent.failed + 0s", ActualNs: 9, LastPhase: "agent.failed", Landed: true}}}, "agent.create.begin"},
 		{"no injection", Case{ID: "n1", Operation: "create", CoverageKind: "sigkill-main"}, ""},
+		{"pid namespace: the trigger's hitter, not another vmctl's later phase", sandboxCase("sigkill-direct"), "vm.clone.reserved"},
+		{"the daemon's kind: its pass", sandboxCase("sigkill-daemon"), "daemon.pass"},
 	} {
 		got, ok := CreditedPoint(tc.c, covVictims)
 		if ok != (tc.point != "") || got != tc.point {

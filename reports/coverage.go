@@ -2,33 +2,51 @@ package reports
 
 import (
 	"fmt"
-	"html/template"
-	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
 )
 
-// Coverage is the phase-coverage map of a run (issue #18): for every
-// applicable (failpoint × fault kind) pair of the generated matrix, the
-// cases whose fault landed there. A pair counts as covered only through a
-// case whose every injection landed (a fault that missed its phase covers
-// nothing), whatever that case's verdict.
+// CoverageVersion is the shape of results.json's `phase_coverage`. Version
+// 1 (key `coverage`, pairs point × kind folded across operations) is not
+// comparable: readers refuse it rather than show its figure as this one.
+const CoverageVersion = 2
+
+// Coverage is the phase-coverage map of a run (issue #31): every cell
+// (operation context × failpoint × fault kind that applies there) of the
+// denominator, with the cases whose fault landed in it. Cells this host
+// cannot run stay in the denominator, marked with the preflight's reason.
 type Coverage struct {
-	Applicable int            `json:"applicable"` // pairs of the matrix (point × kind, exclusion rules applied)
-	Covered    int            `json:"covered"`
-	Percent    float64        `json:"percent"` // 100 × covered / applicable
-	Kinds      []string       `json:"kinds"`   // the matrix's fault kinds, in table order
-	Pairs      []CoveragePair `json:"pairs"`
-	Folded     []CoverageFold `json:"folded,omitempty"` // matrix cases not generated: a catalogue case reaches the same (phase, kind, goal)
+	Version     int      `json:"version"`
+	Applicable  int      `json:"applicable"`             // cells of the denominator, not-runnable ones included
+	Covered     int      `json:"covered"`                // cells some case's landed fault credits
+	NotRunnable int      `json:"not_runnable,omitempty"` // cells this host cannot run (uncovered, still counted)
+	Percent     float64  `json:"percent"`                // 100 × covered / applicable
+	Kinds       []string `json:"kinds"`                  // columns, in table order
+	Ops         []string `json:"ops"`                    // operation contexts, in table order
+	// FallbackOps: a landing whose case's operation has no such cell is
+	// credited to the first of FallbackOps[op], then of FallbackOps[""],
+	// that has it (a hibernate's save, a harness-run verb, the agent's
+	// restart); never to an unrelated agent operation.
+	FallbackOps map[string][]string `json:"fallback_ops,omitempty"`
+	// VictimProcs: the process each kind hits (its last phase before the
+	// fault is where a timed fault landed); "" = the stack's last phase
+	// (power cut) or the action's own point (failpoint actions).
+	VictimProcs map[string]string `json:"victim_procs"`
+	Cells       []CoverageCell    `json:"cells"`
+	// Outside lists landings no cell holds ("case: op point × kind"): a
+	// kind at a point the applies rule says it does not apply to.
+	Outside []string       `json:"outside,omitempty"`
+	Folded  []CoverageFold `json:"folded,omitempty"` // matrix cases not generated: a catalogue case reaches the same (phase, kind, goal)
 }
 
-// CoveragePair is one applicable pair and the cases that landed on it.
-type CoveragePair struct {
-	Point     string   `json:"point"`
-	Proc      string   `json:"proc"`
-	Kind      string   `json:"kind"`
-	CoveredBy []string `json:"covered_by,omitempty"`
+// CoverageCell is one cell and the cases that landed in it.
+type CoverageCell struct {
+	Op          string   `json:"op"`
+	Point       string   `json:"point"`
+	Proc        string   `json:"proc"`
+	Kind        string   `json:"kind"`
+	CoveredBy   []string `json:"covered_by,omitempty"`
+	NotRunnable string   `json:"not_runnable,omitempty"` // why this host cannot run it ("" = it can)
 }
 
 // CoverageFold says a matrix case was folded into a catalogue case.
@@ -38,32 +56,160 @@ type CoverageFold struct {
 	Key  string `json:"key"` // phase × kind → goal
 }
 
-// ComputeCoverage fills the map from the applicable pairs and the run's
-// cases (each carrying its CoverageKind and LandedPhase).
-func ComputeCoverage(pairs []CoveragePair, kinds []string, folds []CoverageFold, cases []Case) *Coverage {
-	cov := &Coverage{Kinds: append([]string(nil), kinds...), Folded: append([]CoverageFold(nil), folds...)}
-	by := map[[2]string][]string{}
+type cellKey struct{ Op, Point, Kind string }
+
+// ComputeCoverage fills the map spec describes (its cells, columns,
+// contexts, fallbacks and victims; CoveredBy ignored) from the run's cases.
+func ComputeCoverage(spec *Coverage, cases []Case) *Coverage {
+	cov := *spec
+	cov.Version = CoverageVersion
+	cov.Cells, cov.Outside = nil, nil
+	cov.Covered, cov.NotRunnable = 0, 0
+	idx := map[cellKey]int{}
+	for _, c := range spec.Cells {
+		c.CoveredBy = nil
+		idx[cellKey{c.Op, c.Point, c.Kind}] = len(cov.Cells)
+		cov.Cells = append(cov.Cells, c)
+	}
 	for _, c := range cases {
-		if c.CoverageKind == "" || !allLanded(c) {
+		point, ok := CreditedPoint(c, spec.VictimProcs)
+		if !ok {
 			continue
 		}
-		k := [2]string{c.LandedPhase, c.CoverageKind}
-		by[k] = append(by[k], c.ID)
-	}
-	for _, p := range pairs {
-		p.CoveredBy = nil
-		if ids := by[[2]string{p.Point, p.Kind}]; len(ids) > 0 {
-			p.CoveredBy = append([]string(nil), ids...)
-			sort.Strings(p.CoveredBy)
-			cov.Covered++
+		i, found := cov.lookup(idx, c.Operation, point, c.CoverageKind)
+		if !found {
+			cov.Outside = append(cov.Outside, fmt.Sprintf("%s: %s %s × %s", c.ID, c.Operation, point, c.CoverageKind))
+			continue
 		}
-		cov.Pairs = append(cov.Pairs, p)
+		cov.Cells[i].CoveredBy = append(cov.Cells[i].CoveredBy, c.ID)
 	}
-	cov.Applicable = len(cov.Pairs)
+	for i := range cov.Cells {
+		switch {
+		case len(cov.Cells[i].CoveredBy) > 0:
+			sort.Strings(cov.Cells[i].CoveredBy)
+			cov.Covered++
+		case cov.Cells[i].NotRunnable != "":
+			cov.NotRunnable++
+		}
+	}
+	cov.Applicable = len(cov.Cells)
+	cov.Percent = 0
 	if cov.Applicable > 0 {
 		cov.Percent = 100 * float64(cov.Covered) / float64(cov.Applicable)
 	}
-	return cov
+	return &cov
+}
+
+// lookup finds the cell of (op, point, kind), falling back to FallbackOps.
+func (c *Coverage) lookup(idx map[cellKey]int, op, point, kind string) (int, bool) {
+	if i, ok := idx[cellKey{op, point, kind}]; ok {
+		return i, true
+	}
+	for _, fb := range append(append([]string(nil), c.FallbackOps[op]...), c.FallbackOps[""]...) {
+		if i, ok := idx[cellKey{fb, point, kind}]; ok {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// CreditedPoint is the crediting rule: the point a case's fault landed at,
+// for the process it hit. Nothing unless the case has a coverage kind and
+// every injection landed. Then, by its first fault: a park credits the
+// parked point; a failpoint action credits its own point (CoverageAt); a
+// power cut credits the stack's last phase (every process was hit, that
+// phase's among them); any other timed fault credits the last phase the
+// victim process (victimPhase) reached at or before the fault. Never
+// another process's phase.
+func CreditedPoint(c Case, victims map[string]string) (string, bool) {
+	if c.CoverageKind == "" || !allLanded(c) {
+		return "", false
+	}
+	first := c.Injections[0]
+	for _, in := range c.Injections[1:] {
+		if in.ActualNs > 0 && (first.ActualNs == 0 || in.ActualNs < first.ActualNs) {
+			first = in
+		}
+	}
+	switch proc := victims[c.CoverageKind]; {
+	case strings.HasPrefix(first.Trigger, "park "):
+		return parkPoint(first.Trigger), true
+	case strings.HasPrefix(c.CoverageKind, "failpoint-"):
+		return c.CoverageAt, c.CoverageAt != ""
+	case proc == "":
+		return first.LastPhase, first.LastPhase != ""
+	default:
+		p := victimPhase(c.Timeline, first, proc, c.CoverageKind)
+		return p, p != ""
+	}
+}
+
+// parkPoint is the point of a "park POINT[#N][@vm=ID]" trigger.
+func parkPoint(trigger string) string {
+	p := strings.TrimPrefix(trigger, "park ")
+	p, _, _ = strings.Cut(p, "@")
+	p, _, _ = strings.Cut(p, "#")
+	return strings.TrimSpace(p)
+}
+
+// victimPhase is the last phase the fault's victim reached at or before
+// the fault. The victim is found, in order, by its host pid on the
+// timeline (no pid namespace), by the trigger's hitter when that is the
+// victim's process (its pid as emitted: the trigger point's last hit
+// before the fault), else by the victim's process name (the vmctl
+// daemon's phase is its pass: only the daemon's kind reads it, and only it).
+func victimPhase(tl []TimelineEvent, in Injection, proc, kind string) string {
+	match := func(e TimelineEvent) bool {
+		return e.Proc == proc && (e.Point == "daemon.pass") == (kind == "sigkill-daemon")
+	}
+	if pid := victimPid(tl, in, proc); pid > 0 {
+		match = func(e TimelineEvent) bool { return e.Pid == pid }
+	}
+	last := ""
+	for _, e := range tl {
+		if e.TsNs > in.ActualNs {
+			continue
+		}
+		if (e.Kind != "phase" && e.Kind != "restart") || bookkeepingPoint(e.Point) {
+			continue
+		}
+		if match(e) {
+			last = e.Point
+		}
+	}
+	return last
+}
+
+// victimPid is the victim's pid as the timeline has it (0: unknown).
+func victimPid(tl []TimelineEvent, in Injection, proc string) int {
+	if in.VictimPID > 0 {
+		for _, e := range tl {
+			if e.Pid == in.VictimPID && e.Point != "" {
+				return e.Pid
+			}
+		}
+	}
+	at, ok := strings.CutPrefix(in.Trigger, "at ")
+	if !ok {
+		return 0
+	}
+	at, _, _ = strings.Cut(at, " ")
+	at, _, _ = strings.Cut(at, "@")
+	at, _, _ = strings.Cut(at, "#")
+	pid := 0
+	for _, e := range tl {
+		if e.TsNs <= in.ActualNs && e.Point == at && e.Proc == proc && e.Pid > 0 {
+			pid = e.Pid
+		}
+	}
+	return pid
+}
+
+// bookkeepingPoint: emitted by the agent's other goroutines and the store
+// whatever the operation does (runner/landing.go's bookkeeping): no phase a
+// timed fault is credited to.
+func bookkeepingPoint(p string) bool {
+	return strings.HasPrefix(p, "agent.child.") || strings.HasPrefix(p, "store.commit.") || p == "failpoint.signal"
 }
 
 // allLanded: the case injected at least one fault and every one landed.
@@ -79,24 +225,28 @@ func allLanded(c Case) bool {
 	return true
 }
 
-// Recompute is the map over other cases (report merge: the shards' pairs,
+// Recompute is the map over other cases (report merge: the shards' cells,
 // the merged cases).
 func (c *Coverage) Recompute(cases []Case) *Coverage {
 	if c == nil {
 		return nil
 	}
-	return ComputeCoverage(c.Pairs, c.Kinds, c.Folded, cases)
+	return ComputeCoverage(c, cases)
 }
 
 // String is the gate summary's line.
 func (c *Coverage) String() string {
-	return fmt.Sprintf("phase coverage %.1f%% (%d of %d applicable point × fault-kind pairs landed)", c.Percent, c.Covered, c.Applicable)
+	s := fmt.Sprintf("phase coverage %.1f%% (%d of %d applicable operation × point × fault-kind cells landed", c.Percent, c.Covered, c.Applicable)
+	if c.NotRunnable > 0 {
+		s += fmt.Sprintf("; %d not runnable here", c.NotRunnable)
+	}
+	return s + ")"
 }
 
-// Missing lists the applicable pairs no case landed on.
-func (c *Coverage) Missing() []CoveragePair {
-	var out []CoveragePair
-	for _, p := range c.Pairs {
+// Missing lists the cells no case landed in (not-runnable ones included).
+func (c *Coverage) Missing() []CoverageCell {
+	var out []CoverageCell
+	for _, p := range c.Cells {
 		if len(p.CoveredBy) == 0 {
 			out = append(out, p)
 		}
@@ -104,128 +254,36 @@ func (c *Coverage) Missing() []CoveragePair {
 	return out
 }
 
-// covRow is one failpoint of the map: a cell per kind.
-type covRow struct {
-	Point, Proc string
-	Cells       []string // "✓" landed, "✗" applicable and never landed, "" not applicable
+// MissingBy counts the uncovered cells by kind and by operation context.
+func (c *Coverage) MissingBy() (byKind, byOp map[string]int) {
+	byKind, byOp = map[string]int{}, map[string]int{}
+	for _, p := range c.Missing() {
+		byKind[p.Kind]++
+		byOp[p.Op]++
+	}
+	return byKind, byOp
 }
 
-// Cell marks of the coverage table.
-const (
-	covLanded  = "✓"
-	covMissing = "✗"
-	covNA      = "·"
-)
-
-func (c *Coverage) rows() []covRow {
-	col := map[string]int{}
-	for i, k := range c.Kinds {
-		col[k] = i
-	}
-	idx := map[string]int{}
-	var rows []covRow
-	for _, p := range c.Pairs {
-		i, ok := idx[p.Point]
-		if !ok {
-			i = len(rows)
-			idx[p.Point] = i
-			cells := make([]string, len(c.Kinds))
-			for j := range cells {
-				cells[j] = covNA
-			}
-			rows = append(rows, covRow{Point: p.Point, Proc: p.Proc, Cells: cells})
-		}
-		j, ok := col[p.Kind]
-		if !ok {
-			continue
-		}
-		rows[i].Cells[j] = covMissing
-		if len(p.CoveredBy) > 0 {
-			rows[i].Cells[j] = covLanded
+// NotRunnableReasons counts the not-runnable cells by reason.
+func (c *Coverage) NotRunnableReasons() map[string]int {
+	out := map[string]int{}
+	for _, p := range c.Cells {
+		if len(p.CoveredBy) == 0 && p.NotRunnable != "" {
+			out[p.NotRunnable]++
 		}
 	}
-	return rows
+	return out
 }
 
-// WriteCoverageTable prints the map as text (`vmchaos points --coverage`).
-func WriteCoverageTable(w io.Writer, c *Coverage) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "POINT\tPROC\t%s\n", strings.Join(c.Kinds, "\t"))
-	for _, r := range c.rows() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Point, r.Proc, strings.Join(r.Cells, "\t"))
+// CoverageMap is the run's map, or why there is none: no map at all, or a
+// version-1 map (point × kind folded across operations), whose figure is
+// not this one's and is never shown as if it were.
+func (r *Results) CoverageMap() (*Coverage, error) {
+	switch {
+	case r.Coverage != nil:
+		return r.Coverage, nil
+	case len(r.LegacyCoverage) > 0:
+		return nil, fmt.Errorf("its coverage map is version 1 ((point × kind) pairs folded across operations), not comparable with version %d's cells: re-run, or re-render the cases with this vmchaos", CoverageVersion)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\n%s landed, %s applicable but never landed in this run, %s not applicable (an exclusion rule)\n", covLanded, covMissing, covNA)
-	fmt.Fprintln(w, c.String())
-	if miss := c.Missing(); len(miss) > 0 {
-		fmt.Fprintf(w, "never landed (%d):\n", len(miss))
-		for _, p := range miss {
-			fmt.Fprintf(w, "  %s × %s\n", p.Point, p.Kind)
-		}
-	}
-	return nil
-}
-
-// coverageMarkdown is report.md's section ("" when the run has no map).
-func coverageMarkdown(r *Results) string {
-	c := r.Coverage
-	if c == nil {
-		return ""
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "## Phase coverage\n\n%s. Columns are the matrix's fault kinds: %s landed in this run, %s applicable but never landed, %s not applicable.\n\n",
-		mdEscape(c.String()), covLanded, covMissing, covNA)
-	b.WriteString("| point | proc |")
-	for _, k := range c.Kinds {
-		fmt.Fprintf(&b, " %s |", mdEscape(k))
-	}
-	b.WriteString("\n|---|---|" + strings.Repeat("---|", len(c.Kinds)) + "\n")
-	for _, row := range c.rows() {
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", mdCode(row.Point), row.Proc, strings.Join(row.Cells, " | "))
-	}
-	if miss := c.Missing(); len(miss) > 0 {
-		fmt.Fprintf(&b, "\nNever landed (%d): ", len(miss))
-		for i, p := range miss {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "`%s` × %s", mdCode(p.Point), mdEscape(p.Kind))
-		}
-		b.WriteString(".\n")
-	}
-	if len(c.Folded) > 0 {
-		fmt.Fprintf(&b, "\n<details><summary>%d matrix cases folded into catalogue cases reaching the same (phase, fault kind, goal)</summary>\n\n", len(c.Folded))
-		for _, f := range c.Folded {
-			fmt.Fprintf(&b, "- `%s` → `%s` (%s)\n", mdCode(f.Case), mdCode(f.Into), mdEscape(f.Key))
-		}
-		b.WriteString("\n</details>\n")
-	}
-	b.WriteString("\n")
-	return b.String()
-}
-
-var coverageTmpl = template.Must(template.New("coverage").Parse(`<h2 id="coverage">Phase coverage</h2>
-<p>{{.C.String}}. <span class="muted">{{.Landed}} landed in this run, {{.Missing}} applicable but never landed, {{.NA}} not applicable (an exclusion rule).</span></p>
-<div class="matrix"><table><tr><th>point</th><th>proc</th>{{range .C.Kinds}}<th class="rot"><span>{{.}}</span></th>{{end}}</tr>
-{{range .Rows}}<tr><td class="scen"><code>{{.Point}}</code></td><td class="muted">{{.Proc}}</td>{{range .Cells}}<td style="text-align:center">{{.}}</td>{{end}}</tr>
-{{end}}</table></div>
-{{with .C.Folded}}<details><summary>{{len .}} matrix cases folded into catalogue cases reaching the same (phase, fault kind, goal)</summary><ul>
-{{range .}}<li><code>{{.Case}}</code> → <code>{{.Into}}</code> <span class="muted">({{.Key}})</span></li>
-{{end}}</ul></details>{{end}}
-`))
-
-// coverageHTML is report.html's section (empty when the run has no map).
-func coverageHTML(r *Results) (template.HTML, error) {
-	if r.Coverage == nil {
-		return "", nil
-	}
-	var b strings.Builder
-	err := coverageTmpl.Execute(&b, map[string]any{"C": r.Coverage, "Rows": r.Coverage.rows(),
-		"Landed": covLanded, "Missing": covMissing, "NA": covNA})
-	if err != nil {
-		return "", fmt.Errorf("coverage section: %w", err)
-	}
-	return template.HTML(b.String()), nil
+	return nil, fmt.Errorf("it has no coverage map (a run written before the coverage map, or not an agent-layer run)")
 }

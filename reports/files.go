@@ -141,6 +141,9 @@ func Parse(data []byte) (*Results, error) {
 // and without a bug switch (its repro command tells them apart). Across
 // shards a repeated id is an overlap, which Merge refuses.
 func Validate(r *Results) error {
+	if r.Coverage != nil && r.Coverage.Version != CoverageVersion {
+		return fmt.Errorf("phase_coverage version %d, this vmchaos reads version %d: recompute it with a matching vmchaos", r.Coverage.Version, CoverageVersion)
+	}
 	for i, c := range r.Cases {
 		if c.ID == "" {
 			return fmt.Errorf("case #%d: empty id", i)

@@ -36,6 +36,10 @@ type GateOptions struct {
 	// against a third-party manager): it is listed as ACCEPTED and does not
 	// fail the gate, nor does its regression against the baseline.
 	Accept map[string]bool
+	// MinCoverage, when > 0, fails the gate (exit 1) when the run's phase
+	// coverage (percent of the applicable cells) is below it, or the run
+	// has no (current) coverage map.
+	MinCoverage float64
 }
 
 // DefaultGateOptions is what `vmchaos report gate` uses without flags.
@@ -152,6 +156,11 @@ func Gate(cur *Results, baseline *Results, opt GateOptions) GateResult {
 	if opt.MaxInjectionError > 0 {
 		if line, ok := injectionErrorGate(cur, opt.MaxInjectionError); !ok {
 			add(GateInconclusive, "%s", line)
+		}
+	}
+	if opt.MinCoverage > 0 {
+		if line, ok := coverageGate(cur, opt.MinCoverage); !ok {
+			add(GateFail, "%s", line)
 		}
 	}
 	if baseline != nil {
@@ -307,3 +316,16 @@ func (e InfraError) Unwrap() error { return e.Err }
 
 // ExitCode is the process exit status.
 func (e InfraError) ExitCode() int { return GateInfra }
+
+// coverageGate judges --min-coverage: the line naming the figure, and
+// whether it holds. A run without a current map does not hold it.
+func coverageGate(cur *Results, min float64) (string, bool) {
+	cov, err := cur.CoverageMap()
+	if err != nil {
+		return fmt.Sprintf("COVERAGE below --min-coverage %.1f%%: %v", min, err), false
+	}
+	if cov.Percent < min {
+		return fmt.Sprintf("COVERAGE %s is below --min-coverage %.1f%%", cov, min), false
+	}
+	return "", true
+}

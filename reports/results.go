@@ -3,7 +3,10 @@
 // the release gate and shard merging.
 package reports
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Verdicts of a case.
 const (
@@ -40,9 +43,14 @@ type Results struct {
 	Shards        []string `json:"shards,omitempty"`
 	MissingShards []string `json:"missing_shards,omitempty"`
 
-	// Coverage is the phase-coverage map of the generated matrix
-	// (coverage.go); absent in runs written before it.
-	Coverage *Coverage `json:"coverage,omitempty"`
+	// Coverage is the phase-coverage map (coverage.go, version
+	// CoverageVersion); absent in runs written before it. Its key is new
+	// with version 2, so an older vmchaos finds no map rather than
+	// reading cells as the old (point × kind) pairs.
+	Coverage *Coverage `json:"phase_coverage,omitempty"`
+	// LegacyCoverage is a version-1 map (key `coverage`): kept only so that
+	// readers can refuse it by name (LegacyCoverageError).
+	LegacyCoverage json.RawMessage `json:"coverage,omitempty"`
 
 	// Parallel is --parallel as resolved: "1", "4", "auto=3 (2 CPUs, load
 	// 1.2)" (issue #37); absent in runs written before the scheduler.
@@ -102,6 +110,9 @@ type Case struct {
 	// written before the scheduler (issue #37).
 	Class       string `json:"class,omitempty"`
 	Concurrency int    `json:"concurrency,omitempty"`
+	// CoverageAt is the point a failpoint-action fault acts at (its
+	// VMCHAOS_FAILPOINTS rule): the cell it credits when it landed.
+	CoverageAt string `json:"coverage_at,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.
@@ -152,6 +163,7 @@ type TimelineEvent struct {
 	TsNs  int64  `json:"ts_ns"`
 	Kind  string `json:"kind"` // phase | fault | restart | converged
 	Proc  string `json:"proc,omitempty"`
+	Pid   int    `json:"pid,omitempty"` // the emitting process (phase events): whose phase it is
 	Point string `json:"point,omitempty"`
 	VM    string `json:"vm,omitempty"`
 	Note  string `json:"note,omitempty"`

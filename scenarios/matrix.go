@@ -376,11 +376,17 @@ func matrixScenario(c matrixCell, speed string) Scenario {
 	return s
 }
 
-// CoverageKind is the matrix fault kind a scenario exercises ("" when its
-// faults are no matrix kind): the coverage map's column for its landing.
+// CoverageKind is the coverage kind a scenario exercises ("" when its
+// faults are none of CoverageKindNames): the coverage map's column for its
+// landing.
 func CoverageKind(s *Scenario) string {
 	single := func(f Fault) string {
 		switch {
+		case f.Kind == FaultPowerCut || f.Kind == FaultSigkillDirect:
+			return f.Kind
+		case f.Kind == "failpoint":
+			_, kind := FailpointAction(s)
+			return kind
 		case f.Unit == "daemon" && f.Kind == "sigkill-main":
 			return "sigkill-daemon"
 		case f.Unit == "daemon":

@@ -8,14 +8,16 @@ import (
 )
 
 // printCoverage prints the phase-coverage map stored in a results.json
-// (the same table as report.md's "Phase coverage").
+// (the same map as report.md's "Phase coverage", with the crediting case
+// of every covered cell).
 func printCoverage(w io.Writer, path string) error {
 	res, err := reports.Load(path)
 	if err != nil {
 		return fmt.Errorf("points --coverage: %w", err)
 	}
-	if res.Coverage == nil {
-		return fmt.Errorf("points --coverage: %s has no coverage map (a run written before the fault matrix, or not an agent-layer run)", path)
+	cov, err := res.CoverageMap()
+	if err != nil {
+		return fmt.Errorf("points --coverage: %s: %w", path, err)
 	}
-	return reports.WriteCoverageTable(w, res.Coverage)
+	return reports.WriteCoverageTable(w, cov)
 }

@@ -62,7 +62,7 @@ Each optionally prefixed "N*" (the first N hits only) and suffixed "@vm=ID" (tha
 		},
 	}
 	c.Flags().StringVar(&proc, "proc", "", "only points of this process (vmctl, nodeagent, fakech)")
-	c.Flags().StringVar(&coverage, "coverage", "", "print the phase-coverage map of a run instead: for every failpoint, which fault kinds landed there and which applicable ones never did (the results.json of a run or a merge), e.g. out/results.json")
+	c.Flags().StringVar(&coverage, "coverage", "", "print the phase-coverage map of a run instead: for every operation × failpoint, which applicable fault kinds landed there (and the case that landed), which never did, and which this host cannot run and why (the results.json of a run or a merge), e.g. out/results.json")
 	c.Flags().BoolVar(&kinds, "kinds", false, "print the fault kinds instead (the injector's one list, power-cut included): what each does and when it counts as landed")
 	return c
 }

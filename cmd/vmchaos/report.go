@@ -36,9 +36,9 @@ func newReportGateCmd() *cobra.Command {
 	var flakyFails bool
 	var maxInjErr time.Duration
 	var accept []string
-	var acceptFile string
+	var acceptFile, minCoverage string
 	c := &cobra.Command{
-		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] [--accept ID,...] RUN_DIR|results.json",
+		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] [--accept ID,...] [--min-coverage P] RUN_DIR|results.json",
 		Short: "Decide a release from a run: exit 0 pass, 1 violated/regressed, 2 inconclusive, 3 infrastructure error",
 		Long: `gate reads a run's results.json and exits with:
   0  every case passed
@@ -48,6 +48,7 @@ func newReportGateCmd() *cobra.Command {
   2  a case is inconclusive (its fault did not land where intended), the run has no
      cases, a merged run lacks shards, or (--max-injection-error) the p99 of its
      injection errors exceeds the bound
+     (--min-coverage) the run's phase coverage is below the bound, or it has no map
   3  a case is a harness error, or the results cannot be read
 When several apply the most severe wins: 1, then 3, then 2. Every reason is printed,
 one line each, with the repro command of the case.`,
@@ -70,6 +71,9 @@ one line each, with the repro command of the case.`,
 			}
 			opt.FlakyFails = flakyFails
 			opt.MaxInjectionError = maxInjErr
+			if opt.MinCoverage, err = parseMinCoverage(minCoverage); err != nil {
+				return err
+			}
 			if opt.Accept, err = acceptIDs(accept, acceptFile); err != nil {
 				return err
 			}
@@ -102,6 +106,7 @@ one line each, with the repro command of the case.`,
 	c.Flags().BoolVar(&flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
 	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "call the run inconclusive when the p99 of |actual − requested| over its timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off)")
 	c.Flags().StringSliceVar(&accept, "accept", nil, "case ids whose failure is a known finding (listed as ACCEPTED, not failing the gate), e.g. mgr-clone-kill-at-ch.restore.begin (default: none)")
+	c.Flags().StringVar(&minCoverage, "min-coverage", "", `fail the gate (exit 1) when the run's phase coverage (applicable operation × point × fault-kind cells landed, not-runnable ones counted) is below this, e.g. "80%" or "80" (default: off)`)
 	c.Flags().StringVar(&acceptFile, "accept-file", "", "file of accepted case ids, one per line, # comments (default: none)")
 	c.Flags().StringVar(&stepSummary, "step-summary", "", `append a compact Markdown verdict (reasons, cases needing attention, repro commands) to this file, e.g. "$GITHUB_STEP_SUMMARY" (default: none)`)
 	return c
@@ -246,4 +251,17 @@ func newReportSummaryCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// parseMinCoverage reads --min-coverage: a percentage in (0, 100], "%"
+// optional ("" = off).
+func parseMinCoverage(s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
+	if err != nil || v <= 0 || v > 100 {
+		return 0, fmt.Errorf("--min-coverage %q: want a percentage in (0, 100], e.g. 80%%", s)
+	}
+	return v, nil
 }

@@ -212,3 +212,38 @@ func TestReportMergeJoinsGinkgoReports(t *testing.T) {
 		t.Fatalf("merge with a corrupt ginkgo.json: exit %d:\n%s", code, txt)
 	}
 }
+
+// `report gate --min-coverage P` exits 1 naming the figure below P, and
+// passes at or above it; a run without a map cannot pass it.
+func TestReportGateMinCoverage(t *testing.T) {
+	tmp := t.TempDir()
+	dir := writeRun(t, filepath.Join(tmp, "cov"), "", map[string]string{"a@0": reports.Pass}, 100)
+	r, err := reports.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Coverage = reports.ComputeCoverage(&reports.Coverage{Kinds: []string{"stop"}, Ops: []string{"create"},
+		Cells: []reports.CoverageCell{{Op: "create", Point: "agent.create.begin", Proc: "nodeagent", Kind: "stop"},
+			{Op: "create", Point: "agent.create.cloned", Proc: "nodeagent", Kind: "stop"}}},
+		[]reports.Case{{ID: "a@0", Operation: "create", CoverageKind: "stop",
+			Injections: []reports.Injection{{Trigger: "park agent.create.begin", ActualNs: 1, Landed: true}}}})
+	if err := reports.WriteAll(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	bare := writeRun(t, filepath.Join(tmp, "bare"), "", map[string]string{"a@0": reports.Pass}, 100)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"gate", "--min-coverage", "50%", dir}, 0, "gate: pass"},
+		{[]string{"gate", "--min-coverage", "50.1", dir}, 1, "COVERAGE phase coverage 50.0% (1 of 2 applicable operation × point × fault-kind cells landed) is below --min-coverage 50.1%"},
+		{[]string{"gate", "--min-coverage", "10", bare}, 1, "COVERAGE below --min-coverage 10.0%: it has no coverage map"},
+		{[]string{"gate", "--min-coverage", "0", dir}, 1, "want a percentage in (0, 100]"},
+	} {
+		out, code := runReport(t, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d, want %d with %q; output:\n%s", tc.args, code, tc.code, tc.want, out)
+		}
+	}
+}

@@ -64,6 +64,9 @@ func codeCounts(t *testing.T) []Count {
 		{"matrix kinds", len(scenarios.MatrixKinds), []*regexp.Regexp{Phrase(`\b(\d+) matrix kinds\b`)}},
 		{"applicable pairs", len(scenarios.MatrixPairs()), []*regexp.Regexp{
 			Phrase(`\b(\d+) applicable (?:\(point × kind\) )?pairs\b`)}},
+		// the coverage denominator (scenarios/coverage.go), not the matrix's pairs
+		{"coverage cells", len(scenarios.CoverageCells()), []*regexp.Regexp{
+			Phrase(`\b([0-9,]+) applicable \(operation × point × fault-kind\) cells\b`)}},
 		{"failpoints", len(failpoint.Catalogue), []*regexp.Regexp{
 			Phrase(`\b(\d+) (?:named )?failpoints\b`), Phrase(`\b(\d+) named phases\b`)}},
 	}
@@ -85,6 +88,7 @@ var statedIn = map[string]string{
 	"injector fault kinds": "docs/architecture.md",
 	"matrix kinds":         "docs/scenarios.md",
 	"applicable pairs":     "docs/scenarios.md",
+	"coverage cells":       "docs/scenarios.md",
 	"failpoints":           "docs/architecture.md",
 	"vmctl failpoints":     "docs/vmctl.md",
 	"nodeagent failpoints": "docs/nodeagent.md",

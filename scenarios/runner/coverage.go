@@ -5,20 +5,44 @@ import (
 	"github.com/vmchaos/vmchaos/scenarios"
 )
 
-// MatrixCoverage is the phase-coverage map of these cases over the
-// generated matrix's applicable pairs (issue #18).
-func MatrixCoverage(cases []reports.Case) *reports.Coverage {
-	var pairs []reports.CoveragePair
-	for _, p := range scenarios.MatrixPairs() {
-		pairs = append(pairs, reports.CoveragePair{Point: p.Point, Proc: p.Proc, Kind: p.Kind})
+// CoverageSpec is the coverage denominator (scenarios.CoverageCells: every
+// operation × failpoint × fault kind that applies there), each cell marked
+// with why this host cannot run it (notRunnable by kind; "" = it can).
+func CoverageSpec(notRunnable func(kind string) string) *reports.Coverage {
+	spec := &reports.Coverage{Version: reports.CoverageVersion, Kinds: scenarios.CoverageKindNames(),
+		FallbackOps: scenarios.CoverageFallbackOps(), VictimProcs: scenarios.CoverageVictimProc()}
+	seen := map[string]bool{}
+	for _, c := range scenarios.CoverageCells() {
+		if !seen[c.Op] {
+			seen[c.Op] = true
+			spec.Ops = append(spec.Ops, c.Op)
+		}
+		spec.Cells = append(spec.Cells, reports.CoverageCell{Op: c.Op, Point: c.Point, Proc: c.Proc, Kind: c.Kind,
+			NotRunnable: notRunnable(c.Kind)})
 	}
-	var kinds []string
-	for _, k := range scenarios.MatrixKinds {
-		kinds = append(kinds, k.Name)
-	}
-	var folds []reports.CoverageFold
 	for _, f := range scenarios.MatrixFolds() {
-		folds = append(folds, reports.CoverageFold{Case: f.Case, Into: f.Into, Key: f.Key})
+		spec.Folded = append(spec.Folded, reports.CoverageFold{Case: f.Case, Into: f.Into, Key: f.Key})
 	}
-	return reports.ComputeCoverage(pairs, kinds, folds, cases)
+	return spec
+}
+
+// MatrixCoverage is the phase-coverage map of these cases over the
+// denominator, with this host's unrunnable cells marked.
+func MatrixCoverage(cases []reports.Case, notRunnable func(kind string) string) *reports.Coverage {
+	return reports.ComputeCoverage(CoverageSpec(notRunnable), cases)
+}
+
+// notRunnable is why this runner's host cannot run a kind's cells: the
+// whole backend's preflight (no KVM, no cloud-hypervisor) for every kind,
+// no FUSE (lazyfs) for the power cut. "" = it can.
+func (r *Runner) notRunnable(kind string) string {
+	if r.skip != "" {
+		return r.skip
+	}
+	if kind == scenarios.FaultPowerCut {
+		if why := fuseAvailable(); why != "" {
+			return "power cut needs lazy filesystems: " + why
+		}
+	}
+	return ""
 }

@@ -211,7 +211,7 @@ func timeline(events []failpoint.Event, injs []reports.Injection, convergeMs flo
 				note = strings.Join(w, " ")
 			}
 		}
-		out = append(out, reports.TimelineEvent{TsNs: e.TsNs, Kind: kind, Proc: e.Proc, Point: e.Point, VM: e.VM, Note: note})
+		out = append(out, reports.TimelineEvent{TsNs: e.TsNs, Kind: kind, Proc: e.Proc, Pid: e.Pid, Point: e.Point, VM: e.VM, Note: note})
 	}
 	for _, in := range injs {
 		if in.ActualNs > 0 {

@@ -248,6 +248,9 @@ func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []strin
 		rc.DurationMs = float64(time.Since(start)) / float64(time.Millisecond)
 	}
 	rc.CoverageKind = scenarios.CoverageKind(c.Scenario)
+	if p, k := scenarios.FailpointAction(c.Scenario); k != "" && rc.CoverageKind == k {
+		rc.CoverageAt = p
+	}
 	r.mu.Lock()
 	r.res.Cases = append(r.res.Cases, rc)
 	r.mu.Unlock()
@@ -288,7 +291,7 @@ func progressLine(rc reports.Case) string {
 func (r *Runner) WriteAll() (*reports.Results, error) {
 	r.mu.Lock()
 	r.res.FinishedAt = time.Now().UTC()
-	r.res.Coverage = MatrixCoverage(r.res.Cases)
+	r.res.Coverage = MatrixCoverage(r.res.Cases, r.notRunnable)
 	res := r.res
 	r.mu.Unlock()
 	return res, reports.WriteAll(r.opts.ReportDir, res)

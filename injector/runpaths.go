@@ -172,3 +172,39 @@ func unescapeMount(s string) string {
 	}
 	return b.String()
 }
+
+// KindReserve is the kind of a record that only names a dir about to be
+// created (ReserveDir).
+const KindReserve = "reserve"
+
+// ReserveDir creates a new dir parent/prefix<random> (parent "" is the temp
+// dir) after recording it in a run record of its own, so that a runner
+// SIGKILLed at any moment, even before its supervisor exists, leaves a dir
+// `doctor --clean` finds and removes. release removes that record: call it
+// once the dir is named by the supervisor's record (RecordPaths) or removed.
+func ReserveDir(parent, prefix string) (dir string, release func(), err error) {
+	if !strings.HasPrefix(prefix, runPathPrefix) {
+		return "", nil, fmt.Errorf("reserve dir: prefix %q: want %s*", prefix, runPathPrefix)
+	}
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	if parent, err = filepath.Abs(parent); err != nil {
+		return "", nil, fmt.Errorf("reserve dir: %w", err)
+	}
+	rec, err := newRecord(KindReserve, "")
+	if err != nil {
+		return "", nil, fmt.Errorf("reserve dir: %w", err)
+	}
+	// The run id is random: the dir name is as unique as MkdirTemp's.
+	dir = filepath.Join(parent, prefix+rec.RunID[len(rec.RunID)-16:])
+	rec.Paths = []string{dir}
+	if err := rec.save(); err != nil {
+		return "", nil, fmt.Errorf("reserve dir: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		rec.remove()
+		return "", nil, fmt.Errorf("reserve dir: %w", err)
+	}
+	return dir, rec.remove, nil
+}

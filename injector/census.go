@@ -122,7 +122,7 @@ func TakeCensus(o CensusOptions) Census {
 	lv := readLiveRuns(o.Registry)
 	var c Census
 	leaked := censusTemp(&c, o, lv)
-	censusProcs(&c, o, lv)
+	censusProcs(&c, o, lv, leaked)
 	censusMounts(&c, leaked)
 	censusNamed(&c, o, lv)
 	if o.RunID == "" { // fds are this process's, not a run's
@@ -153,7 +153,9 @@ func (o CensusOptions) counts(id string, live bool) bool {
 	return !live
 }
 
-func censusProcs(c *Census, o CensusOptions, lv liveRuns) {
+// censusProcs counts the processes carrying the tag of no live run (or of
+// run RunID), or naming a leaked dir in their command line.
+func censusProcs(c *Census, o CensusOptions, lv liveRuns, leaked []string) {
 	self := os.Getpid()
 	procDir := "/proc"
 	ents, _ := os.ReadDir(procDir)
@@ -169,6 +171,9 @@ func censusProcs(c *Census, o CensusOptions, lv liveRuns) {
 		if id := runOfEnviron(b); id != "" && o.counts(id, lv.ids[id]) {
 			c.Procs++
 			c.Detail = append(c.Detail, fmt.Sprintf("process %d of run %s", pid, id))
+		} else if namesPath(pid, leaked) {
+			c.Procs++
+			c.Detail = append(c.Detail, fmt.Sprintf("process %d naming a leaked dir: %s", pid, strings.Join(cmdline(pid), " ")))
 		}
 	}
 }

@@ -151,17 +151,29 @@ func TestDoctorFindsStackDirOfHarnessKilledBeforeItsSupervisor(t *testing.T) {
 	_ = h.Process.Signal(syscall.SIGKILL)
 	_ = h.Wait()
 	b, _ := os.ReadFile(ready)
-	stackDir := string(b)
+	stackDir, tailPID, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(tailPID)
+	tail, err := Identify(pid)
+	if err != nil {
+		t.Fatalf("the runner's command: %v", err)
+	}
+	t.Cleanup(func() { _ = signalProc(tail, syscall.SIGKILL) })
 	ls, err := FindAllLeftovers(Registry())
 	if err != nil || len(ls) != 1 || len(ls[0].Paths) != 1 || ls[0].Paths[0] != stackDir {
 		t.Fatalf("leftovers = %v, %v; want the dir %s", ls, err, stackDir)
 	}
+	if len(ls[0].Procs) != 1 || ls[0].Procs[0] != tail {
+		t.Fatalf("leftover processes %v, want the untagged command naming the dir (pid %d)", ls[0].Procs, pid)
+	}
 	opts := CensusOptions{TempDirs: []string{tmp}}
-	if c := TakeCensus(opts); c.TempDirs != 1 || c.TempBytes < 4096 {
-		t.Fatalf("census before clean: want 1 dir of 4096+ bytes\n%s", c.Table())
+	if c := TakeCensus(opts); c.TempDirs != 1 || c.TempBytes < 4096 || c.Procs < 1 {
+		t.Fatalf("census before clean: want 1 dir of 4096+ bytes and the command naming it\n%s", c.Table())
 	}
 	if _, err := CleanAllLeftovers(context.Background(), Registry()); err != nil {
 		t.Fatal(err)
+	}
+	if tail.Alive() {
+		t.Fatalf("pid %d naming the dir alive after clean returned", pid)
 	}
 	if _, err := os.Stat(stackDir); !os.IsNotExist(err) {
 		t.Fatalf("stack dir %s after clean: %v", stackDir, err)

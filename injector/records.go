@@ -280,7 +280,9 @@ func FindLeftovers(dir string) ([]Leftover, error) {
 }
 
 // runProcs finds the live processes of a recorded run: its namespaced init
-// (sandbox) and everything carrying its tag that started after its runner.
+// (sandbox) and everything that started after its runner and carries its
+// tag or names one of its dirs in its command line (a command the runner
+// ran itself, outside any unit, carries no tag).
 func runProcs(r *Record, all []int) []Proc {
 	var out []Proc
 	seen := map[int]bool{}
@@ -300,7 +302,7 @@ func runProcs(r *Record, all []int) []Proc {
 		// A namespace inode can be reused once freed: the pid namespace
 		// counts only together with the run's own cgroup.
 		inNS := r.PidNS != "" && pidNS(pid) == r.PidNS && inCgroupTree(pid, r.Cgroup)
-		if inNS || environHas(pid, tag) {
+		if inNS || environHas(pid, tag) || namesPath(pid, r.Paths) {
 			out = append(out, Proc{PID: pid, Start: st.start})
 			seen[pid] = true
 		}
@@ -477,4 +479,20 @@ func removeCgroupTree(ctx context.Context, root string) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// namesPath reports whether pid's command line names one of dirs or a path
+// below it. Run dirs are vmchaos-<random>, so no other process names them.
+func namesPath(pid int, dirs []string) bool {
+	if len(dirs) == 0 {
+		return false
+	}
+	for _, arg := range cmdline(pid) {
+		for _, d := range dirs {
+			if i := strings.Index(arg, d); i >= 0 && (len(arg) == i+len(d) || arg[i+len(d)] == '/') {
+				return true
+			}
+		}
+	}
+	return false
 }

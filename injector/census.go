@@ -84,7 +84,7 @@ func readLiveRuns(primary string) liveRuns {
 				continue
 			}
 			lv.byID[r.RunID] = &r
-			if r.RunnerPidNS == ownNS && !r.Runner.Exists() {
+			if r.RunnerPidNS == ownNS && !r.Runner.Alive() {
 				continue // dead: what it owned is leaked
 			}
 			lv.ids[r.RunID] = true

@@ -260,8 +260,9 @@ func FindLeftovers(dir string) ([]Leftover, error) {
 		if r.RunnerPidNS != "" && r.RunnerPidNS != ownNS {
 			continue // not ours to judge (see above)
 		}
-		if r.Runner.Exists() {
-			continue // a live run owns it
+		if r.Runner.Alive() {
+			continue // a live run owns it (a zombie runner is dead: an
+			// orphaned runner may wait a while for init to reap it)
 		}
 		if all == nil {
 			all = allPIDs()
@@ -381,10 +382,9 @@ const killWait = 10 * time.Second
 // killRun SIGKILLs the run's processes (the namespaced init first: the
 // kernel then kills its whole pid namespace) and returns only once each is
 // dead, seen through its pidfd, rescanning for processes forked meanwhile.
-// A process still alive at the deadline is an error naming it.
+// A process still alive after killWait (half of it before, half after
+// aborting orphaned FUSE connections) is an error naming it.
 func killRun(ctx context.Context, l Leftover) error {
-	ctx, cancel := context.WithTimeout(ctx, killWait)
-	defer cancel()
 	done := map[Proc]bool{}
 	procs := l.Procs
 	for len(procs) > 0 {
@@ -396,16 +396,23 @@ func killRun(ctx context.Context, l Leftover) error {
 				fds = append(fds, fd)
 			}
 		}
-		var alive []string
-		for _, fd := range fds {
-			if err := fd.WaitExit(ctx); err != nil {
-				alive = append(alive, fmt.Sprint(fd.PID))
+		alive := waitDead(ctx, fds, killWait/2)
+		if len(alive) > 0 {
+			// Hung on a dead run's FUSE server: abort its connection.
+			if conns := abortOrphanFuse(); len(conns) > 0 {
+				alive = waitDead(ctx, alive, killWait/2)
 			}
+		}
+		for _, fd := range fds {
 			reapOrphan(fd.Proc)
 			fd.Close()
 		}
 		if len(alive) > 0 {
-			return fmt.Errorf("pid %s alive after SIGKILL: %w", strings.Join(alive, " "), ctx.Err())
+			var pids []string
+			for _, fd := range alive {
+				pids = append(pids, fmt.Sprint(fd.PID))
+			}
+			return fmt.Errorf("pid %s alive after SIGKILL (%v)", strings.Join(pids, " "), killWait)
 		}
 		procs = procs[:0]
 		for _, p := range runProcs(&l.Record, allPIDs()) {
@@ -415,6 +422,20 @@ func killRun(ctx context.Context, l Leftover) error {
 		}
 	}
 	return nil
+}
+
+// waitDead waits up to d for each pidfd's process to exit and returns those
+// still alive.
+func waitDead(ctx context.Context, fds []*PidFD, d time.Duration) []*PidFD {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var alive []*PidFD
+	for _, fd := range fds {
+		if fd.WaitExit(ctx) != nil {
+			alive = append(alive, fd)
+		}
+	}
+	return alive
 }
 
 // reapOrphan reaps p if it was reparented to this process (a subreaper), or

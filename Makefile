@@ -91,6 +91,14 @@ bench-chaos: setup build
 # shards one after the other (CI runs them as parallel jobs), joined by
 # `report merge` into $(REPORTDIR)/nightly/merged and gated there.
 SHARDS ?= 4
+# soak: the catalogue pass after pass until SOAK_CASES cases have run, with a leak
+# census (vmchaos doctor --census: processes, mounts, cgroups, netns, TAPs, fds, temp
+# bytes) after each pass and at the end; fails on any non-zero census (scripts/soak.sh).
+SOAK_CASES ?= 1000
+.PHONY: soak
+soak: build
+	SOAK_CASES=$(SOAK_CASES) SOAK_SCALE=$(SCALE) BIN=$(BIN) SOAK_DIR=$(REPORTDIR)/soak-$$(date +%Y%m%d-%H%M%S) scripts/soak.sh
+
 .PHONY: chaos-nightly
 chaos-nightly: setup build
 	@rm -rf $(REPORTDIR)/nightly; for i in $$(seq 1 $(SHARDS)); do \

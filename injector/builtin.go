@@ -30,6 +30,8 @@ type builtin struct {
 	mu     sync.Mutex
 	units  map[string]*bunit
 	closed bool
+
+	watch *watchdog
 }
 
 type bunit struct {
@@ -56,6 +58,10 @@ func newBuiltin(stateDir string) (*builtin, error) {
 		return nil, fmt.Errorf("builtin supervisor: %w", err)
 	}
 	b := &builtin{rec: rec, self: os.Getpid(), units: map[string]*bunit{}}
+	if b.watch, err = startWatchdog(rec); err != nil {
+		rec.remove()
+		return nil, fmt.Errorf("builtin supervisor: %w", err)
+	}
 	reaper.add(b)
 	return b, nil
 }
@@ -403,6 +409,9 @@ func (b *builtin) Close() error {
 	// Let the reaper collect the last zombies before we stop claiming them.
 	reaper.sweep()
 	reaper.remove(b)
+	if err := b.watch.stop(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		b.rec.remove()
 	}

@@ -46,7 +46,7 @@ func HostChecks() []Check {
 	} else {
 		add("sandbox", false, "%s", why)
 	}
-	add("builtin", true, "in-process, child subreaper")
+	add("builtin", true, "in-process, child subreaper, units die with the harness (watchdog)")
 	switch {
 	case systemdIsPID1() && os.Geteuid() == 0:
 		add("supervisor", true, "auto → systemd")

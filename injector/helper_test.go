@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -129,13 +130,40 @@ func helperMain(mode string) int {
 			fmt.Fprintln(os.Stderr, "runner:", err)
 			return 2
 		}
+		var pids []string
 		for {
 			if procs, _ := sup.Procs(ctx, "left"); len(procs) >= 2 {
+				for _, p := range procs {
+					pids = append(pids, strconv.Itoa(p.PID))
+				}
 				break
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		_ = os.WriteFile(os.Getenv("HELPER_READY"), nil, 0o644)
+		// A test of doctor itself takes the watchdog away first, as if it
+		// had died with the runner before it could act.
+		if b, ok := sup.(*builtin); ok && os.Getenv("HELPER_KILL_WATCHDOG") != "" {
+			_ = syscall.Kill(b.watch.pid, syscall.SIGKILL)
+			<-b.watch.done
+		}
+		_ = os.WriteFile(os.Getenv("HELPER_READY"), []byte(strings.Join(pids, " ")), 0o644)
+		select {}
+	case "reserve":
+		// A runner SIGKILLed after it reserved its stack dir, before any
+		// supervisor exists.
+		dir, _, err := ReserveDir(os.Getenv("HELPER_TMP"), "vmchaos-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "reserve:", err)
+			return 2
+		}
+		_ = os.WriteFile(filepath.Join(dir, "disk.img"), make([]byte, 4096), 0o644)
+		// A command the runner runs itself (no unit, no run tag) that
+		// names the dir, as a vmctl call names its root.
+		c := exec.Command("/usr/bin/tail", "-f", filepath.Join(dir, "disk.img"))
+		if err := c.Start(); err != nil {
+			return 2
+		}
+		_ = os.WriteFile(os.Getenv("HELPER_READY"), []byte(dir+"\n"+strconv.Itoa(c.Process.Pid)), 0o644)
 		select {}
 	case "hog":
 		// The accuracy benchmark's loaded core: spin, bounded.

@@ -3,6 +3,7 @@ package injector
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -31,13 +32,89 @@ const (
 	EnvUnitTag = "VMCHAOS_INJECTOR_UNIT"
 )
 
+// EnvRegistryIndex overrides where registries outside the default one are
+// indexed (tests point it at a temp dir).
+const EnvRegistryIndex = "VMCHAOS_INJECTOR_INDEX"
+
+// defaultRegistry is outside /run and /tmp cleaners and shared with a sandbox.
+const defaultRegistry = "/var/tmp/vmchaos-injector"
+
 // Registry is the directory of run records: $VMCHAOS_INJECTOR_REGISTRY or
-// /var/tmp/vmchaos-injector (outside /run and /tmp cleaners, shared with a sandbox).
+// /var/tmp/vmchaos-injector.
 func Registry() string {
 	if d := os.Getenv(EnvRegistry); d != "" {
 		return d
 	}
-	return "/var/tmp/vmchaos-injector"
+	return defaultRegistry
+}
+
+// RegistryIndex is the one well-known place where every registry other than
+// the default is named ($VMCHAOS_INJECTOR_INDEX or
+// /var/tmp/vmchaos-injector/index): a run whose registry is a temp dir (a
+// bench, a test) indexes it before its first record, so doctor finds that
+// run's leftovers whatever registry it used.
+func RegistryIndex() string {
+	if d := os.Getenv(EnvRegistryIndex); d != "" {
+		return d
+	}
+	return filepath.Join(defaultRegistry, "index")
+}
+
+// indexRegistry names dir in the index (one file per registry, named by
+// a hash of its absolute path, holding that path).
+func indexRegistry(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil || abs == defaultRegistry {
+		return err
+	}
+	idx := RegistryIndex()
+	sum := sha256.Sum256([]byte(abs))
+	f := filepath.Join(idx, hex.EncodeToString(sum[:8]))
+	if b, err := os.ReadFile(f); err == nil && string(b) == abs {
+		return nil
+	}
+	if err := os.MkdirAll(idx, 0o1777); err != nil {
+		return fmt.Errorf("registry index: %w", err)
+	}
+	if err := durable.WriteFile(f, []byte(abs), 0o644); err != nil {
+		return fmt.Errorf("registry index: %w", err)
+	}
+	return nil
+}
+
+// Registries lists primary, the default registry and every indexed registry
+// that still exists, each once. Index entries of registries that are gone
+// (a removed temp dir) are pruned. With $VMCHAOS_INJECTOR_INDEX set (a
+// test's private world) the default registry is left out: only primary and
+// what that index names are read.
+func Registries(primary string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(d string) {
+		if abs, err := filepath.Abs(d); err == nil && !seen[abs] {
+			seen[abs] = true
+			out = append(out, abs)
+		}
+	}
+	add(primary)
+	if os.Getenv(EnvRegistryIndex) == "" {
+		add(defaultRegistry)
+	}
+	files, _ := filepath.Glob(filepath.Join(RegistryIndex(), "*"))
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		d := string(b)
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			_ = os.Remove(f) // its registry is gone, and every record in it
+			continue
+		}
+		add(d)
+	}
+	return out
 }
 
 // Record is what a supervisor writes before it starts anything, so that the
@@ -87,6 +164,9 @@ func (r *Record) path() string { return filepath.Join(Registry(), r.RunID+".json
 // is started, so a crash never leaves an unrecorded process.
 func (r *Record) save() error {
 	if err := os.MkdirAll(Registry(), 0o1777); err != nil {
+		return fmt.Errorf("run record: %w", err)
+	}
+	if err := indexRegistry(Registry()); err != nil {
 		return fmt.Errorf("run record: %w", err)
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
@@ -180,8 +260,9 @@ func FindLeftovers(dir string) ([]Leftover, error) {
 		if r.RunnerPidNS != "" && r.RunnerPidNS != ownNS {
 			continue // not ours to judge (see above)
 		}
-		if r.Runner.Exists() {
-			continue // a live run owns it
+		if r.Runner.Alive() {
+			continue // a live run owns it (a zombie runner is dead: an
+			// orphaned runner may wait a while for init to reap it)
 		}
 		if all == nil {
 			all = allPIDs()
@@ -200,7 +281,9 @@ func FindLeftovers(dir string) ([]Leftover, error) {
 }
 
 // runProcs finds the live processes of a recorded run: its namespaced init
-// (sandbox) and everything carrying its tag that started after its runner.
+// (sandbox) and everything that started after its runner and carries its
+// tag or names one of its dirs in its command line (a command the runner
+// ran itself, outside any unit, carries no tag).
 func runProcs(r *Record, all []int) []Proc {
 	var out []Proc
 	seen := map[int]bool{}
@@ -220,7 +303,7 @@ func runProcs(r *Record, all []int) []Proc {
 		// A namespace inode can be reused once freed: the pid namespace
 		// counts only together with the run's own cgroup.
 		inNS := r.PidNS != "" && pidNS(pid) == r.PidNS && inCgroupTree(pid, r.Cgroup)
-		if inNS || environHas(pid, tag) {
+		if inNS || environHas(pid, tag) || namesPath(pid, r.Paths) {
 			out = append(out, Proc{PID: pid, Start: st.start})
 			seen[pid] = true
 		}
@@ -263,23 +346,110 @@ func CleanLeftovers(ctx context.Context, dir string) ([]Leftover, error) {
 	return ls, errors.Join(errs...)
 }
 
-func cleanLeftover(ctx context.Context, l Leftover) error {
-	// The namespaced init first: the kernel then kills its whole pid namespace.
-	for _, p := range l.Procs {
-		_ = signalProc(p, syscall.SIGKILL)
+// FindAllLeftovers is FindLeftovers over every registry Registries(primary)
+// names: a run with a temp registry (a bench) is found too.
+func FindAllLeftovers(primary string) ([]Leftover, error) {
+	var out []Leftover
+	var errs []error
+	for _, d := range Registries(primary) {
+		ls, err := FindLeftovers(d)
+		out = append(out, ls...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("registry %s: %w", d, err))
+		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	self := os.Getpid()
-	for _, p := range l.Procs {
-		for p.Alive() && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
+	return out, errors.Join(errs...)
+}
+
+// CleanAllLeftovers is CleanLeftovers over every registry Registries(primary)
+// names.
+func CleanAllLeftovers(ctx context.Context, primary string) ([]Leftover, error) {
+	var out []Leftover
+	var errs []error
+	for _, d := range Registries(primary) {
+		ls, err := CleanLeftovers(ctx, d)
+		out = append(out, ls...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("registry %s: %w", d, err))
 		}
-		// Orphans of that run may have been reparented to us (a subreaper):
-		// reap them, or they stay zombies of this process.
-		if st, err := readStat(p.PID); err == nil && st.start == p.Start && st.ppid == self {
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(p.PID, &ws, unix.WNOHANG, nil)
+	}
+	return out, errors.Join(errs...)
+}
+
+// killWait bounds how long doctor waits for what it SIGKILLed to die.
+const killWait = 10 * time.Second
+
+// killRun SIGKILLs the run's processes (the namespaced init first: the
+// kernel then kills its whole pid namespace) and returns only once each is
+// dead, seen through its pidfd, rescanning for processes forked meanwhile.
+// A process still alive after killWait (half of it before, half after
+// aborting orphaned FUSE connections) is an error naming it.
+func killRun(ctx context.Context, l Leftover) error {
+	done := map[Proc]bool{}
+	procs := l.Procs
+	for len(procs) > 0 {
+		var fds []*PidFD
+		for _, p := range procs {
+			done[p] = true
+			if fd, err := OpenPidFD(p); err == nil {
+				_ = fd.Signal(syscall.SIGKILL)
+				fds = append(fds, fd)
+			}
 		}
+		alive := waitDead(ctx, fds, killWait/2)
+		if len(alive) > 0 {
+			// Hung on a dead run's FUSE server: abort its connection.
+			if conns := abortOrphanFuse(); len(conns) > 0 {
+				alive = waitDead(ctx, alive, killWait/2)
+			}
+		}
+		for _, fd := range fds {
+			reapOrphan(fd.Proc)
+			fd.Close()
+		}
+		if len(alive) > 0 {
+			var pids []string
+			for _, fd := range alive {
+				pids = append(pids, fmt.Sprint(fd.PID))
+			}
+			return fmt.Errorf("pid %s alive after SIGKILL (%v)", strings.Join(pids, " "), killWait)
+		}
+		procs = procs[:0]
+		for _, p := range runProcs(&l.Record, allPIDs()) {
+			if !done[p] {
+				procs = append(procs, p)
+			}
+		}
+	}
+	return nil
+}
+
+// waitDead waits up to d for each pidfd's process to exit and returns those
+// still alive.
+func waitDead(ctx context.Context, fds []*PidFD, d time.Duration) []*PidFD {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var alive []*PidFD
+	for _, fd := range fds {
+		if fd.WaitExit(ctx) != nil {
+			alive = append(alive, fd)
+		}
+	}
+	return alive
+}
+
+// reapOrphan reaps p if it was reparented to this process (a subreaper), or
+// it would stay a zombie of ours.
+func reapOrphan(p Proc) {
+	if st, err := readStat(p.PID); err == nil && st.start == p.Start && st.ppid == os.Getpid() {
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(p.PID, &ws, unix.WNOHANG, nil)
+	}
+}
+
+func cleanLeftover(ctx context.Context, l Leftover) error {
+	if err := killRun(ctx, l); err != nil {
+		return err
 	}
 	if len(l.Record.Units) > 0 {
 		cleanHostUnits(ctx, l.Record.Units)
@@ -330,4 +500,20 @@ func removeCgroupTree(ctx context.Context, root string) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// namesPath reports whether pid's command line names one of dirs or a path
+// below it. Run dirs are vmchaos-<random>, so no other process names them.
+func namesPath(pid int, dirs []string) bool {
+	if len(dirs) == 0 {
+		return false
+	}
+	for _, arg := range cmdline(pid) {
+		for _, d := range dirs {
+			if i := strings.Index(arg, d); i >= 0 && (len(arg) == i+len(d) || arg[i+len(d)] == '/') {
+				return true
+			}
+		}
+	}
+	return false
 }

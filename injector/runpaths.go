@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -171,4 +172,89 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// KindReserve is the kind of a record that only names a dir about to be
+// created (ReserveDir).
+const KindReserve = "reserve"
+
+// ReserveDir creates a new dir parent/prefix<random> (parent "" is the temp
+// dir) after recording it in a run record of its own, so that a runner
+// SIGKILLed at any moment, even before its supervisor exists, leaves a dir
+// `doctor --clean` finds and removes. release removes that record: call it
+// once the dir is named by the supervisor's record (RecordPaths) or removed.
+func ReserveDir(parent, prefix string) (dir string, release func(), err error) {
+	if !strings.HasPrefix(prefix, runPathPrefix) {
+		return "", nil, fmt.Errorf("reserve dir: prefix %q: want %s*", prefix, runPathPrefix)
+	}
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	if parent, err = filepath.Abs(parent); err != nil {
+		return "", nil, fmt.Errorf("reserve dir: %w", err)
+	}
+	rec, err := newRecord(KindReserve, "")
+	if err != nil {
+		return "", nil, fmt.Errorf("reserve dir: %w", err)
+	}
+	// The run id is random: the dir name is as unique as MkdirTemp's.
+	dir = filepath.Join(parent, prefix+rec.RunID[len(rec.RunID)-16:])
+	rec.Paths = []string{dir}
+	if err := rec.save(); err != nil {
+		return "", nil, fmt.Errorf("reserve dir: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		rec.remove()
+		return "", nil, fmt.Errorf("reserve dir: %w", err)
+	}
+	return dir, rec.remove, nil
+}
+
+const fuseConnDir = "/sys/fs/fuse/connections"
+
+// abortOrphanFuse aborts every FUSE connection that no mount namespace on
+// this host still has mounted but that has requests waiting. That is a dead
+// run's in-process FUSE server (lazyfs): SIGKILLed, the runner's exit closes
+// a file on its own filesystem before the /dev/fuse fd that would answer
+// the flush, and it and every unit with a file open there hang in D state
+// (request_wait_answer) for ever. A connection mounted anywhere, or idle,
+// is left alone. It returns the connections it aborted.
+func abortOrphanFuse() []string {
+	if ents, _ := os.ReadDir(fuseConnDir); len(ents) == 0 {
+		_ = unix.Mount("fusectl", fuseConnDir, "fusectl", 0, "") // root only; harmless if it fails
+	}
+	conns, _ := os.ReadDir(fuseConnDir)
+	if len(conns) == 0 {
+		return nil
+	}
+	mounted := map[string]bool{}
+	seenNS := map[string]bool{}
+	for _, pid := range allPIDs() {
+		p := "/proc/" + strconv.Itoa(pid)
+		ns, err := os.Readlink(p + "/ns/mnt")
+		if err != nil || seenNS[ns] {
+			continue
+		}
+		seenNS[ns] = true
+		b, _ := os.ReadFile(p + "/mountinfo")
+		for _, ln := range strings.Split(string(b), "\n") {
+			f := strings.Fields(ln)
+			if len(f) > 2 && strings.Contains(ln, " - fuse") {
+				if _, minor, ok := strings.Cut(f[2], ":"); ok {
+					mounted[minor] = true
+				}
+			}
+		}
+	}
+	var out []string
+	for _, c := range conns {
+		w, err := os.ReadFile(filepath.Join(fuseConnDir, c.Name(), "waiting"))
+		if mounted[c.Name()] || err != nil || strings.TrimSpace(string(w)) == "0" {
+			continue
+		}
+		if os.WriteFile(filepath.Join(fuseConnDir, c.Name(), "abort"), []byte("1"), 0) == nil {
+			out = append(out, c.Name())
+		}
+	}
+	return out
 }

@@ -149,7 +149,7 @@ func TestLeftoversOfSIGKILLedRunAreFoundAndCleaned(t *testing.T) {
 			self, _ := os.Executable()
 			runner := exec.Command(self)
 			runner.Env = append(os.Environ(), envHelper+"=runner", "HELPER_KIND="+kind, "HELPER_STATE="+filepath.Join(dir, "state"),
-				"HELPER_READY="+ready, "HELPER_SIGLOG="+filepath.Join(dir, "sig.log"))
+				"HELPER_READY="+ready, "HELPER_SIGLOG="+filepath.Join(dir, "sig.log"), "HELPER_KILL_WATCHDOG=1")
 			runner.Stderr = os.Stderr
 			if err := runner.Start(); err != nil {
 				t.Fatal(err)

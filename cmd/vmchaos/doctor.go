@@ -26,6 +26,26 @@ type doctorReport struct {
 	Checks    []injector.Check    `json:"checks"`
 	Leftovers []injector.Leftover `json:"leftovers"`
 	Cleaned   bool                `json:"cleaned"`
+	// Registries are the record dirs read: --registry, the default one and
+	// every registry indexed under injector.RegistryIndex().
+	Registries []string        `json:"registries"`
+	Census     injector.Census `json:"census"`
+}
+
+// censusLeaks makes `doctor --census` exit 1 when the census is not zero.
+type censusLeaks int
+
+func (n censusLeaks) Error() string {
+	return fmt.Sprintf("census: %d leaked thing(s) of vmchaos runs", int(n))
+}
+func (censusLeaks) ExitCode() int { return 1 }
+
+// doctorFlags are doctor's options.
+type doctorFlags struct {
+	clean, json, censusOnly bool
+	registry, output        string
+	chBinary                string
+	census                  injector.CensusOptions
 }
 
 // leftoversFound makes doctor exit 1 when a dead run left processes behind
@@ -38,79 +58,122 @@ func (n leftoversFound) Error() string {
 func (leftoversFound) ExitCode() int { return 1 }
 
 func newDoctorCmd() *cobra.Command {
-	var clean bool
-	var registry, output, chBinary string
+	var f doctorFlags
 	c := &cobra.Command{
 		Use:   "doctor",
-		Short: "Say what this host lacks (root, cgroup2, systemd, KVM, CH) and list leftovers of SIGKILLed runs",
+		Short: "Say what this host lacks (root, cgroup2, systemd, KVM, CH), list leftovers of SIGKILLed runs and count leaks",
 		Long: `doctor checks what the injector and the backends need on this host and reads the run
 records every supervisor writes before it starts anything: a run whose runner is gone but
 whose processes, sandbox, cgroups, stack dirs or network namespaces remain is a leftover.
-With --clean those are killed (SIGKILL through verified pidfds) and their cgroups, stack dirs
-(the run's $TMPDIR/vmchaos-* with its stores, VM disks and sockets; mounts below it are
-detached first), network namespaces and records removed, each named in the output — the
-same cleanup every new run does on start. A run whose runner is alive is never touched.
-Exit status: 0, or 1 when leftovers remain.`,
+Records are read from --registry, the default registry and every registry indexed under
+` + injector.RegistryIndex() + ` (a run with a temp registry, a bench, indexes it first).
+With --clean those are killed (SIGKILL through verified pidfds; doctor returns only once each
+is dead, or fails naming the survivors) and their cgroups, stack dirs (the run's
+$TMPDIR/vmchaos-* with its stores, VM disks and sockets; mounts below it are detached first),
+network namespaces and records removed, each named in the output — the same cleanup every
+new run does on start. A run whose runner is alive is never touched.
+The census then counts what belongs to no live run: tagged processes, mounts (FUSE among
+them), cgroups, network namespaces, TAP devices, doctor's own fds and bytes under the temp
+dirs (docs/injector.md). --census prints only the census.
+Exit status: 0, or 1 when leftovers remain (--census: when the census is not zero).`,
 		Example: `  vmchaos doctor
   vmchaos doctor --clean
-  vmchaos doctor -o json`,
+  vmchaos doctor --census --tmp-dir /tmp/soak-tmp --results-dir /tmp/soak
+  vmchaos doctor --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
-			defer cancel()
-			rep := doctorReport{Checks: injector.HostChecks()}
-			rep.Checks = append(rep.Checks, kvmCheck(), chCheck(ctx, chBinary), fuseCheck())
-			var err error
-			if clean {
-				rep.Leftovers, err = injector.CleanLeftovers(ctx, registry)
-				rep.Cleaned = true
-			} else {
-				rep.Leftovers, err = injector.FindLeftovers(registry)
-			}
-			if err != nil {
-				return fmt.Errorf("doctor: leftovers in %s: %w", registry, err)
-			}
-			out := cmd.OutOrStdout()
-			if output == "json" {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else {
-				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "CHECK\tSTATUS\tDETAIL")
-				for _, c := range rep.Checks {
-					st := "ok"
-					if !c.OK {
-						st = "missing"
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\n", c.Name, st, c.Detail)
-				}
-				w.Flush()
-				fmt.Fprintf(out, "\nleftovers (records in %s):\n", registry)
-				if len(rep.Leftovers) == 0 {
-					fmt.Fprintln(out, "  none")
-				}
-				for _, l := range rep.Leftovers {
-					verb := "found"
-					if clean {
-						verb = "cleaned"
-					}
-					fmt.Fprintf(out, "  %s: %s\n", verb, l)
-				}
-			}
-			if !clean && len(rep.Leftovers) > 0 {
-				return leftoversFound(len(rep.Leftovers))
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDoctor(cmd, f) },
 	}
-	c.Flags().BoolVar(&clean, "clean", false, "kill the leftovers' processes and remove their cgroups, stack dirs, network namespaces and records")
-	c.Flags().StringVar(&registry, "registry", injector.Registry(), "directory of run records (env "+injector.EnvRegistry+")")
-	c.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-	c.Flags().StringVar(&chBinary, "ch-binary", "cloud-hypervisor", "cloud-hypervisor binary to look for (name on PATH or a path)")
+	fl := c.Flags()
+	fl.BoolVar(&f.clean, "clean", false, "kill the leftovers' processes and remove their cgroups, stack dirs, network namespaces and records")
+	fl.BoolVar(&f.json, "json", false, "same as -o json")
+	fl.BoolVar(&f.censusOnly, "census", false, "print only the leak census; exit 1 when it is not zero")
+	fl.StringVar(&f.registry, "registry", injector.Registry(), "directory of run records (env "+injector.EnvRegistry+")")
+	fl.StringSliceVar(&f.census.TempDirs, "tmp-dir", nil, "temp dirs whose vmchaos-* entries the census counts (default $TMPDIR or /tmp)")
+	fl.StringSliceVar(&f.census.ResultDirs, "results-dir", nil, "report dirs whose bytes the census reports")
+	fl.StringVar(&f.census.RunID, "run", "", "census of this run id only")
+	fl.StringVarP(&f.output, "output", "o", "text", "text or json")
+	fl.StringVar(&f.chBinary, "ch-binary", "cloud-hypervisor", "cloud-hypervisor binary to look for (name on PATH or a path)")
 	return c
+}
+
+func runDoctor(cmd *cobra.Command, f doctorFlags) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+	defer cancel()
+	f.census.Registry = f.registry
+	var rep doctorReport
+	if f.censusOnly {
+		rep.Census = injector.TakeCensus(f.census)
+		return printCensusOnly(cmd, f, rep.Census)
+	}
+	rep.Checks = append(injector.HostChecks(), kvmCheck(), chCheck(ctx, f.chBinary), fuseCheck())
+	rep.Registries = injector.Registries(f.registry)
+	var err error
+	if f.clean {
+		rep.Leftovers, err = injector.CleanAllLeftovers(ctx, f.registry)
+		rep.Cleaned = true
+	} else {
+		rep.Leftovers, err = injector.FindAllLeftovers(f.registry)
+	}
+	if err != nil {
+		return fmt.Errorf("doctor: leftovers: %w", err)
+	}
+	rep.Census = injector.TakeCensus(f.census)
+	if err := printDoctor(cmd, f, rep); err != nil {
+		return err
+	}
+	if !f.clean && len(rep.Leftovers) > 0 {
+		return leftoversFound(len(rep.Leftovers))
+	}
+	return nil
+}
+
+func printCensusOnly(cmd *cobra.Command, f doctorFlags, c injector.Census) error {
+	out := cmd.OutOrStdout()
+	if f.json || f.output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(c); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "census (what no live vmchaos run owns):\n%s", c.Table())
+	}
+	if n := c.Leaks(); n > 0 {
+		return censusLeaks(n)
+	}
+	return nil
+}
+
+func printDoctor(cmd *cobra.Command, f doctorFlags, rep doctorReport) error {
+	out := cmd.OutOrStdout()
+	if f.json || f.output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CHECK\tSTATUS\tDETAIL")
+	for _, c := range rep.Checks {
+		st := "ok"
+		if !c.OK {
+			st = "missing"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", c.Name, st, c.Detail)
+	}
+	w.Flush()
+	fmt.Fprintf(out, "\nleftovers (records in %s):\n", strings.Join(rep.Registries, " "))
+	if len(rep.Leftovers) == 0 {
+		fmt.Fprintln(out, "  none")
+	}
+	for _, l := range rep.Leftovers {
+		verb := "found"
+		if f.clean {
+			verb = "cleaned"
+		}
+		fmt.Fprintf(out, "  %s: %s\n", verb, l)
+	}
+	fmt.Fprintf(out, "\ncensus (what no live vmchaos run owns):\n%s", rep.Census.Table())
+	return nil
 }
 
 func kvmCheck() injector.Check {

@@ -40,7 +40,8 @@ func TestDoctorCleanRemovesEverythingOfASIGKILLedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(tmp) })
-	t.Setenv(injector.EnvRegistry, reg) // the doctor below and any cleanup read only this registry
+	t.Setenv(injector.EnvRegistry, reg)              // the doctor below and any cleanup read only this registry
+	t.Setenv(injector.EnvRegistryIndex, t.TempDir()) // no other registry: not the default one, none indexed
 	netnsBefore := listNetns()
 
 	runner := exec.Command(self, "run", "--label-filter", "speed:fast && fault:sigkill-main", "--time-scale", "0.05",

@@ -20,6 +20,7 @@ import (
 // run's tag. doctor must list it (exit 1), and --clean must kill it.
 func TestDoctorFindsAndCleansAPlantedLeftover(t *testing.T) {
 	reg := t.TempDir()
+	t.Setenv(injector.EnvRegistryIndex, t.TempDir()) // doctor reads only reg and this empty index
 	runner := exec.Command("/bin/true")
 	if err := runner.Start(); err != nil {
 		t.Fatal(err)
@@ -50,6 +51,23 @@ func TestDoctorFindsAndCleansAPlantedLeftover(t *testing.T) {
 		err := c.Execute()
 		return out.String(), err
 	}
+	census := func() injector.Census {
+		t.Helper()
+		out, err := run("--census", "--json", "--run", "planted-run")
+		var c injector.Census
+		// cobra appends the exit error (and usage) after the JSON
+		if jerr := json.NewDecoder(strings.NewReader(out)).Decode(&c); jerr != nil {
+			t.Fatalf("doctor --census --json: %v (%v)\n%s", jerr, err, out)
+		}
+		var cl censusLeaks
+		if (c.Leaks() > 0) != errors.As(err, &cl) {
+			t.Fatalf("doctor --census: exit error %v with %d leaks", err, c.Leaks())
+		}
+		return c
+	}
+	if c := census(); c.Procs != 1 {
+		t.Fatalf("census of the planted run: %d processes, want 1\n%s", c.Procs, c.Table())
+	}
 	out, err := run()
 	var lf leftoversFound
 	if !errors.As(err, &lf) || lf.ExitCode() != 1 {
@@ -73,6 +91,9 @@ func TestDoctorFindsAndCleansAPlantedLeftover(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the planted leftover survived doctor --clean")
+	}
+	if c := census(); c.Leaks() != 0 {
+		t.Fatalf("census of the planted run after --clean:\n%s", c.Table())
 	}
 	if out, err := run(); err != nil || !strings.Contains(out, "none") {
 		t.Fatalf("after clean: %v\n%s", err, out)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -22,7 +24,11 @@ import (
 // in the host's namespace), nor on the real backend (its network namespace
 // is a mount under the host's /run/netns).
 func inPrivateMountNS(f *runFlags, cases []scenarios.Case) (int, bool) {
-	if os.Getenv(privatens.Env) != "" || os.Geteuid() != 0 || f.backend != "fake" || !needsLazyfs(f, cases) {
+	if os.Getenv(privatens.Env) != "" {
+		dieWithOuterRun()
+		return 0, false
+	}
+	if os.Geteuid() != 0 || f.backend != "fake" || !needsLazyfs(f, cases) {
 		return 0, false
 	}
 	if f.supervisor == injector.KindSystemd || (f.supervisor == injector.KindAuto && pid1IsSystemd()) {
@@ -33,14 +39,24 @@ func inPrivateMountNS(f *runFlags, cases []scenarios.Case) (int, bool) {
 		return 0, false
 	}
 	cmd := exec.Command(unshare, append([]string{"--mount", "--propagation", "private", "--", os.Args[0]}, os.Args[1:]...)...)
-	cmd.Env = append(os.Environ(), privatens.Env+"=1")
+	// The run in the namespace dies with this one (dieWithOuterRun): a
+	// SIGKILL here must not leave it running the catalogue on its own.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, false
+	}
+	defer pw.Close()
+	cmd.ExtraFiles = []*os.File{pr}
+	cmd.Env = append(os.Environ(), privatens.Env+"=1", envOuterPipe+"=3")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// The run in the namespace tears its stacks down on SIGINT/SIGTERM:
 	// forward them, never die first (a terminal's ^C reaches both).
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	pr.Close()
+	if err != nil {
 		return 0, false
 	}
 	go func() {
@@ -58,6 +74,27 @@ func inPrivateMountNS(f *runFlags, cases []scenarios.Case) (int, bool) {
 	default:
 		return 3, true // killed by a signal: an infrastructure error
 	}
+}
+
+// envOuterPipe names the fd of the read end of a pipe whose write end only
+// the outer run (the one that re-ran itself in a private mount namespace)
+// holds.
+const envOuterPipe = "VMCHAOS_OUTER_RUN_PIPE"
+
+// dieWithOuterRun SIGKILLs this run once the outer run is gone (EOF on the
+// pipe): a SIGKILLed outer run then leaves what any SIGKILLed run leaves
+// (builtin units go with their watchdogs; doctor --clean removes the rest),
+// not a live run of its own. Not Pdeathsig: it follows the forking thread.
+func dieWithOuterRun() {
+	fd, err := strconv.Atoi(os.Getenv(envOuterPipe))
+	if err != nil || fd < 3 {
+		return
+	}
+	syscall.CloseOnExec(fd) // the stack's processes must not hold it
+	go func() {
+		_, _ = io.Copy(io.Discard, os.NewFile(uintptr(fd), "outer-run"))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}()
 }
 
 // needsLazyfs reports whether any case's stack goes on lazy filesystems.

@@ -78,10 +78,13 @@ type RunOptions struct {
 // image, the supervisor, and the base snapshot export (built once with a
 // throwaway vmctl root: create, snapshot save, export, rm).
 func NewRun(ctx context.Context, o RunOptions) (*Run, error) {
-	tmp, err := os.MkdirTemp("", "vmchaos-")
+	// Recorded before it is created: a runner killed from here on leaves
+	// a dir `doctor --clean` finds; the supervisor's record takes it over.
+	tmp, release, err := injector.ReserveDir("", "vmchaos-")
 	if err != nil {
 		return nil, fmt.Errorf("stack: temp dir: %w", err)
 	}
+	defer release()
 	r := &Run{BinDir: o.BinDir, TmpDir: tmp, Scale: o.Scale, Seed: o.Seed}
 	fail := func(err error) (*Run, error) {
 		r.Close()

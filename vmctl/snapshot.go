@@ -408,28 +408,14 @@ func (m *Manager) SnapshotRemove(ctx context.Context, ref string) error {
 // id); all of them are finished, as vm rm does. With no tombstone it returns
 // notFound.
 func (m *Manager) finishInterruptedSnapDelete(ctx context.Context, ref string, notFound error) error {
-	seen := map[string]bool{} // tombstones of ref already looked at
-	finished := 0
-	for {
+	tombs := func() (map[string]*Tombstone, error) {
 		ix, err := m.loadSnaps()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		tomb, found := nextTombstone(ix.Tombstones, ref, seen)
-		if !found {
-			if finished == 0 {
-				return notFound
-			}
-			return nil
-		}
-		if tomb == nil {
-			continue
-		}
-		if err := m.finishSnapTombstoned(ctx, tomb); err != nil {
-			return err
-		}
-		finished++
+		return ix.Tombstones, nil
 	}
+	return finishEveryTombstone(ref, notFound, tombs, func(t *Tombstone) error { return m.finishSnapTombstoned(ctx, t) })
 }
 
 // finishSnapTombstoned finishes one interrupted snapshot delete under its

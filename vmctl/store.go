@@ -235,6 +235,35 @@ func nextTombstone(tombs map[string]*Tombstone, ref string, seen map[string]bool
 	return nil, false
 }
 
+// finishEveryTombstone finishes, one by one, every tombstoned delete of ref
+// (id or name) that tombs reads, re-reading the index after each, since a
+// name can carry more than one such delete (each save or wake of the name
+// after an interrupted rm gives it a new id). With none it returns notFound.
+func finishEveryTombstone(ref string, notFound error, tombs func() (map[string]*Tombstone, error), finish func(*Tombstone) error) error {
+	seen := map[string]bool{} // tombstones of ref already looked at
+	finished := 0
+	for {
+		ts, err := tombs()
+		if err != nil {
+			return err
+		}
+		tomb, found := nextTombstone(ts, ref, seen)
+		if !found {
+			if finished == 0 {
+				return notFound
+			}
+			return nil
+		}
+		if tomb == nil {
+			continue
+		}
+		if err := finish(tomb); err != nil {
+			return err
+		}
+		finished++
+	}
+}
+
 // dropTombstone is the update that ends a delete; a finisher that lost the
 // race to another one has nothing to commit.
 func dropTombstone(tombs map[string]*Tombstone, id string) error {

@@ -532,38 +532,14 @@ func (m *Manager) Remove(ctx context.Context, ref string, force bool) error {
 // than one such delete (each hibernate/wake cycle gives it a new id); all of
 // them are finished. With no tombstone it returns notFound.
 func (m *Manager) finishInterruptedDelete(ctx context.Context, ref string, notFound error) error {
-	seen := map[string]bool{} // tombstones of ref already looked at
-	finished := 0
-	for {
+	tombs := func() (map[string]*Tombstone, error) {
 		ix, err := m.loadVMs()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var tomb *Tombstone
-		found := false
-		for id, t := range ix.Tombstones {
-			if !seen[id] && (id == ref || t.Name == ref) {
-				seen[id], found = true, true
-				// findTombstone copies it and refuses an id we could not
-				// have written (it names directories to remove).
-				tomb = findTombstone(map[string]*Tombstone{id: t}, id)
-				break
-			}
-		}
-		if !found {
-			if finished == 0 {
-				return notFound
-			}
-			return nil
-		}
-		if tomb == nil {
-			continue
-		}
-		if err := m.finishTombstoned(ctx, tomb); err != nil {
-			return err
-		}
-		finished++
+		return ix.Tombstones, nil
 	}
+	return finishEveryTombstone(ref, notFound, tombs, func(t *Tombstone) error { return m.finishTombstoned(ctx, t) })
 }
 
 // finishTombstoned finishes one interrupted delete under its ops lock.

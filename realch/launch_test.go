@@ -23,6 +23,7 @@ import (
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/stackbin"
 	"github.com/vmchaos/vmchaos/vmnet"
+	"github.com/vmchaos/vmchaos/vmnet/vmnettest"
 )
 
 // fakeRunner is a KVM runner's layout with fakech installed as the binary:
@@ -396,13 +397,13 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 // With a Netns the VMM runs inside it: its guest address exists only there,
 // and the pid Launch reports is the VMM itself (ip netns exec execs in place).
 func TestLaunchInsideNetns(t *testing.T) {
-	needNetAdmin(t)
+	vmnettest.NeedNetAdmin(t)
 	r := newFakeRunner(t)
 	env, err := Discover(r.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := vmnet.NewNetns(uniqueName("vmchaos-l"))
+	ns, err := vmnet.NewNetns(vmnettest.UniqueName("vmchaos-l"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +412,7 @@ func TestLaunchInsideNetns(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	tap := uniqueName("vcl")
+	tap := vmnettest.UniqueName("vcl")
 	if err := ns.AddTap(tap, "192.168.247.1/24"); err != nil {
 		t.Fatal(err)
 	}
@@ -461,9 +462,9 @@ func TestLaunchInsideNetns(t *testing.T) {
 // --ch-binary) gets the namespace through the wrapper: discovery reads the
 // version through it, and the launched pid is the VMM itself, in the namespace.
 func TestCHWrapperRunsTheVMMInsideTheNamespace(t *testing.T) {
-	needNetAdmin(t)
+	vmnettest.NeedNetAdmin(t)
 	r := newFakeRunner(t)
-	ns, err := vmnet.NewNetns(uniqueName("vmchaos-w"))
+	ns, err := vmnet.NewNetns(vmnettest.UniqueName("vmchaos-w"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/cidata"
 	"github.com/vmchaos/vmchaos/vmnet"
+	"github.com/vmchaos/vmchaos/vmnet/vmnettest"
 )
 
 // EnvRequireReal makes the real-backend tests fail instead of skipping when
@@ -48,11 +49,11 @@ func realEnv(t *testing.T) *Env {
 // the address the seed gave it, with the key the seed carried.
 func TestRealCHBootsGuestReachableOverSSH(t *testing.T) {
 	env := realEnv(t)
-	needNetAdmin(t)
+	vmnettest.NeedNetAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	ns, err := vmnet.NewNetns(uniqueName("vmchaos-r"))
+	ns, err := vmnet.NewNetns(vmnettest.UniqueName("vmchaos-r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestRealCHBootsGuestReachableOverSSH(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	nic, gi, guestIP, err := vmnet.PlanNIC("192.168.246.0/24", 0, uniqueName("vcr"))
+	nic, gi, guestIP, err := vmnet.PlanNIC("192.168.246.0/24", 0, vmnettest.UniqueName("vcr"))
 	if err != nil {
 		t.Fatal(err)
 	}

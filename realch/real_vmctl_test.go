@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/stackbin"
+	"github.com/vmchaos/vmchaos/vmnet/vmnettest"
 )
 
 // realVMCtl runs the bundled vmctl against the real stack at time scale 1
@@ -92,7 +93,7 @@ func (r realVMCtl) inspect(ctx context.Context, vm string) map[string]any {
 // kill -9 of the VMM and what it leaves, a cold start after it, rm.
 func TestRealCHThroughVMCtl(t *testing.T) {
 	env := realEnv(t)
-	needNetAdmin(t)
+	vmnettest.NeedNetAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 

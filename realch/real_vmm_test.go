@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/chapi"
+	"github.com/vmchaos/vmchaos/vmnet/vmnettest"
 )
 
 // realVMMEnv is realEnv for tests of the VMM alone (API, snapshot files,
@@ -41,7 +42,7 @@ func realVMMEnv(t *testing.T) *Env {
 // vmctl check. Figures are logged with FIGURE.
 func TestRealCHVMMThroughVMCtl(t *testing.T) {
 	env := realVMMEnv(t)
-	needNetAdmin(t)
+	vmnettest.NeedNetAdmin(t)
 	_, pre, _ := Preflight(Options{})
 	pvm := pre.Reason == ReasonPVM
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -24,6 +24,7 @@ import (
 	"github.com/vmchaos/vmchaos/cidata/cidatatest"
 	"github.com/vmchaos/vmchaos/stackbin"
 	"github.com/vmchaos/vmchaos/vmnet"
+	"github.com/vmchaos/vmchaos/vmnet/vmnettest"
 )
 
 // stackVM is the part of `vmctl vm inspect -o json` these tests read.
@@ -180,9 +181,9 @@ func slotIn(t *testing.T, pool, ip string) int {
 // listens there while the host namespace cannot, and Close leaves no
 // namespace or wrapper behind.
 func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
-	needNetAdmin(t)
+	vmnettest.NeedNetAdmin(t)
 	r := newFakeRunner(t)
-	name := uniqueName("vmchaos-s")
+	name := vmnettest.UniqueName("vmchaos-s")
 	dir := t.TempDir()
 	st, err := StackEnv(StackOptions{Options: r.opts, SeedPubKey: pubKey(r), Pool: stackPool(), Netns: name, Dir: dir, DHCP: true})
 	if err != nil {
@@ -268,13 +269,13 @@ func TestStackEnvRunsVMMsInItsNamespace(t *testing.T) {
 	if out, err := st.Netns.Command(context.Background(), "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1", "net.ipv4.conf."+n.Tap+".route_localnet=1").CombinedOutput(); err != nil {
 		t.Fatalf("route_localnet: %v: %s", err, out)
 	}
-	end := openTapEnd(t, st.Netns, n.Tap)
+	end := vmnettest.OpenTapEnd(t, st.Netns, n.Tap)
 	mac, _ := net.ParseMAC(n.MAC)
-	disc := dhcpReq(vmnet.DHCPDiscover, mac, nil)
-	if offer, _ := end.exchange(t, disc); offer.MsgType() != vmnet.DHCPOffer || offer.YIAddr.String() != n.IP {
+	disc := &vmnet.DHCPPacket{Op: 1, XID: 0x1234abcd, CHAddr: mac, Options: map[byte][]byte{53: {vmnet.DHCPDiscover}}}
+	if offer, _ := vmnettest.Exchange(t, end, disc.Marshal(), vmnet.ParseDHCP); offer.MsgType() != vmnet.DHCPOffer || offer.YIAddr.String() != n.IP {
 		t.Fatalf("DHCP on %s offered %+v, vmctl recorded %s", n.Tap, offer, n.IP)
 	}
-	end.f.Close()
+	end.Close()
 
 	vmctlWith(t, st.Vars, root, "vm", "rm", "--force", v.ID)
 	if err := st.Close(); err != nil {

@@ -3,6 +3,8 @@ package vmnet
 import (
 	"os"
 	"testing"
+
+	"github.com/vmchaos/vmchaos/vmnet/vmnettest"
 )
 
 // BenchmarkDHCPExchange: one DISCOVER written into a real TAP's guest end
@@ -11,12 +13,12 @@ func BenchmarkDHCPExchange(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	ns, err := NewNetns(uniqueName("vmchaos-b"))
+	ns, err := NewNetns(vmnettest.UniqueName("vmchaos-b"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ns.Close()
-	tap := uniqueName("vtb")
+	tap := vmnettest.UniqueName("vtb")
 	if err := ns.AddTap(tap, "10.77.9.1/30"); err != nil {
 		b.Fatal(err)
 	}
@@ -25,13 +27,13 @@ func BenchmarkDHCPExchange(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer d.Close()
-	end := openTapEnd(b, ns, tap)
+	end := vmnettest.OpenTapEnd(b, ns, tap)
 	disc := dhcpReq(DHCPDiscover, testMAC, nil)
-	end.exchange(b, disc) // the first one waits for the carrier
+	vmnettest.Exchange(b, end, disc.Marshal(), ParseDHCP) // the first one waits for the carrier
 	b.ResetTimer()
 	for b.Loop() {
 		disc.XID++
-		if offer, _ := end.exchange(b, disc); offer.MsgType() != DHCPOffer {
+		if offer, _ := vmnettest.Exchange(b, end, disc.Marshal(), ParseDHCP); offer.MsgType() != DHCPOffer {
 			b.Fatalf("got %+v", offer)
 		}
 	}

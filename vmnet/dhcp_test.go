@@ -2,15 +2,12 @@ package vmnet
 
 import (
 	"bytes"
-	"encoding/binary"
-	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/vmchaos/vmchaos/vmnet/vmnettest"
 )
 
 func dhcpReq(t byte, mac net.HardwareAddr, opts map[byte][]byte) *DHCPPacket {
@@ -113,124 +110,19 @@ func FuzzParseDHCP(f *testing.F) {
 	})
 }
 
-// tapEnd is the guest's end of a TAP device (what CH holds): Ethernet
-// frames in and out.
-type tapEnd struct{ f *os.File }
-
-func openTapEnd(t testing.TB, ns *Netns, name string) *tapEnd {
-	t.Helper()
-	var fd int
-	err := ns.Do(func() error {
-		var err error
-		if fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
-			return err
-		}
-		ifr, err := unix.NewIfreq(name)
-		if err != nil {
-			return err
-		}
-		ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
-		return unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
-	})
-	if err != nil {
-		t.Fatalf("attach to tap %s: %v", name, err)
-	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		t.Fatal(err)
-	}
-	e := &tapEnd{f: os.NewFile(uintptr(fd), name)}
-	t.Cleanup(func() { e.f.Close() })
-	return e
-}
-
-func ipChecksum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i < len(h); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return ^uint16(s)
-}
-
-// send writes a DHCP client packet as the guest's kernel would: broadcast
-// from 0.0.0.0:68 to 255.255.255.255:67.
-func (e *tapEnd) send(t testing.TB, p *DHCPPacket) {
-	t.Helper()
-	payload := p.Marshal()
-	f := make([]byte, 14+20+8, 14+20+8+len(payload))
-	copy(f[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-	copy(f[6:12], p.CHAddr)
-	binary.BigEndian.PutUint16(f[12:14], 0x0800)
-	ip := f[14:34]
-	ip[0], ip[8], ip[9] = 0x45, 64, 17
-	binary.BigEndian.PutUint16(ip[2:4], uint16(20+8+len(payload)))
-	copy(ip[16:20], []byte{255, 255, 255, 255})
-	binary.BigEndian.PutUint16(ip[10:12], ipChecksum(ip))
-	udp := f[34:42]
-	binary.BigEndian.PutUint16(udp[0:2], 68)
-	binary.BigEndian.PutUint16(udp[2:4], 67)
-	binary.BigEndian.PutUint16(udp[4:6], uint16(8+len(payload)))
-	if _, err := e.f.Write(append(f, payload...)); err != nil {
-		t.Fatalf("write frame: %v", err)
-	}
-}
-
-// exchange sends p and returns the reply for its xid that comes out of the
-// TAP, skipping anything else the kernel sends (IPv6 router solicitations,
-// ...). Like a real DHCP client it retransmits, every second: until the
-// kernel's link watcher has seen the carrier the guest end brought up, the
-// TAP's transmit queue drops what the host sends.
-func (e *tapEnd) exchange(t testing.TB, p *DHCPPacket) (*DHCPPacket, []byte) {
-	t.Helper()
-	buf := make([]byte, 2048)
-	for try := 0; try < 30; try++ {
-		e.send(t, p)
-		if err := e.f.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			n, err := e.f.Read(buf)
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			fr := buf[:n]
-			if n < 42 || binary.BigEndian.Uint16(fr[12:14]) != 0x0800 || fr[23] != 17 {
-				continue
-			}
-			ihl := int(fr[14]&0x0f) * 4
-			udp := fr[14+ihl:]
-			if len(udp) < 8 || binary.BigEndian.Uint16(udp[2:4]) != 68 {
-				continue
-			}
-			r, err := ParseDHCP(udp[8:])
-			if err != nil || r.XID != p.XID {
-				continue
-			}
-			return r, append([]byte(nil), fr[:14]...)
-		}
-	}
-	t.Fatal("no DHCP reply on the tap after 30 tries")
-	return nil, nil
-}
-
 // TestDHCPResponderOnARealTap: a responder in a namespace answers a client
 // on a real TAP (frames written to and read from the device's guest end,
 // as a guest's NIC would) with the other address of the TAP's /30, and
 // acks exactly that address.
 func TestDHCPResponderOnARealTap(t *testing.T) {
-	needNetAdmin(t)
-	ns, err := NewNetns(uniqueName("vmchaos-d"))
+	vmnettest.NeedNetAdmin(t)
+	ns, err := NewNetns(vmnettest.UniqueName("vmchaos-d"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ns.Close() })
 	// Two TAPs: the answer depends on which one the client is on.
-	for _, tp := range []struct{ tap, cidr string }{{uniqueName("vtd"), "10.77.3.1/30"}, {uniqueName("vte"), "10.77.3.5/30"}} {
+	for _, tp := range []struct{ tap, cidr string }{{vmnettest.UniqueName("vtd"), "10.77.3.1/30"}, {vmnettest.UniqueName("vte"), "10.77.3.5/30"}} {
 		if err := ns.AddTap(tp.tap, tp.cidr); err != nil {
 			t.Fatal(err)
 		}
@@ -241,10 +133,10 @@ func TestDHCPResponderOnARealTap(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = d.Close() })
 
-	for _, c := range []struct{ tap, guest, host string }{{uniqueName("vtd"), "10.77.3.2", "10.77.3.1"}, {uniqueName("vte"), "10.77.3.6", "10.77.3.5"}} {
-		end := openTapEnd(t, ns, c.tap)
+	for _, c := range []struct{ tap, guest, host string }{{vmnettest.UniqueName("vtd"), "10.77.3.2", "10.77.3.1"}, {vmnettest.UniqueName("vte"), "10.77.3.6", "10.77.3.5"}} {
+		end := vmnettest.OpenTapEnd(t, ns, c.tap)
 		disc := dhcpReq(DHCPDiscover, testMAC, nil)
-		offer, eth := end.exchange(t, disc)
+		offer, eth := vmnettest.Exchange(t, end, disc.Marshal(), ParseDHCP)
 		if offer.MsgType() != DHCPOffer || offer.YIAddr != netip.MustParseAddr(c.guest) || offer.SIAddr != netip.MustParseAddr(c.host) {
 			t.Fatalf("%s: offer %+v", c.tap, offer)
 		}
@@ -255,12 +147,12 @@ func TestDHCPResponderOnARealTap(t *testing.T) {
 		h := netip.MustParseAddr(c.host).As4()
 		reqp := dhcpReq(DHCPRequest, testMAC, map[byte][]byte{optRequestedIP: g[:], optServerID: h[:]})
 		reqp.XID++
-		if ack, _ := end.exchange(t, reqp); ack.MsgType() != DHCPAck || ack.YIAddr != netip.MustParseAddr(c.guest) {
+		if ack, _ := vmnettest.Exchange(t, end, reqp.Marshal(), ParseDHCP); ack.MsgType() != DHCPAck || ack.YIAddr != netip.MustParseAddr(c.guest) {
 			t.Fatalf("%s: ack %+v", c.tap, ack)
 		}
 		wrong := dhcpReq(DHCPRequest, testMAC, map[byte][]byte{optRequestedIP: {10, 77, 3, 10}})
 		wrong.XID += 2
-		if nak, _ := end.exchange(t, wrong); nak.MsgType() != DHCPNak {
+		if nak, _ := vmnettest.Exchange(t, end, wrong.Marshal(), ParseDHCP); nak.MsgType() != DHCPNak {
 			t.Fatalf("%s: want NAK, got %+v", c.tap, nak)
 		}
 	}

@@ -2,7 +2,6 @@ package vmnet
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -11,28 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmchaos/vmchaos/vmnet/vmnettest"
 )
-
-// needNetAdmin skips tests that create namespaces and devices when this
-// process cannot (not root, or no iproute2 / tun).
-func needNetAdmin(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("netns and TAP setup need root (CAP_SYS_ADMIN, CAP_NET_ADMIN)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("iproute2 (ip) not installed")
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skip("no /dev/net/tun: TAP devices unavailable")
-	}
-}
-
-// uniqueName is short enough for interface names (15 bytes) and unique per
-// test process, so parallel runs of the suite never collide.
-func uniqueName(prefix string) string {
-	return fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
-}
 
 func ipOut(t *testing.T, args ...string) string {
 	t.Helper()
@@ -44,9 +24,9 @@ func ipOut(t *testing.T, args ...string) string {
 }
 
 func TestNetnsTapSetupAndTeardownLeavesNothing(t *testing.T) {
-	needNetAdmin(t)
-	name := uniqueName("vmchaos-t")
-	tap := uniqueName("vct")
+	vmnettest.NeedNetAdmin(t)
+	name := vmnettest.UniqueName("vmchaos-t")
+	tap := vmnettest.UniqueName("vct")
 	hostLinksBefore := ipOut(t, "-o", "link", "show")
 
 	ns, err := NewNetns(name)
@@ -110,8 +90,8 @@ func linkNames(out string) string {
 // A socket made through Do lives in the namespace: a listener there is
 // reachable by a dial from the namespace and not from the host.
 func TestNetnsDialReachesOnlyInsideTheNamespace(t *testing.T) {
-	needNetAdmin(t)
-	ns, err := NewNetns(uniqueName("vmchaos-d"))
+	vmnettest.NeedNetAdmin(t)
+	ns, err := NewNetns(vmnettest.UniqueName("vmchaos-d"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +100,7 @@ func TestNetnsDialReachesOnlyInsideTheNamespace(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	tap := uniqueName("vcd")
+	tap := vmnettest.UniqueName("vcd")
 	if err := ns.AddTap(tap, "192.168.248.1/24"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,23 +1,29 @@
-package realch
+// Package vmnettest is test support for vmnet and for the harness tests that
+// start vmnet's namespaces, TAPs and DHCP responder (realch): the checks that
+// skip what this process cannot set up, and the guest's end of a TAP, to
+// speak DHCP into it as a guest's NIC would.
+//
+// It must not import vmnet: vmnet's own internal tests use it, and that
+// would be an import cycle. The namespace is therefore a Doer, DHCP packets
+// travel as their marshalled bytes, and the caller parses replies.
+package vmnettest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/vmchaos/vmchaos/vmnet"
 )
 
-// needNetAdmin skips tests that create namespaces and devices when this
+// NeedNetAdmin skips tests that create namespaces and devices when this
 // process cannot (not root, or no iproute2 / tun).
-func needNetAdmin(t *testing.T) {
+func NeedNetAdmin(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("netns and TAP setup need root (CAP_SYS_ADMIN, CAP_NET_ADMIN)")
@@ -30,28 +36,23 @@ func needNetAdmin(t *testing.T) {
 	}
 }
 
-// uniqueName is short enough for interface names (15 bytes) and unique per
+// UniqueName is short enough for interface names (15 bytes) and unique per
 // test process, so parallel runs of the suite never collide.
-func uniqueName(prefix string) string {
+func UniqueName(prefix string) string {
 	return fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
 }
 
-// Copied from vmnet's DHCP tests: the guest's side of a TAP, to check
-// the responder StackEnv starts.
-
-func dhcpReq(t byte, mac net.HardwareAddr, opts map[byte][]byte) *vmnet.DHCPPacket {
-	p := &vmnet.DHCPPacket{Op: 1, XID: 0x1234abcd, CHAddr: mac, Options: map[byte][]byte{53: {t}}}
-	for k, v := range opts {
-		p.Options[k] = v
-	}
-	return p
+// Doer runs f inside a network namespace (*vmnet.Netns).
+type Doer interface {
+	Do(f func() error) error
 }
 
-// tapEnd is the guest's end of a TAP device (what CH holds): Ethernet
+// TapEnd is the guest's end of a TAP device (what CH holds): Ethernet
 // frames in and out.
-type tapEnd struct{ f *os.File }
+type TapEnd struct{ f *os.File }
 
-func openTapEnd(t testing.TB, ns *vmnet.Netns, name string) *tapEnd {
+// OpenTapEnd attaches to the TAP name in ns; the test's cleanup closes it.
+func OpenTapEnd(t testing.TB, ns Doer, name string) *TapEnd {
 	t.Helper()
 	var fd int
 	err := ns.Do(func() error {
@@ -72,10 +73,13 @@ func openTapEnd(t testing.TB, ns *vmnet.Netns, name string) *tapEnd {
 	if err := unix.SetNonblock(fd, true); err != nil {
 		t.Fatal(err)
 	}
-	e := &tapEnd{f: os.NewFile(uintptr(fd), name)}
+	e := &TapEnd{f: os.NewFile(uintptr(fd), name)}
 	t.Cleanup(func() { e.f.Close() })
 	return e
 }
+
+// Close detaches from the TAP, as a guest's VMM does when it exits.
+func (e *TapEnd) Close() error { return e.f.Close() }
 
 func ipChecksum(h []byte) uint16 {
 	var s uint32
@@ -88,14 +92,13 @@ func ipChecksum(h []byte) uint16 {
 	return ^uint16(s)
 }
 
-// send writes a DHCP client packet as the guest's kernel would: broadcast
-// from 0.0.0.0:68 to 255.255.255.255:67.
-func (e *tapEnd) send(t testing.TB, p *vmnet.DHCPPacket) {
+// Send writes a marshalled DHCP client packet as the guest's kernel would:
+// broadcast from 0.0.0.0:68 to 255.255.255.255:67, from the packet's chaddr.
+func (e *TapEnd) Send(t testing.TB, payload []byte) {
 	t.Helper()
-	payload := p.Marshal()
 	f := make([]byte, 14+20+8, 14+20+8+len(payload))
 	copy(f[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-	copy(f[6:12], p.CHAddr)
+	copy(f[6:12], chaddr(payload))
 	binary.BigEndian.PutUint16(f[12:14], 0x0800)
 	ip := f[14:34]
 	ip[0], ip[8], ip[9] = 0x45, 64, 17
@@ -111,16 +114,35 @@ func (e *tapEnd) send(t testing.TB, p *vmnet.DHCPPacket) {
 	}
 }
 
-// exchange sends p and returns the reply for its xid that comes out of the
-// TAP, skipping anything else the kernel sends (IPv6 router solicitations,
-// ...). Like a real DHCP client it retransmits, every second: until the
-// kernel's link watcher has seen the carrier the guest end brought up, the
-// TAP's transmit queue drops what the host sends.
-func (e *tapEnd) exchange(t testing.TB, p *vmnet.DHCPPacket) (*vmnet.DHCPPacket, []byte) {
+// chaddr is the client's Ethernet address in a DHCP packet (RFC 2131 §2:
+// 16 bytes at offset 28, of which Ethernet uses 6).
+func chaddr(p []byte) []byte {
+	if len(p) < 34 {
+		return nil
+	}
+	return p[28:34]
+}
+
+// xid is a DHCP packet's transaction id (4 bytes at offset 4).
+func xid(p []byte) []byte {
+	if len(p) < 8 {
+		return nil
+	}
+	return p[4:8]
+}
+
+// Exchange sends the marshalled DHCP packet req through e and returns the
+// reply for its xid that comes out of the TAP, parsed by parse, with the
+// reply's Ethernet header. It skips anything else the kernel sends (IPv6
+// router solicitations, ...) and replies parse rejects. Like a real DHCP
+// client it retransmits, every second: until the kernel's link watcher has
+// seen the carrier the guest end brought up, the TAP's transmit queue drops
+// what the host sends.
+func Exchange[P any](t testing.TB, e *TapEnd, req []byte, parse func([]byte) (P, error)) (P, []byte) {
 	t.Helper()
 	buf := make([]byte, 2048)
 	for try := 0; try < 30; try++ {
-		e.send(t, p)
+		e.Send(t, req)
 		if err := e.f.SetReadDeadline(time.Now().Add(time.Second)); err != nil {
 			t.Fatal(err)
 		}
@@ -141,13 +163,14 @@ func (e *tapEnd) exchange(t testing.TB, p *vmnet.DHCPPacket) (*vmnet.DHCPPacket,
 			if len(udp) < 8 || binary.BigEndian.Uint16(udp[2:4]) != 68 {
 				continue
 			}
-			r, err := vmnet.ParseDHCP(udp[8:])
-			if err != nil || r.XID != p.XID {
+			r, err := parse(udp[8:])
+			if err != nil || !bytes.Equal(xid(udp[8:]), xid(req)) {
 				continue
 			}
 			return r, append([]byte(nil), fr[:14]...)
 		}
 	}
 	t.Fatal("no DHCP reply on the tap after 30 tries")
-	return nil, nil
+	var none P
+	return none, nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -69,17 +68,11 @@ func (o *bisectCmd) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	bugs, err := regressFromEnv()
+	ctx, cancel, dir, r, err := f.startRunner("bisect")
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signalContext()
 	defer cancel()
-	dir := f.dir("bisect")
-	r, err := f.runner(ctx, dir, os.Stderr, bugs)
-	if err != nil {
-		return runInfraError{err}
-	}
 	at := func(off time.Duration) (reports.Case, error) { return runAt(ctx, r, id, off, f.backend) }
 	f.meter.Start("bisect", bisectSteps(lo, hi, res), 1)
 	defer f.meter.Stop()

@@ -43,17 +43,11 @@ status is the gate code of the most common outcome.`,
 			if code, done := inPrivateMountNS(&f, []scenarios.Case{cs}); done {
 				os.Exit(code)
 			}
-			bugs, err := regressFromEnv()
+			ctx, cancel, dir, r, err := f.startRunner("repro")
 			if err != nil {
 				return err
 			}
-			ctx, cancel := signalContext()
 			defer cancel()
-			dir := f.dir("repro")
-			r, err := f.runner(ctx, dir, os.Stderr, bugs)
-			if err != nil {
-				return runInfraError{err}
-			}
 			if count > 1 {
 				return reproCount(ctx, cmd, r, dir, cs, count)
 			}
@@ -93,6 +87,24 @@ func caseFromFlags(id, offset, backend string) (scenarios.Case, error) {
 	return scenarios.CaseFor(id, d, true, backend)
 }
 
+// startRunner starts the runner of a one-scenario verb (repro, sweep,
+// bisect): the planted bugs from VMCHAOS_REGRESS, a context SIGINT and
+// SIGTERM cancel, and the verb's report directory. The caller defers cancel
+// when err is nil.
+func (f *runFlags) startRunner(kind string) (ctx context.Context, cancel context.CancelFunc, dir string, r *runner.Runner, err error) {
+	bugs, err := regressFromEnv()
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	ctx, cancel = signalContext()
+	dir = f.dir(kind)
+	if r, err = f.runner(ctx, dir, os.Stderr, bugs); err != nil {
+		cancel()
+		return nil, nil, "", nil, runInfraError{err}
+	}
+	return ctx, cancel, dir, r, nil
+}
+
 // reproCount runs the case count times, each in its own case dir, writes
 // the reports, prints the outcome table (reports.FormatRepro) and returns
 // the gate code of the most common outcome: the code that case usually
@@ -102,14 +114,9 @@ func reproCount(ctx context.Context, cmd *cobra.Command, r *runner.Runner, dir s
 	for k := 0; k < count && ctx.Err() == nil; k++ {
 		runs = append(runs, r.RunCase(ctx, nthRun(cs, k, count)))
 	}
-	res, werr := r.WriteAll()
-	if cerr := r.Close(); cerr != nil {
-		fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
-	}
-	res.Dir = dir
-	reports.Summary(cmd.OutOrStdout(), res)
-	if werr != nil {
-		return fmt.Errorf("write reports: %w", werr)
+	res, err := writeReports(cmd, r, dir)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "\nrepro %s: %d of %d run(s) done\n", cs.ID, len(runs), count)
 	if err := reports.FormatRepro(cmd.OutOrStdout(), runs); err != nil {
@@ -128,8 +135,9 @@ func reproCount(ctx context.Context, cmd *cobra.Command, r *runner.Runner, dir s
 	return reports.Gate(&judged, nil, reports.DefaultGateOptions()).Err()
 }
 
-// finish writes the reports, prints the summary and returns the gate's exit.
-func finish(cmd *cobra.Command, r *runner.Runner, dir string) error {
+// writeReports writes the reports, tears the runner down (a teardown error
+// is only a warning) and prints the summary.
+func writeReports(cmd *cobra.Command, r *runner.Runner, dir string) (*reports.Results, error) {
 	res, werr := r.WriteAll()
 	if cerr := r.Close(); cerr != nil {
 		fmt.Fprintln(os.Stderr, "warning: teardown:", cerr)
@@ -137,7 +145,16 @@ func finish(cmd *cobra.Command, r *runner.Runner, dir string) error {
 	res.Dir = dir
 	reports.Summary(cmd.OutOrStdout(), res)
 	if werr != nil {
-		return fmt.Errorf("write reports: %w", werr)
+		return nil, fmt.Errorf("write reports: %w", werr)
+	}
+	return res, nil
+}
+
+// finish writes the reports, prints the summary and returns the gate's exit.
+func finish(cmd *cobra.Command, r *runner.Runner, dir string) error {
+	res, err := writeReports(cmd, r, dir)
+	if err != nil {
+		return err
 	}
 	return reports.Gate(res, nil, reports.DefaultGateOptions()).Err()
 }

@@ -44,17 +44,11 @@ func (o *sweepCmd) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	bugs, err := regressFromEnv()
+	ctx, cancel, dir, r, err := f.startRunner("sweep")
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signalContext()
 	defer cancel()
-	dir := f.dir("sweep")
-	r, err := f.runner(ctx, dir, os.Stderr, bugs)
-	if err != nil {
-		return runInfraError{err}
-	}
 	fmt.Fprintf(os.Stderr, "vmchaos sweep: %s at %d offset(s) → %s\n", id, len(cases), dir)
 	f.meter.Start("sweep", len(cases), 1)
 	for _, cs := range cases {

@@ -3,6 +3,7 @@ package realch
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -118,6 +119,60 @@ func TestProbeNestedStateHost(t *testing.T) {
 		t.Logf("snapshot reason with CH v53.0: %s", r)
 		if !strings.HasPrefix(r, ReasonNestedState) {
 			t.Errorf("kvm_pvm host, CH v53.0: snapshot reason %q", r)
+		}
+	}
+}
+
+// TestPreflightReportsSnapshotAndKernel runs the whole preflight on this
+// host with a stand-in cloud-hypervisor that prints a version, and a
+// synthetic PVM guest vmlinux: the snapshot reason follows this host's
+// KVM_CAP_NESTED_STATE and the version, the kernel verdict is reported.
+func TestPreflightReportsSnapshotAndKernel(t *testing.T) {
+	if _, err := os.Stat(DevKVM); err != nil {
+		t.Skipf("no %s: %v", DevKVM, err)
+	}
+	n := ProbeNestedState("")
+	if n.Cap() < 0 {
+		t.Skipf("KVM_CAP_NESTED_STATE unreadable here: %v", n.Err)
+	}
+	dir := t.TempDir()
+	kernel := filepath.Join(dir, "vmlinux")
+	if err := os.WriteFile(kernel, minimalELF(t, note("Xen", 18, []byte{0, 0, 0, 1}), ikconfigBlock(t, pvmConfig)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"initrd.img", "guest.raw"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(EnvCHBinary, "")
+	t.Setenv(EnvFirmware, "")
+	t.Setenv(EnvKernel, kernel)
+	t.Setenv(EnvInitramfs, filepath.Join(dir, "initrd.img"))
+	t.Setenv(EnvImage, filepath.Join(dir, "guest.raw"))
+	for _, version := range []string{"v53.0", "v48.0"} {
+		ch := filepath.Join(dir, "cloud-hypervisor-"+version)
+		if err := os.WriteFile(ch, []byte("#!/bin/sh\necho cloud-hypervisor "+version+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(EnvCHShort, ch)
+		_, r, err := Preflight(Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", version, err)
+		}
+		t.Logf("%s, KVM_CAP_NESTED_STATE %d: boot %s; snapshot %q; kernel %q", version, n.Cap(), r, r.Snapshot, r.Kernel)
+		want := ""
+		if version == "v53.0" && n.Cap() == 0 {
+			want = SnapshotBlock(version, 0, IsPVMHost())
+		}
+		if r.Snapshot != want {
+			t.Errorf("%s: snapshot reason %q, want %q", version, r.Snapshot, want)
+		}
+		if !strings.Contains(r.Kernel, ": PVM guest yes: CONFIG_PVM_GUEST=y, CONFIG_X86_PIE=y") {
+			t.Errorf("%s: kernel verdict %q", version, r.Kernel)
+		}
+		if v := Verdict(Options{}); want != "" && !strings.Contains(v, "snapshot cases expected to fail: "+want) {
+			t.Errorf("%s: doctor verdict lacks the snapshot reason: %q", version, v)
 		}
 	}
 }

@@ -299,3 +299,40 @@ func FailpointAction(s *Scenario) (point, kind string) {
 	}
 	return "", ""
 }
+
+// SnapshotOps are the operations that take a snapshot or restore one taken
+// in the run (save, hibernate, clone, wake). On a host whose KVM cannot hand
+// out the vCPUs' nested state, cloud-hypervisor v49+ cannot snapshot
+// (realch.ReasonNestedState): their cells are marked not runnable with that
+// reason, their cases inconclusive with it.
+var SnapshotOps = []string{OpSave, OpHibernate, OpClone, OpWake}
+
+// snapshotSteps are the harness steps that take a snapshot themselves.
+var snapshotSteps = map[string]bool{StepHibernate: true, StepWake: true, StepDirectClone: true,
+	StepDirectSave: true, StepOrphanPause: true, StepHoldLease: true}
+
+// OpNeedsSnapshot reports an operation of SnapshotOps.
+func OpNeedsSnapshot(op string) bool {
+	for _, o := range SnapshotOps {
+		if o == op {
+			return true
+		}
+	}
+	return false
+}
+
+// NeedsSnapshot reports a scenario whose operation, or any of whose steps,
+// takes a snapshot.
+func NeedsSnapshot(s *Scenario) bool {
+	if OpNeedsSnapshot(s.Op) {
+		return true
+	}
+	for _, steps := range [][]Step{s.Setup, s.Act, s.WhileStopped, s.After} {
+		for _, st := range steps {
+			if snapshotSteps[st.Kind] {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -13,8 +13,48 @@ import (
 // The KVM part of `vmchaos doctor` comes from realch's preflight, so doctor
 // and the real-backend specs skip for the same, precise reason.
 func init() {
-	kvmPreflight = realch.KVMSkipReason
+	kvmPreflight = kvmWithPVMNeeds
 	chPreflight = realCHCheck
+}
+
+// kvmWithPVMNeeds is the KVM preflight, and on a kvm_pvm host what that host
+// needs for the real backend (docs/realch.md "PVM hosts").
+func kvmWithPVMNeeds() string {
+	why := realch.KVMSkipReason()
+	if !realch.IsPVMHost() {
+		return why
+	}
+	_, pf, _ := realch.Preflight(realch.Options{})
+	needs := pvmHostNeeds(pf.Snapshot, pf.Kernel)
+	switch {
+	case needs == "":
+		return why
+	case why == "":
+		return "kvm-pvm (" + realch.EnvAllowPVM + "=1): " + needs
+	}
+	return why + "; " + needs
+}
+
+// pvmHostNeeds says what a kvm_pvm host lacks ("" = nothing): a PVM guest
+// kernel (kernel is the preflight's verdict on the discovered one, "" when
+// none), and a cloud-hypervisor that can snapshot there (snapshot is the
+// preflight's nested-state reason, "" when the snapshot can work).
+func pvmHostNeeds(snapshot, kernel string) string {
+	var needs []string
+	if !strings.Contains(kernel, ": PVM guest yes:") {
+		n := "a PVM guest kernel (CONFIG_PVM_GUEST=y and CONFIG_X86_PIE=y, built from the virt-pvm tree as cocoonstack/pvm does; `vmchaos image real --kernel PATH` installs it)"
+		if kernel != "" {
+			n += "; the discovered kernel: " + kernel
+		}
+		needs = append(needs, n)
+	}
+	if snapshot != "" {
+		needs = append(needs, "a cloud-hypervisor before v49, or one that checks KVM_CAP_NESTED_STATE before KVM_GET_NESTED_STATE, for the snapshot cases: "+snapshot)
+	}
+	if len(needs) == 0 {
+		return ""
+	}
+	return "this kvm_pvm host needs " + strings.Join(needs, "; and ")
 }
 
 // chPreflight, when set, replaces the PATH-only "ch" check with realch's

@@ -48,3 +48,37 @@ func TestDoctorCHCheckIsDiscovery(t *testing.T) {
 		t.Fatalf("old release: %+v", c)
 	}
 }
+
+// On a kvm_pvm host doctor names what is missing: a PVM guest kernel unless
+// the discovered one is, and a CH that snapshots unless it does.
+func TestPVMHostNeeds(t *testing.T) {
+	snap := "snapshot-needs-nested-state: cloud-hypervisor v53.0 (≥ v49, PR #7380) calls KVM_GET_NESTED_STATE, which this kvm_pvm host does not support (KVM_CAP_NESTED_STATE = 0)"
+	pvmKernel := "/k/vmlinux (elf): PVM guest yes: CONFIG_PVM_GUEST=y, CONFIG_X86_PIE=y"
+	stock := "/k/vmlinux (elf): PVM guest no: CONFIG_PVM_GUEST is not y, CONFIG_X86_PIE is not y (a PVM host needs both, from the virt-pvm tree)"
+	for _, tc := range []struct {
+		name, snapshot, kernel string
+		want, not              []string
+	}{
+		{"nothing known", snap, "", []string{"a PVM guest kernel (CONFIG_PVM_GUEST=y and CONFIG_X86_PIE=y", "a cloud-hypervisor before v49, or one that checks KVM_CAP_NESTED_STATE", snap}, []string{"discovered kernel"}},
+		{"stock kernel, old CH", "", stock, []string{"a PVM guest kernel", "the discovered kernel: " + stock}, []string{"before v49"}},
+		{"PVM kernel, v53", snap, pvmKernel, []string{"before v49", snap}, []string{"a PVM guest kernel"}},
+	} {
+		got := pvmHostNeeds(tc.snapshot, tc.kernel)
+		if !strings.HasPrefix(got, "this kvm_pvm host needs ") {
+			t.Errorf("%s: %q", tc.name, got)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", tc.name, got, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(got, n) {
+				t.Errorf("%s: %q has %q", tc.name, got, n)
+			}
+		}
+	}
+	if got := pvmHostNeeds("", pvmKernel); got != "" {
+		t.Errorf("PVM kernel and a CH that snapshots: %q, want nothing", got)
+	}
+}

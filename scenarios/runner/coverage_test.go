@@ -58,7 +58,7 @@ func TestUnrunnableCellsStayInTheDenominator(t *testing.T) {
 func TestMatrixCoverageCreditsAPark(t *testing.T) {
 	c := reports.Case{ID: "p", Operation: scenarios.OpCreate, CoverageKind: "sigkill-main",
 		Injections: []reports.Injection{{Trigger: "park vm.clone.reserved@vm=a", ActualNs: 1, LastPhase: "vm.clone.reserved", Landed: true}}}
-	cov := MatrixCoverage([]reports.Case{c}, func(string) string { return "" })
+	cov := MatrixCoverage([]reports.Case{c}, func(string, string) string { return "" })
 	if cov.Covered != 1 {
 		t.Fatalf("covered %d, want 1", cov.Covered)
 	}
@@ -100,7 +100,7 @@ func TestCatalogueParksLandInTheMap(t *testing.T) {
 		c.Injections = []reports.Injection{{Trigger: trig, ActualNs: 2, LastPhase: at, Landed: true}}
 		cases = append(cases, c)
 	}
-	cov := MatrixCoverage(cases, func(string) string { return "" })
+	cov := MatrixCoverage(cases, func(string, string) string { return "" })
 	for _, o := range cov.Outside {
 		t.Errorf("a catalogue fault lands outside the map: %s", o)
 	}

@@ -21,7 +21,7 @@ import (
 func TestRealBackendWithoutCHIsInconclusive(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-such-cloud-hypervisor")
 	t.Setenv("VMCHAOS_CH_BINARY", missing)
-	_, _, pfErr := realch.Preflight(realch.Options{})
+	_, pf, pfErr := realch.Preflight(realch.Options{})
 	if !errors.Is(pfErr, realch.ErrMissing) {
 		t.Fatalf("preflight with %s: %v, want missing", missing, pfErr)
 	}
@@ -39,6 +39,9 @@ func TestRealBackendWithoutCHIsInconclusive(t *testing.T) {
 	}
 	rc := r.RunCase(context.Background(), c)
 	want := "real backend unavailable: " + pfErr.Error()
+	if pf.Snapshot != "" { // a save: on a host without KVM_CAP_NESTED_STATE its snapshot reason comes first
+		want = "real backend: " + pf.Snapshot + "; also " + want
+	}
 	if rc.Verdict != reports.Inconclusive || rc.Reason != want || !strings.Contains(rc.Reason, missing) {
 		t.Fatalf("%s (%q), want inconclusive with %q", rc.Verdict, rc.Reason, want)
 	}

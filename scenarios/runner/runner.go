@@ -87,6 +87,10 @@ type Runner struct {
 	// narrowest is, per operation window, the narrowest span any
 	// calibration of this run measured (see placeFault)
 	narrowest map[string]int64
+
+	// snapSkip is the preflight's snapshot reason (realch.ReasonNestedState):
+	// every case that needs a snapshot is inconclusive with it
+	snapSkip string
 }
 
 // New prepares the shared stack parts.
@@ -103,7 +107,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if o.StablePolls <= 0 {
 		o.StablePolls = 3
 	}
-	supNote := ""
+	supNote, snapSkip := "", ""
 	switch o.Backend {
 	case "fake":
 	case "real":
@@ -115,6 +119,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		// Without KVM or a cloud-hypervisor binary the real-backend specs
 		// skip with the preflight's reason (inconclusive, gate exit 2).
 		_, pf, err := preflight(realch.Options{})
+		snapSkip = pf.Snapshot
 		skip := ""
 		switch {
 		case err != nil:
@@ -124,7 +129,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		}
 		if skip != "" {
 			host, _ := os.Hostname()
-			return &Runner{opts: o, skip: skip, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
+			return &Runner{opts: o, skip: skip, snapSkip: snapSkip, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
 				Host: host, Backend: o.Backend, Supervisor: withNote(o.Supervisor, supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
 		}
 	default:
@@ -145,7 +150,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	r := &Runner{opts: o, run: run, supNote: supNote, res: &reports.Results{
+	r := &Runner{opts: o, run: run, supNote: supNote, snapSkip: snapSkip, res: &reports.Results{
 		RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(), Host: host, Backend: o.Backend,
 		Supervisor: withNote(run.Sup.Kind(), supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress,
 	}}
@@ -233,11 +238,11 @@ func (r *Runner) RunCase(ctx context.Context, c scenarios.Case) reports.Case {
 func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []string) reports.Case {
 	start := time.Now()
 	var rc reports.Case
-	if r.skip != "" {
+	if skip := r.caseSkip(c.Scenario); skip != "" {
 		rc = reports.Case{ID: c.ID, Scenario: c.Scenario.ID, Title: c.Scenario.Title, SeedRef: c.Scenario.SeedRef,
 			Labels: c.Labels, Backend: r.opts.Backend, Supervisor: r.opts.Supervisor, TimeScale: r.opts.Scale,
 			Seed: r.opts.Seed, Operation: c.Scenario.Op, Fault: faultsString(c.Scenario), ConvergeMs: -1, Attempts: 1,
-			StartedAt: time.Now().UTC(), Repro: r.repro(c, bugs), Verdict: reports.Inconclusive, Reason: r.skip, Culprit: byPrecondition.String()}
+			StartedAt: time.Now().UTC(), Repro: r.repro(c, bugs), Verdict: reports.Inconclusive, Reason: skip, Culprit: byPrecondition.String()}
 	} else if r.opts.Repeat > 1 {
 		rc = r.repeatCase(ctx, c, bugs)
 	} else {

@@ -87,6 +87,10 @@ type Runner struct {
 	// narrowest is, per operation window, the narrowest span any
 	// calibration of this run measured (see placeFault)
 	narrowest map[string]int64
+
+	// skipMissing and skipKind: what the preflight behind skip found
+	// missing (notrun.go)
+	skipMissing, skipKind string
 }
 
 // New prepares the shared stack parts.
@@ -124,7 +128,8 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		}
 		if skip != "" {
 			host, _ := os.Hostname()
-			return &Runner{opts: o, skip: skip, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
+			missing, kind := notRunNeed(pf)
+			return &Runner{opts: o, skip: skip, skipMissing: missing, skipKind: kind, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
 				Host: host, Backend: o.Backend, Supervisor: withNote(o.Supervisor, supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
 		}
 	default:
@@ -253,6 +258,9 @@ func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []strin
 	}
 	r.mu.Lock()
 	r.res.Cases = append(r.res.Cases, rc)
+	if n, ok := r.notRunOf(rc); ok {
+		r.res.NotRun = append(r.res.NotRun, n)
+	}
 	r.mu.Unlock()
 	if r.opts.Progress != nil {
 		fmt.Fprintln(r.opts.Progress, progressLine(rc))

@@ -1,0 +1,36 @@
+package runner
+
+import (
+	"github.com/vmchaos/vmchaos/realch"
+	"github.com/vmchaos/vmchaos/reports"
+)
+
+// notRunNeed is what the real backend's preflight found missing: the
+// binary or host feature its reason names (realch's Reason words).
+func notRunNeed(pf realch.PreflightResult) (missing, kind string) {
+	switch pf.Reason {
+	case realch.ReasonMissing:
+		return "cloud-hypervisor, its payload or guest image (" + pf.Detail + ")", reports.MissingBinary
+	case realch.ReasonVersion:
+		return "a cloud-hypervisor of a supported version (" + pf.Detail + ")", reports.MissingBinary
+	case realch.ReasonPermission:
+		return "/dev/kvm access for this user", reports.MissingCapability
+	default:
+		return "KVM (/dev/kvm: " + pf.Reason + ")", reports.MissingHostFeature
+	}
+}
+
+// notRunOf is the results' not_run entry of a case the host could not run
+// (culprit precondition), ok false for every other case. The only
+// preconditions are the real backend's preflight (r.skip) and a FUSE mount
+// for lazyfs (lazyStack).
+func (r *Runner) notRunOf(rc reports.Case) (reports.NotRun, bool) {
+	if rc.Culprit != byPrecondition.String() {
+		return reports.NotRun{}, false
+	}
+	n := reports.NotRun{Case: rc.ID, Reason: rc.Reason, Missing: r.skipMissing, Kind: r.skipKind}
+	if r.skip == "" {
+		n.Missing, n.Kind = "FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature
+	}
+	return n, true
+}

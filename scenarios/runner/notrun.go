@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"strings"
+
 	"github.com/vmchaos/vmchaos/realch"
 	"github.com/vmchaos/vmchaos/reports"
 )
@@ -10,9 +12,10 @@ import (
 func notRunNeed(pf realch.PreflightResult) (missing, kind string) {
 	switch pf.Reason {
 	case realch.ReasonMissing:
-		return "cloud-hypervisor, its payload or guest image (" + pf.Detail + ")", reports.MissingBinary
+		// the detail without where discovery looked (the reason keeps it)
+		return withoutParens(pf.Detail), reports.MissingBinary
 	case realch.ReasonVersion:
-		return "a cloud-hypervisor of a supported version (" + pf.Detail + ")", reports.MissingBinary
+		return "cloud-hypervisor of a supported version", reports.MissingBinary
 	case realch.ReasonPermission:
 		return "/dev/kvm access for this user", reports.MissingCapability
 	default:
@@ -33,4 +36,23 @@ func (r *Runner) notRunOf(rc reports.Case) (reports.NotRun, bool) {
 		n.Missing, n.Kind = "FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature
 	}
 	return n, true
+}
+
+// withoutParens drops every parenthesised part of s (nested ones too) and
+// the spaces before it: "ch binary (set X; looked in …); image (…)" →
+// "ch binary; image".
+func withoutParens(s string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range s {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')' && depth > 0:
+			depth--
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	return strings.Join(strings.Fields(strings.ReplaceAll(b.String(), " ;", ";")), " ")
 }

@@ -60,15 +60,22 @@ func TestNotRunNeedNamesWhatIsMissing(t *testing.T) {
 	for _, tc := range []struct {
 		reason, kind, in string
 	}{
-		{realch.ReasonMissing, reports.MissingBinary, "cloud-hypervisor"},
+		{realch.ReasonMissing, reports.MissingBinary, "cloud-hypervisor binary"},
 		{realch.ReasonVersion, reports.MissingBinary, "cloud-hypervisor"},
 		{realch.ReasonPermission, reports.MissingCapability, "/dev/kvm"},
 		{realch.ReasonAbsent, reports.MissingHostFeature, "KVM"},
 		{realch.ReasonNestedVirtOff, reports.MissingHostFeature, "nested-virt-off"},
 	} {
-		missing, kind := notRunNeed(realch.PreflightResult{Reason: tc.reason, Detail: "d"})
+		missing, kind := notRunNeed(realch.PreflightResult{Reason: tc.reason, Detail: "cloud-hypervisor binary (set X; looked in /a (b))"})
 		if kind != tc.kind || !strings.Contains(missing, tc.in) {
 			t.Errorf("%s: (%q, %s), want kind %s naming %q", tc.reason, missing, kind, tc.kind, tc.in)
 		}
+	}
+}
+
+func TestWithoutParens(t *testing.T) {
+	in := "cloud-hypervisor binary (set VMCHAOS_CH_BINARY; looked in /usr/bin (x)); guest disk image (set Y)"
+	if got, want := withoutParens(in), "cloud-hypervisor binary; guest disk image"; got != want {
+		t.Errorf("withoutParens = %q, want %q", got, want)
 	}
 }

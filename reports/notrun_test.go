@@ -88,6 +88,13 @@ func TestNotRunInSummaryAndReports(t *testing.T) {
 	if !strings.Contains(string(html), `<h2 id="not-run">Not run (1)</h2>`) || !strings.Contains(string(html), "<code>c1</code></td><td>KVM") {
 		t.Errorf("report.html lacks the Not run section")
 	}
+	junit, err := JUnit(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(junit), `message="not run: real backend unavailable`) {
+		t.Errorf("junit.xml does not say the case was not run:\n%s", junit)
+	}
 	if b.Reset(); NotRunSummary(nil) != "" {
 		t.Errorf("NotRunSummary(nil) = %q, want empty", NotRunSummary(nil))
 	}

@@ -30,7 +30,7 @@ func TestRealBackendWithoutCHIsListedNotRun(t *testing.T) {
 	if rc.Verdict != reports.Inconclusive || len(nr) != 1 {
 		t.Fatalf("verdict %s, not_run %+v: want inconclusive and one entry", rc.Verdict, nr)
 	}
-	if nr[0].Case != rc.ID || nr[0].Reason != rc.Reason || nr[0].Kind != reports.MissingBinary || !strings.Contains(nr[0].Missing, "cloud-hypervisor") {
+	if nr[0].Case != rc.ID || nr[0].Reason != rc.Reason || nr[0].Kind != reports.MissingBinary || !strings.HasPrefix(nr[0].Missing, "cloud-hypervisor binary") || strings.Contains(nr[0].Missing, "looked in") {
 		t.Errorf("not_run entry %+v, want case %s, its reason, a missing cloud-hypervisor binary", nr[0], rc.ID)
 	}
 }
@@ -77,5 +77,28 @@ func TestWithoutParens(t *testing.T) {
 	in := "cloud-hypervisor binary (set VMCHAOS_CH_BINARY; looked in /usr/bin (x)); guest disk image (set Y)"
 	if got, want := withoutParens(in), "cloud-hypervisor binary; guest disk image"; got != want {
 		t.Errorf("withoutParens = %q, want %q", got, want)
+	}
+}
+
+// TestMissingOfEveryPreconditionReason: each precondition's words as the
+// runner writes them name what is missing and its kind.
+func TestMissingOfEveryPreconditionReason(t *testing.T) {
+	for _, tc := range []struct {
+		reason, missing, kind string
+	}{
+		{"real backend unavailable: realch: missing: cloud-hypervisor binary (set VMCHAOS_CH_BINARY; looked in /usr/bin (x)); guest disk image (set Y)",
+			"cloud-hypervisor binary; guest disk image", reports.MissingBinary},
+		{"real backend unavailable: realch: /usr/bin/ch is cloud-hypervisor 30.0, outside the supported range 40..48",
+			"cloud-hypervisor of a supported version", reports.MissingBinary},
+		{"real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: absent)", reports.MissingHostFeature},
+		{"real backend unavailable: permission: open /dev/kvm: EACCES", "/dev/kvm access for this user", reports.MissingCapability},
+		{"real backend: nested-state: snapshots need X; also real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: nested-state)", reports.MissingHostFeature},
+		{"precondition: FUSE unavailable: open /dev/fuse: ENOENT", "FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature},
+		{"precondition: something new", "a host precondition", reports.MissingHostFeature},
+	} {
+		missing, kind := missingOf(tc.reason)
+		if missing != tc.missing || kind != tc.kind {
+			t.Errorf("%q: (%q, %s), want (%q, %s)", tc.reason, missing, kind, tc.missing, tc.kind)
+		}
 	}
 }

@@ -87,10 +87,6 @@ type Runner struct {
 	// narrowest is, per operation window, the narrowest span any
 	// calibration of this run measured (see placeFault)
 	narrowest map[string]int64
-
-	// skipMissing and skipKind: what the preflight behind skip found
-	// missing (notrun.go)
-	skipMissing, skipKind string
 }
 
 // New prepares the shared stack parts.
@@ -128,8 +124,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		}
 		if skip != "" {
 			host, _ := os.Hostname()
-			missing, kind := notRunNeed(pf)
-			return &Runner{opts: o, skip: skip, skipMissing: missing, skipKind: kind, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
+			return &Runner{opts: o, skip: skip, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
 				Host: host, Backend: o.Backend, Supervisor: withNote(o.Supervisor, supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
 		}
 	default:

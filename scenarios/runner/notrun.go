@@ -30,11 +30,15 @@ func (r *Runner) notRunOf(rc reports.Case) (reports.NotRun, bool) {
 // missingOf names what a precondition reason says is missing, and its kind.
 func missingOf(reason string) (string, string) {
 	why := strings.TrimPrefix(reason, "precondition: ")
+	// a per-case skip names the backend's own reason last ("…; also real
+	// backend unavailable: …"): without the backend nothing runs, so that
+	// one is what is missing first
+	_, backend, unavailable := strings.Cut(why, realUnavailable)
 	switch {
 	case strings.HasPrefix(why, noFUSE):
 		return "FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature
-	case strings.HasPrefix(why, realUnavailable):
-		return notRunNeed(preflightOf(strings.TrimPrefix(why, realUnavailable)))
+	case unavailable:
+		return notRunNeed(preflightOf(backend))
 	case strings.HasPrefix(why, realCaseSkip):
 		first, _, _ := strings.Cut(strings.TrimPrefix(why, realCaseSkip), ";")
 		return notRunNeed(preflightOf(first))

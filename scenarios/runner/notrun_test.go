@@ -92,7 +92,8 @@ func TestMissingOfEveryPreconditionReason(t *testing.T) {
 			"cloud-hypervisor of a supported version", reports.MissingBinary},
 		{"real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: absent)", reports.MissingHostFeature},
 		{"real backend unavailable: permission: open /dev/kvm: EACCES", "/dev/kvm access for this user", reports.MissingCapability},
-		{"real backend: nested-state: snapshots need X; also real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: nested-state)", reports.MissingHostFeature},
+		{"real backend: nested-state: snapshots need X; also real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: absent)", reports.MissingHostFeature},
+		{"real backend: nested-state: snapshots need X", "KVM (/dev/kvm: nested-state)", reports.MissingHostFeature},
 		{"precondition: FUSE unavailable: open /dev/fuse: ENOENT", "FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature},
 		{"precondition: something new", "a host precondition", reports.MissingHostFeature},
 	} {

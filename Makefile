@@ -33,8 +33,11 @@ test: setup build
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint unit fuzz-short
 	@$(MAKE) --no-print-directory fast-suite systemd-fast selftest-fast
 
+# unit: go test -json through internal/testsummary, which prints each
+# package's result, every skipped test with its reason, every failure in full
+# and "N passed, N failed, N skipped"; pipefail keeps go test's own status.
 unit:
-	VMCHAOS_BIN=$(BIN) $(GO) test -race -count=1 -timeout 15m $(PKGS)
+	@bash -o pipefail -c 'VMCHAOS_BIN=$(BIN) $(GO) test -json -race -count=1 -timeout 15m $(PKGS) | $(GO) run ./internal/testsummary'
 
 fast-suite:
 	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --label-filter 'speed:fast' --time-scale $(SCALE) --report-dir $(REPORTDIR)/fast

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/vmchaos/vmchaos/cidata/cidatatest"
+	"github.com/vmchaos/vmchaos/internal/needs"
 )
 
 func testCloudInit() CloudInit {
@@ -83,10 +84,7 @@ func TestCIDataReadBackByIndependentFATReader(t *testing.T) {
 // libblkid (what cloud-init's NoCloud source uses to find the seed by label)
 // must see a vfat volume labelled CIDATA.
 func TestCIDataRecognisedByBlkid(t *testing.T) {
-	blkid, err := exec.LookPath("blkid")
-	if err != nil {
-		t.Skip("blkid not installed")
-	}
+	blkid := needs.Binary(t, "", "blkid", "install util-linux (Debian: apt install util-linux)")
 	p := filepath.Join(t.TempDir(), "cidata.img")
 	if err := BuildCIData(p, testCloudInit()); err != nil {
 		t.Fatal(err)
@@ -105,12 +103,10 @@ func TestCIDataRecognisedByBlkid(t *testing.T) {
 // The kernel's own vfat driver, where it can be mounted (root, loop devices,
 // vfat built in): the strongest independent reader there is.
 func TestCIDataMountedByKernel(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting needs root")
-	}
+	needs.Root(t, "a loop mount of the seed image")
 	fs, _ := os.ReadFile("/proc/filesystems")
 	if !strings.Contains(string(fs), "\tvfat\n") {
-		t.Skip("this kernel has no vfat driver (/proc/filesystems); the FAT reader and blkid tests cover the format")
+		t.Skip("missing host feature: this kernel has no vfat driver (/proc/filesystems); the FAT reader and blkid tests cover the format")
 	}
 	dir := t.TempDir()
 	p := filepath.Join(dir, "cidata.img")
@@ -123,7 +119,7 @@ func TestCIDataMountedByKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "-o", "loop,ro", "-t", "vfat", p, mnt).CombinedOutput(); err != nil {
-		t.Skipf("loop mount unavailable here: %v: %s", err, out)
+		t.Skipf("missing host feature: loop mount unavailable here (loop devices, vfat): %v: %s", err, out)
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vmchaos/vmchaos/internal/needs"
 )
 
 // TestQcow2OverlayGuestBootsAndWritesTheTop: a fake guest image converted to
@@ -15,10 +17,7 @@ import (
 // overlay, the base never changes, qemu-img check stays clean, and the next
 // boot of the overlay sees the write.
 func TestQcow2OverlayGuestBootsAndWritesTheTop(t *testing.T) {
-	qi, err := exec.LookPath("qemu-img")
-	if err != nil {
-		t.Skip("qemu-img not on PATH (Debian: qemu-utils, installed by scripts/setup.sh)")
-	}
+	qi := needs.Binary(t, "", "qemu-img", "install qemu-utils (Debian; scripts/setup.sh installs it)")
 	dir := vmDir(t, "VMQCOW")
 	g := newGuest(t, dir)
 	base := filepath.Join(dir, "base.qcow2")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/cidata"
+	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/vmnet"
 )
 
@@ -42,9 +42,7 @@ func mrandN(n int) int { return rand.IntN(n) }
 // namespace: a harness dialing from inside it gets the SSH banner, the host
 // namespace does not see it.
 func TestTapOnlyNICAnswersInsideTheVMMsNetns(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	needs.Root(t, "creating a network namespace")
 	ns, err := vmnet.NewNetns(fmt.Sprintf("fktap%d", rand.IntN(1e6)))
 	if err != nil {
 		t.Skipf("no network namespace here: %v", err)

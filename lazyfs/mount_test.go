@@ -19,7 +19,7 @@ import (
 func mounted(t *testing.T) *Mounted {
 	t.Helper()
 	if why := Available(); why != "" {
-		t.Skip(why)
+		t.Skip("missing host feature: " + why + ": run as root on a host with /dev/fuse (modprobe fuse)")
 	}
 	dir := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {

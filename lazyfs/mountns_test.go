@@ -17,11 +17,11 @@ import (
 // plain dir underneath.
 func TestMountInShowsOneTreeInAnotherMountNamespace(t *testing.T) {
 	if why := Available(); why != "" {
-		t.Skip(why)
+		t.Skip("missing host feature: " + why + ": run as root on a host with /dev/fuse (modprobe fuse)")
 	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		t.Skip("no unshare(1): " + err.Error())
+		t.Skip("missing binary: no unshare on PATH (" + err.Error() + "): install util-linux")
 	}
 	dir := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {

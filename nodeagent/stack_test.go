@@ -66,7 +66,7 @@ func randomPool() string {
 func newStack(t testing.TB) *stack {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("end-to-end: real processes")
+		t.Skip("-short: end-to-end, real processes; run without -short")
 	}
 	bin, err := stackbin.Dir()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/stackbin"
 )
@@ -28,9 +29,7 @@ func TestMain(m *testing.M) {
 // with the reason this host cannot run one.
 func sandbox(t *testing.T) injector.Supervisor {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a private systemd")
-	}
+	needs.Root(t, "a private systemd")
 	if why := injector.SandboxPreflight(); why != "" {
 		t.Skip("no sandbox supervisor here: " + why)
 	}

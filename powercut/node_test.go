@@ -63,7 +63,7 @@ func newNode(t testing.TB, vmctl string) *node { return newNodeOn(t, vmctl, true
 func newNodeOn(t testing.TB, vmctl string, lazy bool) *node {
 	t.Helper()
 	if why := lazyfs.Available(); why != "" {
-		t.Skip(why)
+		t.Skip("missing host feature: " + why + ": run as root on a host with /dev/fuse (modprobe fuse)")
 	}
 	bins, err := stackbin.Dir()
 	if err != nil {
@@ -261,7 +261,7 @@ func TestPowerCutCatchesADurableWriteWithoutFileFsync(t *testing.T) {
 		t.Skip("-short: builds a vmctl variant")
 	}
 	if why := lazyfs.Available(); why != "" {
-		t.Skip(why)
+		t.Skip("missing host feature: " + why + ": run as root on a host with /dev/fuse (modprobe fuse)")
 	}
 	vmctl := BuildNoFileFsyncVmctl(t)
 	n := newNode(t, vmctl)

@@ -27,7 +27,7 @@ func TestRunnerPowerCutFailsAVmctlWithoutFileFsync(t *testing.T) {
 		t.Skip("-short: builds a vmctl variant and runs the whole stack")
 	}
 	if why := lazyfs.Available(); why != "" {
-		t.Skip(why)
+		t.Skip("missing host feature: " + why + ": run as root on a host with /dev/fuse (modprobe fuse)")
 	}
 	real, err := stackbin.Dir()
 	if err != nil {
@@ -75,7 +75,7 @@ func TestRunnerPowerCutLosesTheMarkersOfAGuestWithoutDiskFsync(t *testing.T) {
 		t.Skip("-short: builds a fakech variant and runs the whole stack")
 	}
 	if why := lazyfs.Available(); why != "" {
-		t.Skip(why)
+		t.Skip("missing host feature: " + why + ": run as root on a host with /dev/fuse (modprobe fuse)")
 	}
 	real, err := stackbin.Dir()
 	if err != nil {

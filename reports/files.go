@@ -154,6 +154,25 @@ func Validate(r *Results) error {
 			return fmt.Errorf("case %q: unknown verdict %q (want pass, fail, inconclusive, error or flaky)", c.ID, c.Verdict)
 		}
 	}
+	return validateNotRun(r)
+}
+
+// validateNotRun: every not_run entry names a case of the run, and that
+// case did not pass (a case the host could not run proves nothing).
+func validateNotRun(r *Results) error {
+	verdicts := make(map[string]string, len(r.Cases))
+	for _, c := range r.Cases {
+		verdicts[c.ID] = c.Verdict
+	}
+	for _, n := range r.NotRun {
+		v, ok := verdicts[n.Case]
+		switch {
+		case !ok:
+			return fmt.Errorf("not_run: case %q is not among the run's cases", n.Case)
+		case v == Pass:
+			return fmt.Errorf("not_run: case %q is listed as not run but its verdict is pass", n.Case)
+		}
+	}
 	return nil
 }
 

@@ -40,6 +40,10 @@ type GateOptions struct {
 	// coverage (percent of the applicable cells) is below it, or the run
 	// has no (current) coverage map.
 	MinCoverage float64
+	// AllowNotRun lets a run whose not-run cases (Results.NotRun: a missing
+	// binary or host feature) are its only shortfall exit 0: they are still
+	// listed (NOT RUN) and never counted as passed.
+	AllowNotRun bool
 }
 
 // DefaultGateOptions is what `vmchaos report gate` uses without flags.
@@ -131,28 +135,7 @@ func Gate(cur *Results, baseline *Results, opt GateOptions) GateResult {
 	if len(cur.MissingShards) > 0 {
 		add(GateInconclusive, "INCONCLUSIVE merged results lack shard(s) %s: part of the catalogue never ran", strings.Join(cur.MissingShards, ", "))
 	}
-	for _, c := range cur.Cases {
-		switch c.Verdict {
-		case Pass:
-			if c.Attempts > 1 && opt.FlakyFails {
-				add(GateFail, "FLAKY %s passed only after %d attempts (--flaky-fails); repro: %s", c.ID, c.Attempts, reproOrNone(c))
-			}
-		case Fail:
-			if opt.Accept[c.ID] {
-				add(GatePass, "ACCEPTED %s (known finding): %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
-				break
-			}
-			add(GateFail, "FAIL %s: %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
-		case Inconclusive:
-			add(GateInconclusive, "INCONCLUSIVE %s: %s; repro: %s", c.ID, oneLine(orDefault(c.Reason, "fault did not land as intended")), reproOrNone(c))
-		case Error:
-			add(GateInfra, "ERROR %s: %s", c.ID, oneLine(orDefault(c.Reason, "harness error")))
-		case Flaky:
-			// its own outcome, never a pass: as severe as its worst run
-			add(flakyCode(c), "FLAKY %s: verdicts %s across %d runs: %s; repro: %s", c.ID, RunTally(c.Runs), len(c.Runs),
-				oneLine(orDefault(c.Reason, "verdicts differ")), reproOrNone(c))
-		}
-	}
+	gateCases(cur, opt, add)
 	if opt.MaxInjectionError > 0 {
 		if line, ok := injectionErrorGate(cur, opt.MaxInjectionError); !ok {
 			add(GateInconclusive, "%s", line)
@@ -178,11 +161,66 @@ func Gate(cur *Results, baseline *Results, opt GateOptions) GateResult {
 		g.Lines = append(g.Lines, r.line)
 	}
 	tally := fmt.Sprintf("gate: %s (exit %d): %s", GateCodeName(g.Code), g.Code, CountVerdicts(cur.Cases))
+	if s := NotRunSummary(cur.NotRun); s != "" {
+		tally += "; " + s
+	}
 	if baseline != nil {
 		tally += fmt.Sprintf("; baseline %s", orDefault(baseline.RunID, "(unnamed)"))
 	}
 	g.Lines = append(g.Lines, tally)
 	return g
+}
+
+// gateCases adds the reasons the cases give: each not-run case (inconclusive
+// unless opt.AllowNotRun, never a pass), then each verdict other than a
+// clean pass. A not-run case's inconclusive verdict is not listed twice.
+func gateCases(cur *Results, opt GateOptions, add func(code int, format string, args ...any)) {
+	notRun := cur.NotRunIDs()
+	if len(cur.Cases) > 0 && allNotRun(cur.Cases, notRun) {
+		add(GateInconclusive, "INCONCLUSIVE not one selected case ran (%d not run): nothing was tested", len(cur.Cases))
+	}
+	for _, n := range cur.NotRun {
+		code := GateInconclusive
+		if opt.AllowNotRun {
+			code = GatePass
+		}
+		add(code, "NOT RUN %s: %s: %s", n.Case, notRunWhat(n), oneLine(orDefault(n.Reason, "no reason recorded")))
+	}
+	for _, c := range cur.Cases {
+		if notRun[c.ID] && c.Verdict == Inconclusive {
+			continue // listed above as NOT RUN
+		}
+		switch c.Verdict {
+		case Pass:
+			if c.Attempts > 1 && opt.FlakyFails {
+				add(GateFail, "FLAKY %s passed only after %d attempts (--flaky-fails); repro: %s", c.ID, c.Attempts, reproOrNone(c))
+			}
+		case Fail:
+			if opt.Accept[c.ID] {
+				add(GatePass, "ACCEPTED %s (known finding): %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
+				break
+			}
+			add(GateFail, "FAIL %s: %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
+		case Inconclusive:
+			add(GateInconclusive, "INCONCLUSIVE %s: %s; repro: %s", c.ID, oneLine(orDefault(c.Reason, "fault did not land as intended")), reproOrNone(c))
+		case Error:
+			add(GateInfra, "ERROR %s: %s", c.ID, oneLine(orDefault(c.Reason, "harness error")))
+		case Flaky:
+			// its own outcome, never a pass: as severe as its worst run
+			add(flakyCode(c), "FLAKY %s: verdicts %s across %d runs: %s; repro: %s", c.ID, RunTally(c.Runs), len(c.Runs),
+				oneLine(orDefault(c.Reason, "verdicts differ")), reproOrNone(c))
+		}
+	}
+}
+
+// allNotRun: every case is one the host could not run.
+func allNotRun(cases []Case, notRun map[string]bool) bool {
+	for _, c := range cases {
+		if !notRun[c.ID] {
+			return false
+		}
+	}
+	return true
 }
 
 type gateLine struct {

@@ -161,7 +161,7 @@ func junitTestcase(c Case) junitCase {
 	case Fail:
 		jc.Failure = &junitMessage{Message: failureSummary(c), Type: "invariant-violated", Body: caseDetailText(c)}
 	case Inconclusive:
-		jc.Skipped = &junitMessage{Message: "inconclusive: " + oneLine(orDefault(c.Reason, "fault did not land as intended"))}
+		jc.Skipped = &junitMessage{Message: skippedPrefix(c) + oneLine(orDefault(c.Reason, "fault did not land as intended"))}
 	case Flaky:
 		// not a pass (the gate says so too); Surefire's <flakyFailure>
 		// names each run that did not pass
@@ -287,4 +287,14 @@ func xmlSafe(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// skippedPrefix heads a skipped testcase's message: "not run: " when the
+// host lacked what the case needs (culprit precondition, listed in not_run),
+// else "inconclusive: ".
+func skippedPrefix(c Case) string {
+	if c.Culprit == "precondition" {
+		return "not run: "
+	}
+	return "inconclusive: "
 }

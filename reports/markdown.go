@@ -22,6 +22,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 	mdRunTable(&b, r)
 	mdConvergence(&b, Convergence(r.Cases))
 	mdWhyItBroke(&b, r, g)
+	mdNotRun(&b, r)
 	mdPerScenario(&b, r)
 	b.WriteString(coverageMarkdown(r))
 	mdCaseTable(&b, r)
@@ -29,6 +30,19 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 	mdWorkloadCuts(&b, r)
 	mdDetails(&b, r)
 	return []byte(b.String()), nil
+}
+
+// mdNotRun lists the selected cases the host could not run (Results.NotRun).
+func mdNotRun(b *strings.Builder, r *Results) {
+	if len(r.NotRun) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "## Not run\n\n%s: the host lacks a binary or feature they need. They are not judged and never count as passed.\n\n", NotRunSummary(r.NotRun))
+	b.WriteString("| case | missing | kind | reason |\n|---|---|---|---|\n")
+	for _, n := range r.NotRun {
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", mdCode(n.Case), mdEscape(n.Missing), mdEscape(n.Kind), mdEscape(oneLine(n.Reason)))
+	}
+	b.WriteString("\n")
 }
 
 // mdVerdict writes the run's verdict line; a selftest run leads with the

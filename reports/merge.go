@@ -187,6 +187,7 @@ func mergeRuns(out *Results, rs []*Results) error {
 			owner[c.ID] = k
 			out.Cases = append(out.Cases, c)
 		}
+		out.NotRun = append(out.NotRun, r.NotRun...)
 	}
 	out.Host = joinUnique(hosts)
 	out.Supervisor = joinUnique(sups)

@@ -37,6 +37,10 @@ type Results struct {
 	Load       string    `json:"load,omitempty"`    // --load: the CPU hog the run ran under ("cpu=1")
 	Cases      []Case    `json:"cases"`
 
+	// NotRun lists the selected cases the host could not run for a missing
+	// binary or host feature (notrun.go); absent when every case ran.
+	NotRun []NotRun `json:"not_run,omitempty"`
+
 	// Shards lists the "I/N" shards a merged result was joined from, and
 	// MissingShards those of the same N that were not (the gate treats a
 	// merge with holes as inconclusive: part of the catalogue never ran).

@@ -26,6 +26,9 @@ func Summary(w io.Writer, r *Results) {
 	// did not end its line (Ginkgo's "SUCCESS!" does not).
 	fmt.Fprintf(w, "\nvmchaos run %s: %s — %s\n", orDefault(r.RunID, "(unnamed)"), strings.ToUpper(GateCodeName(g.Code)), counts)
 	fmt.Fprintf(w, "  backend %s, supervisor %s, time scale %g, seed %d\n", orDefault(r.Backend, "?"), orDefault(r.Supervisor, "?"), r.TimeScale, r.Seed)
+	if s := NotRunSummary(r.NotRun); s != "" {
+		fmt.Fprintf(w, "  %s: the host lacks what they need; they are not judged (see report.md, \"Not run\")\n", s)
+	}
 	fmt.Fprintf(w, "  %s\n", Convergence(r.Cases))
 	if r.Coverage != nil {
 		fmt.Fprintf(w, "  %s\n", r.Coverage)

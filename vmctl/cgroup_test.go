@@ -12,17 +12,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/internal/needs"
 )
 
 // TestVMMBornInItsOwnCgroup: a VMM is started inside <cgroup2>/vmctl-<store>/<ID>
 // (so stopping the caller's unit does not reach it), without the builtin
 // supervisor's unit tag, and vm rm removes that cgroup.
 func TestVMMBornInItsOwnCgroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: per-VM cgroups are cgroup v2 writes")
-	}
+	needs.Root(t, "per-VM cgroups (cgroup v2 writes)")
 	if _, err := cgroup2Root(); err != nil {
-		t.Skipf("no cgroup2 mount: %v", err)
+		t.Skipf("missing host feature: no cgroup2 mount (%v): mount cgroup2 at /sys/fs/cgroup", err)
 	}
 	if unitTagEnv != injector.EnvUnitTag {
 		t.Fatalf("unitTagEnv %q must be the builtin supervisor's tag %q", unitTagEnv, injector.EnvUnitTag)
@@ -71,9 +70,7 @@ func TestVMMBornInItsOwnCgroup(t *testing.T) {
 // unprivileged user), --vmm-cgroup on fails the launch with a clear error and
 // auto launches in the caller's cgroup, saying why.
 func TestVMMCgroupOnNeedsWritableCgroupV2(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run vmctl as an unprivileged user")
-	}
+	needs.Root(t, "running vmctl as an unprivileged user")
 	s := newStack(t, "0.05")
 	d, err := os.MkdirTemp("", "vccg")
 	if err != nil {

@@ -31,12 +31,40 @@ truth) and the junit.xml, report.md and report.html rendered from it.
 	return c
 }
 
+// gateFlags are `report gate`'s judging flags.
+type gateFlags struct {
+	tolerance, slack, acceptFile, minCoverage string
+	flakyFails, allowNotRun                   bool
+	maxInjErr                                 time.Duration
+	accept                                    []string
+}
+
+// options turns the flags into the gate's options.
+func (f *gateFlags) options() (reports.GateOptions, error) {
+	opt := reports.DefaultGateOptions()
+	var err error
+	if opt.P95Tolerance, err = parseTolerance(f.tolerance); err != nil {
+		return opt, err
+	}
+	if f.slack != "" {
+		d, err := time.ParseDuration(f.slack)
+		if err != nil || d < 0 {
+			return opt, fmt.Errorf("--p95-slack %q: want a duration such as 50ms", f.slack)
+		}
+		opt.P95SlackMs = float64(d) / float64(time.Millisecond)
+	}
+	opt.FlakyFails, opt.AllowNotRun = f.flakyFails, f.allowNotRun
+	opt.MaxInjectionError = f.maxInjErr
+	if opt.MinCoverage, err = parseMinCoverage(f.minCoverage); err != nil {
+		return opt, err
+	}
+	opt.Accept, err = acceptIDs(f.accept, f.acceptFile)
+	return opt, err
+}
+
 func newReportGateCmd() *cobra.Command {
-	var baseline, tolerance, slack, stepSummary string
-	var flakyFails bool
-	var maxInjErr time.Duration
-	var accept []string
-	var acceptFile, minCoverage string
+	var baseline, stepSummary string
+	var f gateFlags
 	c := &cobra.Command{
 		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] [--accept ID,...] [--min-coverage P] RUN_DIR|results.json",
 		Short: "Decide a release from a run: exit 0 pass, 1 violated/regressed, 2 inconclusive, 3 infrastructure error",
@@ -45,7 +73,9 @@ func newReportGateCmd() *cobra.Command {
   1  an invariant was violated; or, with --baseline, a case that passed in the baseline
      fails now, or convergence p95 (over the cases converged in both runs) grew beyond
      --p95-tolerance (+ --p95-slack)
-  2  a case is inconclusive (its fault did not land where intended), the run has no
+  2  a case is inconclusive (its fault did not land where intended), a selected case
+     was not run (a missing binary or host feature, listed "NOT RUN"; --allow-not-run
+     lets those alone pass, still listed and never counted as passed), the run has no
      cases, a merged run lacks shards, or (--max-injection-error) the p99 of its
      injection errors exceeds the bound
      (--min-coverage) the run's phase coverage is below the bound, or it has no map
@@ -57,24 +87,8 @@ one line each, with the repro command of the case.`,
   vmchaos report gate --step-summary "$GITHUB_STEP_SUMMARY" vmchaos-results/nightly`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opt := reports.DefaultGateOptions()
-			var err error
-			if opt.P95Tolerance, err = parseTolerance(tolerance); err != nil {
-				return err
-			}
-			if slack != "" {
-				d, err := time.ParseDuration(slack)
-				if err != nil || d < 0 {
-					return fmt.Errorf("--p95-slack %q: want a duration such as 50ms", slack)
-				}
-				opt.P95SlackMs = float64(d) / float64(time.Millisecond)
-			}
-			opt.FlakyFails = flakyFails
-			opt.MaxInjectionError = maxInjErr
-			if opt.MinCoverage, err = parseMinCoverage(minCoverage); err != nil {
-				return err
-			}
-			if opt.Accept, err = acceptIDs(accept, acceptFile); err != nil {
+			opt, err := f.options()
+			if err != nil {
 				return err
 			}
 			cur, err := reports.Load(args[0])
@@ -101,13 +115,14 @@ one line each, with the repro command of the case.`,
 		},
 	}
 	c.Flags().StringVar(&baseline, "baseline", "", "results.json (or run dir) of a known-good run to compare against (default: none)")
-	c.Flags().StringVar(&tolerance, "p95-tolerance", "20%", `allowed growth of convergence p95 against the baseline: "20%", a fraction "0.2", or "off"`)
-	c.Flags().StringVar(&slack, "p95-slack", "", "absolute p95 growth always allowed on top of the tolerance, e.g. 50ms (default: none)")
-	c.Flags().BoolVar(&flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
-	c.Flags().DurationVar(&maxInjErr, "max-injection-error", 0, "call the run inconclusive when the p99 of |actual − requested| over its timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off)")
-	c.Flags().StringSliceVar(&accept, "accept", nil, "case ids whose failure is a known finding (listed as ACCEPTED, not failing the gate), e.g. mgr-clone-kill-at-ch.restore.begin (default: none)")
-	c.Flags().StringVar(&minCoverage, "min-coverage", "", `fail the gate (exit 1) when the run's phase coverage (applicable operation × point × fault-kind cells landed, not-runnable ones counted) is below this, e.g. "80%" or "80" (default: off)`)
-	c.Flags().StringVar(&acceptFile, "accept-file", "", "file of accepted case ids, one per line, # comments (default: none)")
+	c.Flags().StringVar(&f.tolerance, "p95-tolerance", "20%", `allowed growth of convergence p95 against the baseline: "20%", a fraction "0.2", or "off"`)
+	c.Flags().StringVar(&f.slack, "p95-slack", "", "absolute p95 growth always allowed on top of the tolerance, e.g. 50ms (default: none)")
+	c.Flags().BoolVar(&f.flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
+	c.Flags().DurationVar(&f.maxInjErr, "max-injection-error", 0, "call the run inconclusive when the p99 of |actual − requested| over its timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off)")
+	c.Flags().StringSliceVar(&f.accept, "accept", nil, "case ids whose failure is a known finding (listed as ACCEPTED, not failing the gate), e.g. mgr-clone-kill-at-ch.restore.begin (default: none)")
+	c.Flags().StringVar(&f.minCoverage, "min-coverage", "", `fail the gate (exit 1) when the run's phase coverage (applicable operation × point × fault-kind cells landed, not-runnable ones counted) is below this, e.g. "80%" or "80" (default: off)`)
+	c.Flags().BoolVar(&f.allowNotRun, "allow-not-run", false, "let cases the host could not run (results.json not_run: a missing binary or host feature) pass the gate; they are still listed and never counted as passed")
+	c.Flags().StringVar(&f.acceptFile, "accept-file", "", "file of accepted case ids, one per line, # comments (default: none)")
 	c.Flags().StringVar(&stepSummary, "step-summary", "", `append a compact Markdown verdict (reasons, cases needing attention, repro commands) to this file, e.g. "$GITHUB_STEP_SUMMARY" (default: none)`)
 	return c
 }

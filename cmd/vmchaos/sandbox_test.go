@@ -7,15 +7,14 @@ import (
 	"testing"
 
 	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/internal/needs"
 )
 
 // TestSandboxRunsTheCommandUnderSystemdPID1: the command sees a real systemd
 // as PID 1 and the working directory it was started in; its exit status is
 // vmchaos's; the temp state dir is gone afterwards.
 func TestSandboxRunsTheCommandUnderSystemdPID1(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	needs.Root(t, "the sandbox supervisor")
 	if why := injector.SandboxPreflight(); why != "" {
 		t.Skip("no sandbox here: " + why)
 	}

@@ -8,15 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vmchaos/vmchaos/internal/needs"
 )
 
 func qemuImg(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("qemu-img")
-	if err != nil {
-		t.Skip("qemu-img not on PATH (Debian: qemu-utils, installed by scripts/setup.sh)")
-	}
-	return p
+	return needs.Binary(t, "", "qemu-img", "install qemu-utils (Debian; scripts/setup.sh installs it)")
 }
 
 func run(t *testing.T, name string, args ...string) string {

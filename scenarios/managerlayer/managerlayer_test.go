@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/manager"
 	mvmctl "github.com/vmchaos/vmchaos/manager/vmctl"
 	"github.com/vmchaos/vmchaos/reports"
@@ -187,10 +188,8 @@ const EnvCocoon = "VMCHAOS_COCOON"
 
 // Against cocoon the same two cases are the findings of issue 17.
 func TestCocoonReportsTheIssueStates(t *testing.T) {
-	bin := os.Getenv(EnvCocoon)
-	if bin == "" {
-		t.Skipf("%s is not set: point it at a cocoon binary you built (go build in a checkout of github.com/cocoonstack/cocoon) to run the cocoon adapter against the real binary", EnvCocoon)
-	}
+	bin := needs.Binary(t, EnvCocoon, "cocoon",
+		"build cocoon beside the project (go build in a checkout of github.com/cocoonstack/cocoon) and export "+EnvCocoon+"=/path/to/cocoon, or put it on PATH")
 	r := newRunner(t, "cocoon", bin)
 	got := runCases(t, r, "case:mgr-clone-kill-at-ch.restore.begin || case:mgr-snapshot-save-kill-at-ch.snapshot.memory-written || case:mgr-vmm-kill9")
 	want := map[string][]string{

@@ -24,7 +24,7 @@ import (
 // did not die again (that would be an unexpected restart or a lost VM).
 func TestFastCasesArmTheirFaultInTheVictim(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts the whole stack")
+		t.Skip("-short: starts the whole stack; run without -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -258,6 +258,9 @@ func (r *Runner) RunCaseWith(ctx context.Context, c scenarios.Case, bugs []strin
 	}
 	r.mu.Lock()
 	r.res.Cases = append(r.res.Cases, rc)
+	if n, ok := r.notRunOf(rc); ok {
+		r.res.NotRun = append(r.res.NotRun, n)
+	}
 	r.mu.Unlock()
 	if r.opts.Progress != nil {
 		fmt.Fprintln(r.opts.Progress, progressLine(rc))

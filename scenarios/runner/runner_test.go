@@ -17,7 +17,7 @@ import (
 // breaks, and pass without it. Teardown must leave no process of either case.
 func TestCaseCatchesBugAndPassesWithout(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts the whole stack")
+		t.Skip("-short: starts the whole stack; run without -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

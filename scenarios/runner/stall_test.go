@@ -18,7 +18,7 @@ import (
 // reaches ready without it) stays inconclusive.
 func TestStalledAgentFailsAsProduct(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts the whole stack")
+		t.Skip("-short: starts the whole stack; run without -short")
 	}
 	c, err := scenarios.CaseFor("s001-h-post-clone-running", 0, false, "fake")
 	if err != nil {

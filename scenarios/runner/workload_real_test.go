@@ -33,7 +33,7 @@ func TestOnlyTheFakeGuestClockIsTheTraceClock(t *testing.T) {
 // source's going on by its acks past the cut.
 func TestConsistentSavePassesWithoutTheGuestClock(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts the whole stack")
+		t.Skip("-short: starts the whole stack; run without -short")
 	}
 	old := guestClockOn
 	t.Cleanup(func() { guestClockOn = old })

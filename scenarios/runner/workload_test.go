@@ -75,7 +75,7 @@ func cutInvariant(rc reports.Case) (reports.Invariant, bool) {
 // PHANTOM markers when the manager copies the disk after the resume.
 func TestInconsistentSaveFailsTheCase(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts the whole stack")
+		t.Skip("-short: starts the whole stack; run without -short")
 	}
 	c, err := scenarios.CaseFor("wl-save-held-captured", 0, false, "fake")
 	if err != nil {

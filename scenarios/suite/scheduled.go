@@ -100,7 +100,7 @@ func specReport(c scenarios.Case, rc reports.Case, t0, t1 time.Time) types.SpecR
 		s.State = types.SpecStatePassed
 	case reports.Inconclusive:
 		s.State = types.SpecStateSkipped
-		s.Failure = types.Failure{Message: "inconclusive: " + rc.Reason}
+		s.Failure = types.Failure{Message: skipMessage(rc)}
 	default:
 		s.State = types.SpecStateFailed
 		s.Failure = types.Failure{Message: fmt.Sprintf("%s: %s\nrepro: %s", rc.Verdict, rc.Reason, rc.Repro)}

@@ -40,7 +40,7 @@ func runCase(r func() *runner.Runner) func(g.SpecContext, scenarios.Case) {
 		case reports.Pass:
 		case reports.Inconclusive:
 			// not a pass: Ginkgo reports it skipped, the gate exits 2
-			g.Skip("inconclusive: " + rc.Reason)
+			g.Skip(skipMessage(rc))
 		default:
 			var ev []string
 			for _, inv := range rc.Invariants {
@@ -51,4 +51,14 @@ func runCase(r func() *runner.Runner) func(g.SpecContext, scenarios.Case) {
 			g.Fail(fmt.Sprintf("%s: %s\n%s\nrepro: %s", rc.Verdict, rc.Reason, strings.Join(ev, "\n"), rc.Repro))
 		}
 	}
+}
+
+// skipMessage is what Ginkgo shows for an inconclusive case: "not run:" when
+// the host lacks what it needs (culprit precondition, listed in results.json
+// not_run), so a skipped spec says by name why it never ran.
+func skipMessage(rc reports.Case) string {
+	if rc.Culprit == "precondition" {
+		return "not run: " + rc.Reason
+	}
+	return "inconclusive: " + rc.Reason
 }

@@ -7,15 +7,12 @@ import (
 	"github.com/vmchaos/vmchaos/reports"
 )
 
-// Prefixes of the reasons a case the host cannot run is given: the real
-// backend's preflight (New: "real backend unavailable: " + its result or
-// error; per case "real backend: " + a snapshot reason) and the lazyfs
-// mount (lazyStack, through verdictOf: "precondition: FUSE unavailable: …").
-const (
-	realUnavailable = "real backend unavailable: "
-	realCaseSkip    = "real backend: "
-	noFUSE          = "FUSE unavailable"
-)
+// noFUSE starts the reason lazyStack gives (through verdictOf) when lazyfs
+// cannot mount.
+const noFUSE = "FUSE unavailable"
+
+// need is what a not-run case lacks and its kind (reports.Missing*).
+type need struct{ missing, kind string }
 
 // notRunOf is the results' not_run entry of a case the host could not run
 // (culprit precondition), ok false for every other case.
@@ -23,56 +20,39 @@ func (r *Runner) notRunOf(rc reports.Case) (reports.NotRun, bool) {
 	if rc.Culprit != byPrecondition.String() {
 		return reports.NotRun{}, false
 	}
-	missing, kind := missingOf(rc.Reason)
-	return reports.NotRun{Case: rc.ID, Reason: rc.Reason, Missing: missing, Kind: kind}, true
+	n := r.needOf(rc.Reason)
+	return reports.NotRun{Case: rc.ID, Reason: rc.Reason, Missing: n.missing, Kind: n.kind}, true
 }
 
-// missingOf names what a precondition reason says is missing, and its kind.
-func missingOf(reason string) (string, string) {
-	why := strings.TrimPrefix(reason, "precondition: ")
-	// a per-case skip names the backend's own reason last ("…; also real
-	// backend unavailable: …"): without the backend nothing runs, so that
-	// one is what is missing first
-	_, backend, unavailable := strings.Cut(why, realUnavailable)
+// needOf names what a precondition reason says is missing. The real
+// backend's needs were taken from the preflight's own result in New, not
+// read back from the reason text: without the backend nothing runs, so its
+// need comes first, then the snapshot one.
+func (r *Runner) needOf(reason string) need {
 	switch {
-	case strings.HasPrefix(why, noFUSE):
-		return "FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature
-	case unavailable:
-		return notRunNeed(preflightOf(backend))
-	case strings.HasPrefix(why, realCaseSkip):
-		first, _, _ := strings.Cut(strings.TrimPrefix(why, realCaseSkip), ";")
-		return notRunNeed(preflightOf(first))
+	case strings.HasPrefix(strings.TrimPrefix(reason, "precondition: "), noFUSE):
+		return need{"FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature}
+	case r.skip != "":
+		return r.backendNeed
+	case r.snapSkip != "" && strings.Contains(reason, r.snapSkip):
+		return r.snapNeed
 	}
-	return "a host precondition", reports.MissingHostFeature
-}
-
-// preflightOf reads back the preflight result a reason was made from: its
-// String ("<reason word>: <detail>") or Preflight's discovery error
-// ("realch: missing: …", "realch: … version …").
-func preflightOf(s string) realch.PreflightResult {
-	if rest, ok := strings.CutPrefix(s, "realch: "); ok {
-		if items, ok := strings.CutPrefix(rest, "missing: "); ok {
-			return realch.PreflightResult{Reason: realch.ReasonMissing, Detail: items}
-		}
-		return realch.PreflightResult{Reason: realch.ReasonVersion, Detail: rest}
-	}
-	word, detail, _ := strings.Cut(s, ": ")
-	return realch.PreflightResult{Reason: word, Detail: detail}
+	return need{"a host precondition", reports.MissingHostFeature}
 }
 
 // notRunNeed is what the real backend's preflight found missing: the
 // binary or host feature its reason names (realch's Reason words).
-func notRunNeed(pf realch.PreflightResult) (missing, kind string) {
+func notRunNeed(pf realch.PreflightResult) need {
 	switch pf.Reason {
 	case realch.ReasonMissing:
 		// the detail without where discovery looked (the reason keeps it)
-		return withoutParens(pf.Detail), reports.MissingBinary
+		return need{withoutParens(pf.Detail), reports.MissingBinary}
 	case realch.ReasonVersion:
-		return "cloud-hypervisor of a supported version", reports.MissingBinary
+		return need{"cloud-hypervisor of a supported version", reports.MissingBinary}
 	case realch.ReasonPermission:
-		return "/dev/kvm access for this user", reports.MissingCapability
+		return need{"/dev/kvm access for this user", reports.MissingCapability}
 	default:
-		return "KVM (/dev/kvm: " + pf.Reason + ")", reports.MissingHostFeature
+		return need{"KVM (/dev/kvm: " + pf.Reason + ")", reports.MissingHostFeature}
 	}
 }
 

@@ -66,9 +66,9 @@ func TestNotRunNeedNamesWhatIsMissing(t *testing.T) {
 		{realch.ReasonAbsent, reports.MissingHostFeature, "KVM"},
 		{realch.ReasonNestedVirtOff, reports.MissingHostFeature, "nested-virt-off"},
 	} {
-		missing, kind := notRunNeed(realch.PreflightResult{Reason: tc.reason, Detail: "cloud-hypervisor binary (set X; looked in /a (b))"})
-		if kind != tc.kind || !strings.Contains(missing, tc.in) {
-			t.Errorf("%s: (%q, %s), want kind %s naming %q", tc.reason, missing, kind, tc.kind, tc.in)
+		n := notRunNeed(realch.PreflightResult{Reason: tc.reason, Detail: "cloud-hypervisor binary (set X; looked in /a (b))"})
+		if n.kind != tc.kind || !strings.Contains(n.missing, tc.in) {
+			t.Errorf("%s: (%q, %s), want kind %s naming %q", tc.reason, n.missing, n.kind, tc.kind, tc.in)
 		}
 	}
 }
@@ -80,26 +80,34 @@ func TestWithoutParens(t *testing.T) {
 	}
 }
 
-// TestMissingOfEveryPreconditionReason: each precondition's words as the
-// runner writes them name what is missing and its kind.
-func TestMissingOfEveryPreconditionReason(t *testing.T) {
+// TestNeedOfEveryPreconditionReason: each precondition names what is
+// missing and its kind, the real backend's from the preflight's result.
+func TestNeedOfEveryPreconditionReason(t *testing.T) {
+	missingCH := realch.PreflightResult{Reason: realch.ReasonMissing, Detail: "cloud-hypervisor binary (set VMCHAOS_CH_BINARY; looked in /usr/bin (x)); guest disk image (set Y)"}
+	noKVM := realch.PreflightResult{Reason: "absent", Detail: "no /dev/kvm"}
+	nested := "snapshot-needs-nested-state: snapshots need X"
+	backend := func(pf realch.PreflightResult) *Runner {
+		return &Runner{skip: "real backend unavailable: " + pf.String(), backendNeed: notRunNeed(pf)}
+	}
+	snapOnly := &Runner{snapSkip: nested, snapNeed: notRunNeed(realch.PreflightResult{Reason: realch.ReasonNestedState})}
 	for _, tc := range []struct {
-		reason, missing, kind string
+		r             *Runner
+		reason        string
+		missing, kind string
 	}{
-		{"real backend unavailable: realch: missing: cloud-hypervisor binary (set VMCHAOS_CH_BINARY; looked in /usr/bin (x)); guest disk image (set Y)",
-			"cloud-hypervisor binary; guest disk image", reports.MissingBinary},
-		{"real backend unavailable: realch: /usr/bin/ch is cloud-hypervisor 30.0, outside the supported range 40..48",
-			"cloud-hypervisor of a supported version", reports.MissingBinary},
-		{"real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: absent)", reports.MissingHostFeature},
-		{"real backend unavailable: permission: open /dev/kvm: EACCES", "/dev/kvm access for this user", reports.MissingCapability},
-		{"real backend: nested-state: snapshots need X; also real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: absent)", reports.MissingHostFeature},
-		{"real backend: nested-state: snapshots need X", "KVM (/dev/kvm: nested-state)", reports.MissingHostFeature},
-		{"precondition: FUSE unavailable: open /dev/fuse: ENOENT", "FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature},
-		{"precondition: something new", "a host precondition", reports.MissingHostFeature},
+		{backend(missingCH), "real backend unavailable: whatever the text", "cloud-hypervisor binary; guest disk image", reports.MissingBinary},
+		{backend(realch.PreflightResult{Reason: realch.ReasonVersion, Detail: "30.0"}), "real backend unavailable: …", "cloud-hypervisor of a supported version", reports.MissingBinary},
+		{backend(noKVM), "real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: absent)", reports.MissingHostFeature},
+		{backend(realch.PreflightResult{Reason: realch.ReasonPermission}), "real backend unavailable: …", "/dev/kvm access for this user", reports.MissingCapability},
+		// the backend's need comes first: without it nothing runs
+		{&Runner{skip: "x", snapSkip: nested, backendNeed: notRunNeed(noKVM), snapNeed: snapOnly.snapNeed}, "real backend: " + nested + "; also real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: absent)", reports.MissingHostFeature},
+		{snapOnly, "real backend: " + nested, "KVM (/dev/kvm: " + realch.ReasonNestedState + ")", reports.MissingHostFeature},
+		{&Runner{}, "precondition: FUSE unavailable: open /dev/fuse: ENOENT", "FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature},
+		{&Runner{}, "precondition: something new", "a host precondition", reports.MissingHostFeature},
 	} {
-		missing, kind := missingOf(tc.reason)
-		if missing != tc.missing || kind != tc.kind {
-			t.Errorf("%q: (%q, %s), want (%q, %s)", tc.reason, missing, kind, tc.missing, tc.kind)
+		n := tc.r.needOf(tc.reason)
+		if n.missing != tc.missing || n.kind != tc.kind {
+			t.Errorf("%q: (%q, %s), want (%q, %s)", tc.reason, n.missing, n.kind, tc.missing, tc.kind)
 		}
 	}
 }

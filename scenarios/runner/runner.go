@@ -91,6 +91,9 @@ type Runner struct {
 	// snapSkip is the preflight's snapshot reason (realch.ReasonNestedState):
 	// every case that needs a snapshot is inconclusive with it
 	snapSkip string
+	// backendNeed and snapNeed are what skip and snapSkip say is missing,
+	// from the preflight's result (results.json not_run)
+	backendNeed, snapNeed need
 }
 
 // New prepares the shared stack parts.
@@ -108,6 +111,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		o.StablePolls = 3
 	}
 	supNote, snapSkip := "", ""
+	var backendNeed, snapNeed need
 	switch o.Backend {
 	case "fake":
 	case "real":
@@ -120,6 +124,8 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		// skip with the preflight's reason (inconclusive, gate exit 2).
 		_, pf, err := preflight(realch.Options{})
 		snapSkip = pf.Snapshot
+		backendNeed = notRunNeed(pf)
+		snapNeed = notRunNeed(realch.PreflightResult{Reason: realch.ReasonNestedState})
 		skip := ""
 		switch {
 		case err != nil:
@@ -129,7 +135,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		}
 		if skip != "" {
 			host, _ := os.Hostname()
-			return &Runner{opts: o, skip: skip, snapSkip: snapSkip, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
+			return &Runner{opts: o, skip: skip, snapSkip: snapSkip, backendNeed: backendNeed, snapNeed: snapNeed, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
 				Host: host, Backend: o.Backend, Supervisor: withNote(o.Supervisor, supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
 		}
 	default:
@@ -150,7 +156,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	r := &Runner{opts: o, run: run, supNote: supNote, snapSkip: snapSkip, res: &reports.Results{
+	r := &Runner{opts: o, run: run, supNote: supNote, snapSkip: snapSkip, snapNeed: snapNeed, res: &reports.Results{
 		RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(), Host: host, Backend: o.Backend,
 		Supervisor: withNote(run.Sup.Kind(), supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress,
 	}}

@@ -146,7 +146,7 @@ func helperMain(mode string) int {
 			_ = syscall.Kill(b.watch.pid, syscall.SIGKILL)
 			<-b.watch.done
 		}
-		_ = os.WriteFile(os.Getenv("HELPER_READY"), []byte(strings.Join(pids, " ")), 0o644)
+		writeReady([]byte(strings.Join(pids, " ")))
 		select {}
 	case "reserve":
 		// A runner SIGKILLed after it reserved its stack dir, before any
@@ -163,7 +163,7 @@ func helperMain(mode string) int {
 		if err := c.Start(); err != nil {
 			return 2
 		}
-		_ = os.WriteFile(os.Getenv("HELPER_READY"), []byte(dir+"\n"+strconv.Itoa(c.Process.Pid)), 0o644)
+		writeReady([]byte(dir + "\n" + strconv.Itoa(c.Process.Pid)))
 		select {}
 	case "hog":
 		// The accuracy benchmark's loaded core: spin, bounded.
@@ -235,3 +235,18 @@ func startedChild(log string, main int) (int, bool) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// writeReady publishes the helper's ready file whole: the test polls for
+// the file's existence, so a plain WriteFile could be seen created but
+// still empty (CI saw `runner reported ""`). A rename is atomic.
+func writeReady(b []byte) {
+	ready := os.Getenv("HELPER_READY")
+	tmp := ready + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "helper: ready:", err)
+		return
+	}
+	if err := os.Rename(tmp, ready); err != nil {
+		fmt.Fprintln(os.Stderr, "helper: ready:", err)
+	}
+}

@@ -69,6 +69,13 @@ func TestSaveRejectedBeforeCaptureTable(t *testing.T) {
 		ev(1100, "vmctl", "snapshot.save.captured", 77, nil),
 		ev(1200, "nodeagent", "agent.child.exit", 5, map[string]any{"child_pid": float64(77), "code": float64(0)}),
 	}
+	saveArgv := []any{"vmctl", "--root", "/r", "snapshot", "save", "--vm", "vm-a", "vm-a-hib"}
+	refusedEarly := []failpoint.Event{
+		ev(1200, "nodeagent", "agent.child.exit", 5, map[string]any{"child_pid": float64(78), "code": float64(1), "argv": saveArgv}),
+	}
+	noSave := []failpoint.Event{
+		ev(900, "nodeagent", "agent.child.exit", 5, map[string]any{"child_pid": float64(76), "code": float64(0), "argv": saveArgv}),
+	}
 	runHistory(t, []historyCase{
 		{"violated", func() reports.Invariant {
 			return SaveRejectedBeforeCaptureInvariant(&Input{}, capturedThenFailed, fault, nil)
@@ -76,6 +83,12 @@ func TestSaveRejectedBeforeCaptureTable(t *testing.T) {
 		{"harness victim", func() reports.Invariant {
 			return SaveRejectedBeforeCaptureInvariant(&Input{}, capturedThenFailed, fault, map[int]bool{77: true})
 		}, true, "1 completed capture"},
+		{"refused at the preflight", func() reports.Invariant {
+			return SaveRejectedBeforeCaptureInvariant(&Input{}, refusedEarly, fault, nil)
+		}, true, "1 snapshot save(s) after the fault, 0 completed"},
+		{"no save after the fault", func() reports.Invariant {
+			return SaveRejectedBeforeCaptureInvariant(&Input{}, noSave, fault, nil)
+		}, false, "nothing to judge"},
 		{"clean", func() reports.Invariant { return SaveRejectedBeforeCaptureInvariant(&Input{}, capturedOK, fault, nil) }, true, "none refused"},
 		{"lost datagram", func() reports.Invariant { return SaveRejectedBeforeCaptureInvariant(lost, capturedOK, fault, nil) }, false, "incomplete"},
 	})

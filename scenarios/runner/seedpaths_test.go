@@ -38,7 +38,9 @@ func readRecord(t *testing.T, dir string) map[string]any {
 // names and refuses a record it would make no sense on (a harness error,
 // never a silently different case).
 func TestRecordEditsWriteWhatTheySay(t *testing.T) {
-	bound := func() map[string]any { return map[string]any{"lifecycle": "ready", "post_clone": "done", "vm_id": "V1"} }
+	bound := func() map[string]any {
+		return map[string]any{"lifecycle": "ready", "post_clone": "done", "vm_id": "V1"}
+	}
 	unbound := func() map[string]any { return map[string]any{"lifecycle": "hibernated"} }
 
 	dir := writeRecord(t, bound())

@@ -142,14 +142,37 @@ func (cr *caseRun) seedPathInvariants(ctx context.Context, in *checker.Input, ev
 	if len(samples) > 0 {
 		last = &samples[len(samples)-1]
 	}
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	evs, err := cr.st.Agent.Events(actx)
-	cancel()
-	if inv, asked := checker.WedgeVisibleInvariant(in, events, evs, err, last, failpoint.Now()); asked {
-		out = append(out, inv)
-	}
+	out = append(out, cr.wedgeInvariant(ctx, in, events, last)...)
 	if inv, asked := checker.EvidenceLookupsInvariant(in, events, samples); asked {
 		out = append(out, inv)
 	}
 	return out
+}
+
+// wedgeInvariant is wedge-visible over the trace so far, read against the
+// agent's events and the last scrape.
+func (cr *caseRun) wedgeInvariant(ctx context.Context, in *checker.Input, events []failpoint.Event, last *checker.Sample) []reports.Invariant {
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	evs, err := cr.st.Agent.Events(actx)
+	cancel()
+	if inv, asked := checker.WedgeVisibleInvariant(in, events, evs, err, last, failpoint.Now()); asked {
+		return []reports.Invariant{inv}
+	}
+	return nil
+}
+
+// stallWedge is wedge-visible for a case judgeStall fails as the product's:
+// an operation never reached its next point within the case's budget, so
+// the agent must have shown the stuck intent outside the node too.
+func (cr *caseRun) stallWedge(ctx context.Context) []reports.Invariant {
+	var last *checker.Sample
+	if cr.scraper != nil {
+		cr.scraper.ScrapeNow(ctx, failpoint.Now)
+		if samples := cr.scraper.Samples(); len(samples) > 0 {
+			last = &samples[len(samples)-1]
+		}
+	}
+	bad, lastBad := cr.st.Trace.Malformed()
+	in := &checker.Input{TraceLoss: checker.TraceLoss(cr.st.Trace.Path(), bad, lastBad, checker.Losses(cr.st.Trace.Lost()))}
+	return cr.wedgeInvariant(ctx, in, cr.st.Trace.Sorted(), last)
 }

@@ -1,11 +1,17 @@
 package runner
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/checker"
 )
 
 func writeRecord(t *testing.T, status map[string]any) string {
@@ -77,5 +83,45 @@ func TestRecordEditsWriteWhatTheySay(t *testing.T) {
 	}
 	if err := editRecord(writeRecord(t, bound()), "a", markStaleDone); err == nil {
 		t.Error("a stale marker on a bound VM was accepted")
+	}
+}
+
+// TestStalledAgentShowsItsWedge: a case judgeStall fails as the product's
+// (the agent paused at agent.create.begin for good, the double of
+// TestStalledAgentFailsAsProduct) also judges wedge-visible, on a real
+// fake-backend stack: the bundled agent reports the stuck create on its API
+// and metric; with wedge-log-only (the field's agent: log lines only) the
+// same case fails wedge-visible.
+func TestStalledAgentShowsItsWedge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts the whole stack; run without -short")
+	}
+	c, err := scenarios.CaseFor("s001-h-post-clone-running", 0, false, "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := withScenario(c, func(s *scenarios.Scenario) { s.Env.Failpoints = "agent.create.begin=pause@vm=vm-a" })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r, err := New(ctx, Options{ReportDir: t.TempDir(), Supervisor: "builtin", Scale: 0.05, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, tc := range []struct {
+		bugs []string
+		ok   bool
+		want string
+	}{
+		{nil, true, "reported (no_progress)"},
+		{[]string{"wedge-log-only"}, false, "no wedge event on the agent's API names it"},
+	} {
+		rc := r.RunCaseWith(ctx, stalled, tc.bugs)
+		inv, ok := invariant(rc, checker.WedgeVisible)
+		if rc.Verdict != reports.Fail || !ok || inv.OK != tc.ok || !strings.Contains(inv.Evidence, tc.want) {
+			t.Fatalf("bugs %v: %s (%s), %s %+v; want a product fail with %s ok=%v naming %q",
+				tc.bugs, rc.Verdict, rc.Reason, checker.WedgeVisible, inv, checker.WedgeVisible, tc.ok, tc.want)
+		}
+		t.Logf("bugs %v: %s: %s", tc.bugs, inv.Name, inv.Evidence)
 	}
 }

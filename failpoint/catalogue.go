@@ -79,6 +79,8 @@ var Catalogue = []Point{
 	{"agent.delete.removed", "nodeagent", "delete", "VM removed", "snapshot rm, forget"},
 	{"agent.delete.done", "nodeagent", "delete", "intent forgotten", "-"},
 	{"agent.failed", "nodeagent", "agent", "lifecycle failed written with the reason", "retry"},
+	{"agent.evidence.lookup", "nodeagent", "agent", "a create's hibernate-evidence lookup done and counted (attrs: vm, verdict)", "fresh clone, or the create becomes a wake"},
+	{"agent.wedged", "nodeagent", "agent", "an intent found stuck past its operation's budget (attrs: vm, op, reason)", "metric and API event written"},
 
 	// fakech
 	{"ch.cli.start", "fakech", "vmm", "API socket bound and serving (vmm.ping answers)", "the command-line VM created/booted or restored"},

@@ -36,6 +36,7 @@ type Agent struct {
 	log      *slog.Logger
 	store    *store
 	metrics  *metrics
+	events   *eventLog // wedge reports served on GET /v1/events
 	children *childSet
 
 	mu      sync.Mutex
@@ -92,6 +93,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer lf.Close()
+	start := time.Now() // the wedge watch's clock starts before agent.started
 	a, err := newAgent(ctx, cfg, log, watchN)
 	if err != nil {
 		return err
@@ -131,10 +133,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	servers = append(servers, srv)
-	a.wg.Add(1)
+	a.wg.Add(2)
 	go func() {
 		defer a.wg.Done()
 		a.watch(ctx)
+	}()
+	go func() {
+		defer a.wg.Done()
+		a.watchWedges(ctx, start)
 	}()
 	a.serveUntilDone(ctx, sock)
 	for _, s := range servers {
@@ -175,7 +181,11 @@ func newAgent(ctx context.Context, cfg Config, log *slog.Logger, watchN float64)
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, log: log, store: st, metrics: m, children: &childSet{m: map[int][]string{}},
+	ev, err := openEventLog(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, log: log, store: st, metrics: m, events: ev, children: &childSet{m: map[int][]string{}},
 		workers: map[string]*worker{}, claims: map[string]bool{}, busy: map[string]bool{},
 		listed: map[string]string{}, died: map[string]string{}, ctx: ctx, watchN: watchN}, nil
 }

@@ -32,6 +32,7 @@ const (
 	mOrphan       = "nodeagent_orphan_vm_total"
 	mEvidence     = "nodeagent_hibernate_evidence_total"
 	mFailed       = "nodeagent_lifecycle_failed_total"
+	mWedged       = "nodeagent_wedged_total"
 	mOpDuration   = "nodeagent_operation_duration_seconds"
 	metricsFile   = "metrics.json"
 	metricsFormat = 1
@@ -46,11 +47,22 @@ var counterDefs = []metricDef{
 	{mStaleCreate, "Outcomes of vm reconcile-stale-create invocations (startup and busy-create watch).", []string{"outcome"}},
 	{mStartup, "Operations resumed at startup from durable markers.", []string{"op"}},
 	{mHibernate, "Hibernate phases by result.", []string{"phase", "result"}},
-	{mWake, "Wake attempts by result.", []string{"result"}},
+	{mWake, "Wake operations by outcome: ok once it is ready, failed once it gave up (retries exhausted); its failed retries count in nodeagent_lifecycle_failed_total.", []string{"result"}},
 	{mSave, "snapshot save attempts by result (name-held recovery included).", []string{"result"}},
 	{mOrphan, "VMs found at startup that no intent owns (counted once per VM id).", nil},
-	{mEvidence, "Hibernate-evidence lookups before a fresh create, by verdict.", []string{"verdict"}},
+	{mEvidence, "Hibernate-evidence lookups before a fresh create (resumed ones included), by verdict.", []string{"verdict"}},
 	{mFailed, "lifecycle failed writes, by reason.", []string{"reason"}},
+	{mWedged, "Intents found stuck past their operation's budget (one per episode), by operation and reason; each is also an event on GET /v1/events naming the VM.", []string{"op", "reason"}},
+}
+
+// knownLabels are the label values of a counter exported at 0 from the
+// start: a check that a counter did not move needs the series to exist, and
+// a series that appears only on its first increment cannot tell "0" from
+// "not exported".
+var knownLabels = map[string][][]string{
+	mStartup:  {{opCreate}, {opWake}, {opHibernate}, {opDelete}, {"post_clone"}, {"ready_wait"}},
+	mWake:     {{"ok"}, {"failed"}},
+	mEvidence: {{"registry"}, {"local"}, {"none"}, {"error"}},
 }
 
 var histDef = metricDef{mOpDuration, "Duration of one pass of an operation, by op and result.", []string{"op", "result"}}
@@ -99,6 +111,9 @@ func newMetrics(stateDir string) (*metrics, error) {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: d.name, Help: d.help}, d.labels)
 		if len(d.labels) == 0 {
 			v.WithLabelValues() // a label-less counter is exposed from the start, at 0
+		}
+		for _, lv := range knownLabels[d.name] {
+			v.WithLabelValues(lv...)
 		}
 		m.counters[d.name] = v
 		m.reg.MustRegister(v)

@@ -89,7 +89,7 @@ func (a *Agent) checkHibernateEvidence(ctx context.Context, rec *record) (_ *rec
 		return rec, false, nil
 	}
 	name := rec.Name
-	found, err := a.hibernateEvidence(ctx, name)
+	found, err := a.lookupEvidence(ctx, name)
 	if err != nil {
 		return rec, false, opErr("evidence", fmt.Errorf("hibernate evidence lookup for %s failed (refusing fresh boot): %w", name, err))
 	}
@@ -592,7 +592,12 @@ func (a *Agent) hibernateRemove(ctx context.Context, rec *record) error {
 		if r.Status.VMID != "" {
 			r.RemoveVMID = r.Status.VMID
 		}
-		r.Status.VMID, r.Status.Address, r.Status.PostClone = "", "", ""
+		r.Status.VMID, r.Status.Address = "", ""
+		// the post_clone marker dies with the VM it describes (seed 001
+		// held); post-clone-marker-outlives-incarnation keeps it
+		if !regress.On("post-clone-marker-outlives-incarnation") {
+			r.Status.PostClone = ""
+		}
 	}); err != nil {
 		return err
 	}
@@ -703,7 +708,7 @@ func (a *Agent) doDelete(ctx context.Context, rec *record) error {
 			return opErr("delete_rm", err)
 		}
 		if _, err := a.setStatus(name, func(r *record) {
-			r.Step, r.Status.VMID, r.Status.Address, r.RemoveVMID = stepRemoved, "", "", ""
+			r.Step, r.Status.VMID, r.Status.Address, r.Status.PostClone, r.RemoveVMID = stepRemoved, "", "", "", ""
 		}); err != nil {
 			return err
 		}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/vmchaos/vmchaos/nodeagent/api"
 )
 
 // maxBody bounds an intent body; real ones are tiny.
@@ -39,6 +41,7 @@ func (a *Agent) handler() http.Handler {
 			methodNotAllowed(w, "GET, PUT, DELETE")
 		}
 	})
+	mux.HandleFunc(api.EventsPath, a.handleEvents)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
 	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
@@ -123,6 +124,12 @@ func (a *Agent) startupResume(ctx context.Context, vms []vmctl.VM, haveListing b
 				a.mu.Unlock()
 			}
 		}
+		rec = a.dropStaleMarker(rec)
+		if regress.On("empty-lifecycle-not-dispatched") && rec.Status.Lifecycle == "" && rec.Status.PostClone != "" {
+			// the historical startup walked records by their lifecycle
+			// marker only: one without it was never driven
+			continue
+		}
 		op := resumeOp(rec)
 		if op != "" {
 			a.metrics.inc(mStartup, op)
@@ -140,16 +147,28 @@ func resumeOp(r *record) string {
 	if r.Deleted {
 		return opDelete
 	}
+	// post-clone-failed-dispatched: the historical startup read the
+	// post_clone marker before the lifecycle and resumed a failed one.
+	if r.Status.PostClone == PostCloneFailed && regress.On("post-clone-failed-dispatched") {
+		return "post_clone"
+	}
+	// A failed record (post_clone=failed included) is parked for startup:
+	// zero dispatch; the failed path retries it with its backoff.
 	if r.Status.Lifecycle == LifecycleFailed {
 		return ""
 	}
 	switch r.Op {
 	case opCreate, opWake:
+		// An empty lifecycle with a post_clone marker lands here too: the
+		// marker, with the durable op, is the owed work (seed 001 held).
 		switch r.Status.PostClone {
 		case PostCloneRunning:
 			return "post_clone"
 		case PostCloneDone:
-			if r.Step == stepCloned {
+			// post_clone done, ready not yet written: only the
+			// readiness wait is owed (post-clone-done-ignored: the
+			// historical derivation redid the whole operation)
+			if r.Step == stepCloned && !regress.On("post-clone-done-ignored") {
 				return "ready_wait"
 			}
 		}

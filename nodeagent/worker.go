@@ -125,7 +125,10 @@ func (a *Agent) pass(ctx context.Context, name string, resumed bool) (time.Durat
 		return 0, true
 	}
 	// A failure of an older generation does not delay the new one.
-	if rec.Status.Lifecycle == LifecycleFailed && !rec.Deleted && rec.FailedGen == rec.Generation {
+	// post-clone-failed-dispatched: the historical resumed pass ran past
+	// the failed path's parking and backoff.
+	bypass := resumed && regress.On("post-clone-failed-dispatched")
+	if rec.Status.Lifecycle == LifecycleFailed && !rec.Deleted && rec.FailedGen == rec.Generation && !bypass {
 		if a.parked(rec) {
 			return 0, false
 		}
@@ -215,7 +218,11 @@ func (a *Agent) fail(ctx context.Context, name, op string, err error) time.Durat
 		return a.cfg.RetryBase
 	}
 	a.metrics.inc(mFailed, reason)
-	if op == opWake {
+	// One outcome per wake (seed 001, observability: a retry storm put 33
+	// failures on one wake): a wake counts failed once, when it gives up;
+	// every failed retry is already in lifecycle_failed_total{reason}.
+	// wake-failed-per-retry: the historical count of every failed pass.
+	if op == opWake && (a.parked(rec) || regress.On("wake-failed-per-retry")) {
 		a.metrics.inc(mWake, "failed")
 	}
 	a.log.Warn("operation failed", "vm", name, "op", op, "reason", reason, "attempt", attempts, "err", err)

@@ -64,6 +64,29 @@ var Bugs = []Bug{
 	{"metrics-process-local", "001 obs", "nodeagent",
 		"agent metrics live only in process memory and reset on the restart they describe",
 		"metrics-monotonic"},
+	// seed 001 "what held up": the post-clone states (issue 34 item 5)
+	{"post-clone-done-ignored", "001 held", "nodeagent",
+		"a resumed create or wake whose post_clone is done is derived as the whole operation again, never as ready_wait",
+		"metric-expectations"},
+	{"post-clone-failed-dispatched", "001 held", "nodeagent",
+		"startup dispatches a post_clone=failed record as resumed post_clone work, past the failed path and its backoff",
+		"metric-expectations"},
+	{"empty-lifecycle-not-dispatched", "001 held", "nodeagent",
+		"startup drives only records that carry a lifecycle, so an empty lifecycle with a post_clone marker is never dispatched",
+		"intent-goal"},
+	{"post-clone-marker-outlives-incarnation", "001 held", "nodeagent",
+		"the post_clone marker survives the VM it describes (kept by the hibernate's vm rm, never dropped at startup)",
+		"post-clone-marker-bound"},
+	// seed 001 observability (issue 34 item 6)
+	{"wedge-log-only", "001 obs", "nodeagent",
+		"an intent stuck past its operation's budget is only logged: no metric, no event on the agent's API",
+		"wedge-visible"},
+	{"wake-failed-per-retry", "001 obs", "nodeagent",
+		"wake_total{result=\"failed\"} counts every failed retry pass of a wake, so a retry storm inflates it",
+		"metric-expectations"},
+	{"evidence-lookup-uncounted", "001 obs", "nodeagent",
+		"the hibernate-evidence lookup of a create resumed at startup bypasses nodeagent_hibernate_evidence_total",
+		"evidence-lookups-counted"},
 }
 
 var (

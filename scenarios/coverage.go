@@ -81,7 +81,7 @@ var verbContexts = []coverContext{
 	{Op: "snapshot-rm", Direct: true, Path: []string{"snapshot.rm.tombstoned", "snapshot.rm.done"}},
 	{Op: "daemon", Path: []string{"daemon.pass", "store.commit.before-rename", "store.commit.after-rename"}},
 	{Op: "agent", Agent: true, Path: []string{"agent.started", "agent.startup.reconciled", "agent.child.exec",
-		"agent.child.exit", "agent.child.vm-died", "agent.failed"}},
+		"agent.child.exit", "agent.child.vm-died", "agent.failed", "agent.evidence.lookup", "agent.wedged"}},
 	{Op: "ledger", Alive: true, Path: []string{"ledger.marker.intent", "ledger.marker.written"}},
 }
 

@@ -127,6 +127,7 @@ func TestStateInvariantTables(t *testing.T) {
 			p.Check = violations(manager.CheckSnapshotData, "snapshot S0 ready but stat: no such file")
 		}, "S0 ready but"},
 		{VMsAdopted, func(in *Input, p *Poll) { p.VMs[0].ID = "A9"; p.VMMs["A9"] = p.VMMs["A1"] }, "a was A1 before the fault, now A9"},
+		{PostCloneMarkerBound, func(in *Input, p *Poll) { v := p.Views["b"]; v.PostClone = "done"; p.Views["b"] = v }, `b: post_clone "done" with no VM bound`},
 		{RecordsHaveData, func(in *Input, p *Poll) {
 			p.Check = violations(CheckVMData, "vm A1 (a) is running but its disk: no such file")
 		}, "its disk"},

@@ -434,6 +434,9 @@ func (cr *caseRun) waitFailpoint(ctx context.Context, mark, i int, trig string) 
 
 // step runs one harness step.
 func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Duration) error {
+	if handled, err := cr.seedPathStep(ctx, step, budget); handled {
+		return err
+	}
 	switch step.Kind {
 	case scenarios.StepCreate, scenarios.StepWake, scenarios.StepHibernate:
 		return cr.stepIntent(ctx, step, budget)

@@ -44,6 +44,7 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 			}
 			out = append(out, checker.MetricExpectationsInvariant(samples, wants))
 		}
+		out = append(out, cr.seedPathInvariants(ctx, in, events, samples)...)
 	}
 
 	if ex.Events {

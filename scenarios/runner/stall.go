@@ -54,6 +54,7 @@ func (cr *caseRun) judgeStall(ctx context.Context, budget time.Duration) error {
 	if len(ev) == 0 {
 		return landingErr(fmt.Errorf("the operation never reached %s within %s but reached every goal another way: nothing proven", missing, budget))
 	}
+	cr.rc.Invariants = append(cr.rc.Invariants, cr.stallWedge(ctx)...)
 	return productErr(OperationProgressed, fmt.Errorf("the operation never reached %s within %s and the stack is off its goal: %s",
 		missing, budget, strings.Join(ev, "; ")))
 }

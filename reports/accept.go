@@ -7,7 +7,7 @@ import (
 )
 
 // AcceptSet is `report gate --accept`: the known findings a gate lets
-// through (issue #32 item 5). A finding is a CASE:INVARIANT pair, so a
+// through (issue #32 item 5, docs/architecture.md §12). A finding is a CASE:INVARIANT pair, so a
 // new invariant failing inside an accepted case still fails the gate; a
 // bare case id (the older form) accepts every invariant of that case and
 // is kept only for compatibility (ParseAccept warns about it).

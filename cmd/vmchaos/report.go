@@ -28,7 +28,7 @@ truth) and the junit.xml, report.md and report.html rendered from it.
   render  re-render junit.xml, report.md and report.html from results.json
   summary print the terminal summary of a run`,
 	}
-	c.AddCommand(newReportGateCmd(), newReportMergeCmd(), newReportRenderCmd(), newReportSummaryCmd())
+	c.AddCommand(newReportGateCmd(), newReportMergeCmd(), newReportRenderCmd(), newReportSummaryCmd(), newReportScheduleDiffCmd())
 	return c
 }
 

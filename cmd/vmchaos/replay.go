@@ -226,7 +226,9 @@ func (o *runCmd) reproCheck(ctx context.Context, w io.Writer, res *reports.Resul
 		}
 		rate := reports.MeasureRepro(res.Cases[i], runs, n)
 		rate.Dir = "repro-check"
-		rate.Suggest = parkSuggestion(cs, res.Cases[i], runs)
+		if rate.Low() {
+			rate.Suggest = parkSuggestion(cs, res.Cases[i], runs)
+		}
 		res.Cases[i].ReproRate = rate
 		fmt.Fprintf(w, "repro-check %s: %s reproduced %s\n", cs.ID, rate.Label(), rate.Outcome)
 	}

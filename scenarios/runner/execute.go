@@ -734,6 +734,9 @@ func (cr *caseRun) pollStable(ctx context.Context, in *checker.Input, budget tim
 			first = p.TsNs
 		}
 		lastTs = p.TsNs
+		if !checker.AllOK(last) {
+			cr.stopIfCertain(in, p) // failfast.go
+		}
 		gg.Expect(violated(last)).To(gomega.BeEmpty())
 	}).WithTimeout(budget).WithPolling(every).MustPassRepeatedly(cr.r.opts.StablePolls).Should(gomega.Succeed())
 	_ = lastTs

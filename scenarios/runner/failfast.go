@@ -8,8 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
+
+	"github.com/onsi/gomega"
+	"github.com/vmchaos/vmchaos/scenarios/checker"
 )
 
 // A broken product fails fast (issue #37 item 4): when the agent's unit
@@ -102,5 +106,61 @@ func (cr *caseRun) waitServing(ctx context.Context, limit time.Duration) error {
 					cr.st.AgentUnit, errCrashLoop, n, msg, filepath.Base(log), limit)
 			}
 		}
+	}
+}
+
+// retriesExhausted is what the agent's status message says once it gave up
+// on an intent for its generation (nodeagent's fail: automatic retries
+// exhausted, waiting for a new PUT): a terminal error the product reports.
+const retriesExhausted = "automatic retries exhausted"
+
+// failFast is the convergence phase's watch for a certain verdict: the
+// agent log's offset when the phase began, and why it stopped early.
+type failFast struct {
+	logFrom int64
+	started bool
+	certain string
+}
+
+// terminalIntent names an intent whose goal the agent reported it will no
+// longer pursue: failed with its retries exhausted. The agent counts
+// retries per generation and a PUT resets them, and every PUT of the case
+// was acknowledged before this phase, so the message is about the
+// generation the harness asked for. Nothing in the convergence phase PUTs
+// an intent again, so its goal cannot be reached within the budget; ""
+// when none.
+func terminalIntent(in *checker.Input, p *checker.Poll) string {
+	names := make([]string, 0, len(in.Goals))
+	for n := range in.Goals {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v, ok := p.Views[name]
+		if !ok || in.Goals[name] == checker.GoalDeleted || v.Lifecycle != "failed" || in.Goals[name] == v.Lifecycle {
+			continue
+		}
+		if strings.Contains(v.Message, retriesExhausted) {
+			return fmt.Sprintf("the agent reported a terminal error for %s: %s", name, v.Message)
+		}
+	}
+	return ""
+}
+
+// stopIfCertain ends the convergence poll at once (Gomega's StopTrying)
+// when its failure is already certain: the agent crash-looped since the
+// phase began, or reported an intent it gave up on. The poll's last
+// invariants are the verdict's evidence either way; only the wait goes.
+func (cr *caseRun) stopIfCertain(in *checker.Input, p *checker.Poll) {
+	if !cr.ff.started {
+		cr.ff.started, cr.ff.logFrom = true, logSize(cr.agentLog())
+	}
+	why := terminalIntent(in, p)
+	if msg, n, loop := crashLoop(cr.agentLog(), cr.ff.logFrom); loop {
+		why = fmt.Sprintf("the agent's unit %s %v: its last %d starts each exited with %q", cr.st.AgentUnit, errCrashLoop, n, msg)
+	}
+	if why != "" {
+		cr.ff.certain = why + "; the verdict is certain, so the case did not wait out its budget"
+		gomega.StopTrying(cr.ff.certain).Now()
 	}
 }

@@ -52,6 +52,7 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	}
 	if o.Err == nil {
 		o.Invariants, o.Converged = cr.converge(ctx, budget)
+		o.Certain = cr.ff.certain
 	}
 	if o.Err != nil && culpritOf(o.Err) == byProduct {
 		cr.attachEvidence(ctx, o.Err)

@@ -92,8 +92,11 @@ bench-chaos: setup build
 
 # chaos-nightly: the whole catalogue, nightly matrix included, in SHARDS
 # shards one after the other (CI runs them as parallel jobs), joined by
-# `report merge` into $(REPORTDIR)/nightly/merged and gated there.
+# `report merge` into $(REPORTDIR)/nightly/merged and gated there. Each
+# failing case is run REPRO_CHECK more times (--repro-check): its
+# reproduction rate goes into results.json, report.md and report.html.
 SHARDS ?= 4
+REPRO_CHECK ?= 5
 # soak: the catalogue pass after pass until SOAK_CASES cases have run, with a leak
 # census (vmchaos doctor --census: processes, mounts, cgroups, netns, TAPs, fds, temp
 # bytes) after each pass and at the end; fails on any non-zero census (scripts/soak.sh).
@@ -105,7 +108,7 @@ soak: build
 .PHONY: chaos-nightly
 chaos-nightly: setup build
 	@rm -rf $(REPORTDIR)/nightly; for i in $$(seq 1 $(SHARDS)); do \
-	  VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --shard $$i/$(SHARDS) --time-scale $(SCALE) --report-dir $(REPORTDIR)/nightly/shard-$$i >/dev/null; done; \
+	  VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --shard $$i/$(SHARDS) --repro-check $(REPRO_CHECK) --time-scale $(SCALE) --report-dir $(REPORTDIR)/nightly/shard-$$i >/dev/null; done; \
 	$(BIN)/vmchaos report merge -o $(REPORTDIR)/nightly/merged $(REPORTDIR)/nightly/shard-*; \
 	$(BIN)/vmchaos report gate $(REPORTDIR)/nightly/merged
 

@@ -32,10 +32,12 @@ type GateOptions struct {
 	// (|actual − requested| over every measured injection) exceeds it
 	// inconclusive.
 	MaxInjectionError time.Duration
-	// Accept holds case ids whose failure is a known finding (typically
-	// against a third-party manager): it is listed as ACCEPTED and does not
-	// fail the gate, nor does its regression against the baseline.
-	Accept map[string]bool
+	// Accept holds the known findings (typically against a third-party
+	// manager) as CASE:INVARIANT pairs (accept.go): a failure whose every
+	// violated invariant is accepted is listed as ACCEPTED and does not
+	// fail the gate, nor does its regression against the baseline; any
+	// other invariant failing in that case still does.
+	Accept AcceptSet
 	// MinCoverage, when > 0, fails the gate (exit 1) when the run's phase
 	// coverage (percent of the applicable cells) is below it, or the run
 	// has no (current) coverage map.
@@ -196,8 +198,14 @@ func gateCases(cur *Results, opt GateOptions, add func(code int, format string, 
 				add(GateFail, "FLAKY %s passed only after %d attempts (--flaky-fails); repro: %s", c.ID, c.Attempts, reproOrNone(c))
 			}
 		case Fail:
-			if opt.Accept[c.ID] {
+			covered, rest := opt.Accept.Covers(c)
+			if covered {
 				add(GatePass, "ACCEPTED %s (known finding): %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
+				break
+			}
+			if opt.Accept.Names(c.ID) {
+				add(GateFail, "FAIL %s: not accepted: %s failing beside the accepted finding(s): %s; repro: %s", c.ID,
+					strings.Join(rest, ", "), failureSummary(c), reproOrNone(c))
 				break
 			}
 			add(GateFail, "FAIL %s: %s; repro: %s", c.ID, failureSummary(c), reproOrNone(c))
@@ -247,15 +255,17 @@ func compareBaseline(cur, base *Results, opt GateOptions) []gateLine {
 		if !ok {
 			continue
 		}
-		if b.Verdict == Pass && c.Verdict == Fail && !opt.Accept[c.ID] {
+		if covered, _ := opt.Accept.Covers(c); b.Verdict == Pass && c.Verdict == Fail && !covered {
 			out = append(out, gateLine{GateFail, fmt.Sprintf("REGRESSION %s passed in baseline %s and fails now: %s; repro: %s",
 				c.ID, orDefault(base.RunID, "(unnamed)"), failureSummary(c), reproOrNone(c))})
 		}
 		if b.Verdict == Fail && c.Verdict == Pass {
 			note("FIXED %s failed in the baseline and passes now", c.ID)
 		}
-		if opt.Accept[c.ID] && c.Verdict == Pass {
+		if opt.Accept.Names(c.ID) && c.Verdict == Pass {
 			note("NOTE %s is accepted as a known finding but passes now: drop it from the accept list", c.ID)
+		} else if stale := opt.Accept.Stale(c); len(stale) > 0 && c.Verdict == Fail {
+			note("NOTE accepted finding(s) %s no longer fail: drop them from the accept list", strings.Join(stale, ", "))
 		}
 		if b.Verdict == Pass && (c.Verdict == Inconclusive || c.Verdict == Error) {
 			note("NOTE %s passed in the baseline and is %s now: its coverage is lost for this run", c.ID, c.Verdict)

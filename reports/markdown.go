@@ -185,6 +185,7 @@ func mdCaseDetail(b *strings.Builder, c Case) {
 		b.WriteString(codeBlock("", strings.Join(rows, "\n")))
 	}
 	mdMetricsAndLogs(b, c)
+	reproMarkdown(b, c)
 	b.WriteString("\nReproduce:\n\n")
 	if c.Repro != "" {
 		b.WriteString(codeBlock("sh", c.Repro))

@@ -60,6 +60,13 @@ type Results struct {
 	// 1.2)" (issue #37); absent in runs written before the scheduler.
 	Parallel string `json:"parallel,omitempty"`
 
+	// Schedule is the run's plan (schedule.go): what `run --replay` runs
+	// again; ReplayOf names the results it replayed; Determinism is what
+	// --check-determinism found (issue #36). Absent when not recorded.
+	Schedule    *Schedule    `json:"schedule,omitempty"`
+	ReplayOf    string       `json:"replay_of,omitempty"`
+	Determinism *Determinism `json:"determinism,omitempty"`
+
 	// Dir is the run dir this was loaded from or written to (not stored);
 	// report paths printed by Summary are relative to it.
 	Dir string `json:"-"`
@@ -117,6 +124,9 @@ type Case struct {
 	// CoverageAt is the point a failpoint-action fault acts at (its
 	// VMCHAOS_FAILPOINTS rule): the cell it credits when it landed.
 	CoverageAt string `json:"coverage_at,omitempty"`
+	// ReproRate is how often the case's failure reproduced when `run
+	// --repro-check N` ran it again (repro.go); absent when not measured.
+	ReproRate *ReproRate `json:"repro_rate,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.
@@ -135,6 +145,9 @@ type Injection struct {
 	ErrorNs    *int64 `json:"error_ns,omitempty"`
 	DeliveryNs *int64 `json:"delivery_ns,omitempty"`
 	InVictim   bool   `json:"in_victim,omitempty"` // armed inside the victim (failpoint signal action): no delivery in the error
+	// TriggerNs is the trigger hit's stamp for a fault fired off a hit
+	// (RequestedNs − TriggerNs is the offset the harness chose); 0 = none.
+	TriggerNs int64 `json:"trigger_ns,omitempty"`
 }
 
 // Invariant is one checked property with its evidence.

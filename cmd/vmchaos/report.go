@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,7 +28,7 @@ truth) and the junit.xml, report.md and report.html rendered from it.
   render  re-render junit.xml, report.md and report.html from results.json
   summary print the terminal summary of a run`,
 	}
-	c.AddCommand(newReportGateCmd(), newReportMergeCmd(), newReportRenderCmd(), newReportSummaryCmd())
+	c.AddCommand(newReportGateCmd(), newReportMergeCmd(), newReportRenderCmd(), newReportSummaryCmd(), newReportScheduleDiffCmd())
 	return c
 }
 
@@ -40,7 +41,7 @@ type gateFlags struct {
 }
 
 // options turns the flags into the gate's options.
-func (f *gateFlags) options() (reports.GateOptions, error) {
+func (f *gateFlags) options(warn io.Writer) (reports.GateOptions, error) {
 	opt := reports.DefaultGateOptions()
 	var err error
 	if opt.P95Tolerance, err = parseTolerance(f.tolerance); err != nil {
@@ -58,7 +59,7 @@ func (f *gateFlags) options() (reports.GateOptions, error) {
 	if opt.MinCoverage, err = parseMinCoverage(f.minCoverage); err != nil {
 		return opt, err
 	}
-	opt.Accept, err = acceptIDs(f.accept, f.acceptFile)
+	opt.Accept, err = acceptSet(f.accept, f.acceptFile, warn)
 	return opt, err
 }
 
@@ -66,7 +67,7 @@ func newReportGateCmd() *cobra.Command {
 	var baseline, stepSummary string
 	var f gateFlags
 	c := &cobra.Command{
-		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] [--accept ID,...] [--min-coverage P] RUN_DIR|results.json",
+		Use:   "gate [--baseline results.json] [--p95-tolerance 20%] [--accept CASE:INVARIANT,...] [--min-coverage P] RUN_DIR|results.json",
 		Short: "Decide a release from a run: exit 0 pass, 1 violated/regressed, 2 inconclusive, 3 infrastructure error",
 		Long: `gate reads a run's results.json and exits with:
   0  every case passed
@@ -87,7 +88,7 @@ one line each, with the repro command of the case.`,
   vmchaos report gate --step-summary "$GITHUB_STEP_SUMMARY" vmchaos-results/nightly`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opt, err := f.options()
+			opt, err := f.options(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -119,10 +120,10 @@ one line each, with the repro command of the case.`,
 	c.Flags().StringVar(&f.slack, "p95-slack", "", "absolute p95 growth always allowed on top of the tolerance, e.g. 50ms (default: none)")
 	c.Flags().BoolVar(&f.flakyFails, "flaky-fails", false, "count a case that passed only after retries as failed")
 	c.Flags().DurationVar(&f.maxInjErr, "max-injection-error", 0, "call the run inconclusive when the p99 of |actual − requested| over its timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off)")
-	c.Flags().StringSliceVar(&f.accept, "accept", nil, "case ids whose failure is a known finding (listed as ACCEPTED, not failing the gate), e.g. mgr-clone-kill-at-ch.restore.begin (default: none)")
+	c.Flags().StringSliceVar(&f.accept, "accept", nil, "known findings as CASE:INVARIANT pairs (listed as ACCEPTED, not failing the gate; another invariant failing in that case still fails it), e.g. mgr-clone-kill-at-ch.restore.begin:one-vm-per-name; a bare case id accepts any invariant of the case and warns (default: none)")
 	c.Flags().StringVar(&f.minCoverage, "min-coverage", "", `fail the gate (exit 1) when the run's phase coverage (applicable operation × point × fault-kind cells landed, not-runnable ones counted) is below this, e.g. "80%" or "80" (default: off)`)
 	c.Flags().BoolVar(&f.allowNotRun, "allow-not-run", false, "let cases the host could not run (results.json not_run: a missing binary or host feature) pass the gate; they are still listed and never counted as passed")
-	c.Flags().StringVar(&f.acceptFile, "accept-file", "", "file of accepted case ids, one per line, # comments (default: none)")
+	c.Flags().StringVar(&f.acceptFile, "accept-file", "", "file of accepted findings, CASE:INVARIANT one per line, # comments (default: none)")
 	c.Flags().StringVar(&stepSummary, "step-summary", "", `append a compact Markdown verdict (reasons, cases needing attention, repro commands) to this file, e.g. "$GITHUB_STEP_SUMMARY" (default: none)`)
 	return c
 }

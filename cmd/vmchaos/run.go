@@ -83,6 +83,7 @@ type runCmd struct {
 	list          bool
 	load          string
 	maxInjErr     time.Duration
+	sf            scheduleFlags // --replay, --check-determinism, --repro-check (replay.go)
 }
 
 func newRunCmd() *cobra.Command {
@@ -116,6 +117,7 @@ func (o *runCmd) add(c *cobra.Command) {
 	o.f.add(c)
 	c.Flags().DurationVar(&o.maxInjErr, "max-injection-error", 0, "exit 2 (inconclusive) when the p99 of |actual − requested| over the run's timed (at, after-exit) injections exceeds this, e.g. 1ms (default 0: off; see report gate)")
 	o.mf.add(c)
+	o.sf.add(c)
 	c.Flags().StringVar(&o.filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
 	c.Flags().StringVar(&o.shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
 	c.Flags().StringVar(&o.parallel, "parallel", "auto", "shared cases run at once: auto (2 per CPU less the load average, at least 1, at most one per CPU and 4) or N; cases with timed faults or a window calibration always run alone. 1: sequential through Ginkgo, as before the scheduler. >1 (or auto): the scheduler of scenarios/suite, same ginkgo.json")
@@ -129,9 +131,18 @@ func (o *runCmd) add(c *cobra.Command) {
 func (o *runCmd) run(cmd *cobra.Command) error {
 	f := &o.f
 	if o.mf.selected(o.filter) {
+		if o.sf.set() {
+			return fmt.Errorf("--replay, --check-determinism and --repro-check run the main catalogue's cases; the manager-layer cases of --manager/layer:manager record no schedule yet")
+		}
 		return o.mf.run(cmd, f, o.filter, o.shard, o.list)
 	}
-	cases, err := selectCases(f.backend, o.filter, o.shard)
+	var cases []scenarios.Case
+	var err error
+	if o.sf.replay != "" {
+		cases, err = o.applyReplay(cmd)
+	} else {
+		cases, err = selectCases(f.backend, o.filter, o.shard)
+	}
 	if err != nil {
 		return err
 	}
@@ -171,6 +182,10 @@ func (o *runCmd) run(cmd *cobra.Command) error {
 	hog := runner.StartLoad(ctx, hogs)
 	defer hog.Stop()
 	r.Results().Parallel = how
+	if r.Results().Schedule, err = o.schedule(r, cases, workers); err != nil {
+		_ = r.Close()
+		return runInfraError{err}
+	}
 	runErr := o.runCases(ctx, r, cases, dir, workers)
 	if spins := hog.Stop(); hogs > 0 && spins == 0 {
 		fmt.Fprintln(os.Stderr, "warning: --load: the CPU hog never completed a spin round")
@@ -181,6 +196,9 @@ func (o *runCmd) run(cmd *cobra.Command) error {
 	}
 	if werr != nil {
 		return fmt.Errorf("write reports: %w", werr)
+	}
+	if err := o.afterRun(ctx, cmd, res, cases, dir, workers); err != nil {
+		return err
 	}
 	gopt := reports.DefaultGateOptions()
 	gopt.MaxInjectionError = o.maxInjErr

@@ -39,12 +39,6 @@ func intended(f scenarios.Fault) string {
 	return rest
 }
 
-func waitUp(ctx context.Context, st *stack.Stack) error {
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	return st.Agent.WaitUp(wctx)
-}
-
 // failpoints is VMCHAOS_FAILPOINTS of the armed stack: a pause for every
 // park trigger, plus the scenario's own actions.
 func (cr *caseRun) failpoints() string {
@@ -107,7 +101,7 @@ func (cr *caseRun) injFault(f scenarios.Fault) injector.Fault {
 func (cr *caseRun) record(i int, in injector.Injection) reports.Injection {
 	f := cr.s.Faults[i]
 	out := reports.Injection{Fault: in.Fault.String(), Trigger: in.Trigger.String(), RequestedNs: in.RequestedNs,
-		ActualNs: in.ActualNs, Err: in.Err, VictimPID: in.VictimPID, InVictim: in.InVictim}
+		ActualNs: in.ActualNs, Err: in.Err, VictimPID: in.VictimPID, InVictim: in.InVictim, TriggerNs: in.TriggerNs}
 	if in.HitRecvNs > 0 && in.TriggerNs > 0 {
 		d := in.HitRecvNs - in.TriggerNs // the error itself: reports.FillInjectionErrors
 		out.DeliveryNs = &d
@@ -743,6 +737,9 @@ func (cr *caseRun) pollStable(ctx context.Context, in *checker.Input, budget tim
 			first = p.TsNs
 		}
 		lastTs = p.TsNs
+		if !checker.AllOK(last) {
+			cr.stopIfCertain(in, p) // failfast.go
+		}
 		gg.Expect(violated(last)).To(gomega.BeEmpty())
 	}).WithTimeout(budget).WithPolling(every).MustPassRepeatedly(cr.r.opts.StablePolls).Should(gomega.Succeed())
 	_ = lastTs

@@ -52,6 +52,7 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	}
 	if o.Err == nil {
 		o.Invariants, o.Converged = cr.converge(ctx, budget)
+		o.Certain = cr.ff.certain
 	}
 	if o.Err != nil && culpritOf(o.Err) == byProduct {
 		cr.attachEvidence(ctx, o.Err)
@@ -315,7 +316,7 @@ func (cr *caseRun) restore(ctx context.Context, budget time.Duration) error {
 			return harnessErr(fmt.Errorf("operator start of %s: %w", unit, err))
 		}
 	}
-	if err := waitUp(ctx, st); err != nil {
+	if err := cr.waitServing(ctx, 60*time.Second); err != nil {
 		return productErr(ServedAfterRestart, fmt.Errorf("the agent did not serve again after the fault: %w", err))
 	}
 	for _, step := range s.After {

@@ -212,7 +212,7 @@ func (cr *caseRun) cutPower(ctx context.Context, trig, parked string, pl *cutPla
 	inv := cr.recordsHaveData(ctx)
 	cs.recordsOK = &inv
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-	if err := cr.st.Agent.WaitUp(wctx); err != nil {
+	if err := cr.waitServing(wctx, 60*time.Second); err != nil {
 		cs.listErr = fmt.Errorf("the agent did not serve after the reboot: %w", err)
 	} else {
 		cs.listed, cs.listErr = cr.st.Agent.List(wctx)

@@ -355,6 +355,7 @@ type caseRun struct {
 	salt      int64
 	cut       *cutState     // what a power cut left (power-cut cases)
 	acks      []checker.Ack // intent changes the agent acknowledged
+	ff        failFast      // the convergence phase's watch for a certain verdict (failfast.go)
 	mu        sync.Mutex
 }
 

@@ -88,6 +88,7 @@ type outcome struct {
 	NotLanded   []string // faults that missed their windows, each naming the phase it hit
 	Invariants  []reports.Invariant
 	Converged   bool
+	Certain     string // why convergence stopped before its budget: the verdict was certain (failfast.go)
 	Budget      time.Duration
 	TeardownErr error
 }
@@ -163,7 +164,10 @@ func judgeInvariants(o outcome) (string, string, string) {
 		if len(unread) > 0 {
 			r += "; unread: " + strings.Join(unread, ", ")
 		}
-		if !o.Converged {
+		switch {
+		case o.Certain != "":
+			r += " (" + o.Certain + ")"
+		case !o.Converged:
 			r += fmt.Sprintf(" (not converged within %s)", o.Budget)
 		}
 		return reports.Fail, r, byProduct.String()

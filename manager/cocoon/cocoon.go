@@ -98,7 +98,25 @@ func (a *Adapter) Capabilities(ctx context.Context) (manager.Capabilities, error
 	if err := cli.Err(); err != nil {
 		return cli.Caps, fmt.Errorf("cocoon %s: %w", a.opts.Bin, err)
 	}
-	return cli.Caps, nil
+	caps := cli.Caps
+	caps.Items = append([]manager.Capability(nil), caps.Items...)
+	// A present verb's form is the very argv Command gives it here, so the
+	// table shows what a case will run.
+	for i, it := range caps.Items {
+		argv, err := a.Command(manager.Call{Verb: manager.Verb(it.Name), VM: "VM", Snapshot: "SNAP", Name: "NAME"})
+		switch {
+		case it.Present && err == nil:
+			caps.Items[i].How = shown(argv)
+		case it.Name == manager.FeatureEvents && it.Present:
+			caps.Items[i].How = shown(a.EventCommand())
+		}
+	}
+	return caps, nil
+}
+
+// shown is argv as a table prints it: the binary by its base name.
+func shown(argv []string) string {
+	return strings.Join(append([]string{filepath.Base(argv[0])}, argv[1:]...), " ")
 }
 
 // probeCache holds one CLI per binary file (path, config, size, mtime): a

@@ -172,8 +172,8 @@ func TestCommandFitsEachBuild(t *testing.T) {
 	}
 }
 
-// assertFlagsOnPage: every --flag of args (a cocoon argv without argv[0])
-// is on the help page of its command path.
+// assertFlagsOnPage: every --long and -s flag of args (a cocoon argv
+// without argv[0]) is on the help page of its command path.
 func assertFlagsOnPage(t *testing.T, build string, args []string) {
 	t.Helper()
 	var path []string
@@ -187,11 +187,17 @@ func assertFlagsOnPage(t *testing.T, build string, args []string) {
 		}
 	}
 	h := ParseHelp(string(read(t, "help/"+build+"/"+strings.Join(path, "-")+".txt")))
+	shorts := map[string]bool{}
+	for _, f := range h.Flags {
+		shorts[f.Short] = f.Short != ""
+	}
 	for _, w := range args {
 		if long, ok := strings.CutPrefix(w, "--"); ok {
 			if _, ok := h.Flags[long]; !ok {
 				t.Errorf("%s: %q passes --%s, not on `cocoon %s --help`", build, args, long, strings.Join(path, " "))
 			}
+		} else if short, ok := strings.CutPrefix(w, "-"); ok && !shorts[short] {
+			t.Errorf("%s: %q passes -%s, not on `cocoon %s --help`", build, args, short, strings.Join(path, " "))
 		}
 	}
 }

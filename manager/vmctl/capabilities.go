@@ -40,7 +40,7 @@ func (a *Adapter) Capabilities(context.Context) (manager.Capabilities, error) {
 		argv, err := a.Command(manager.Call{Verb: manager.Verb(n), VM: "VM", Snapshot: "SNAP", Name: "NAME"})
 		switch {
 		case err == nil:
-			it.Present, it.How = true, "vmctl "+strings.Join(argv[1:], " ")
+			it.Present, it.How = true, strings.TrimSpace("vmctl "+strings.Join(argv[1:], " "))
 		case n == string(manager.VerbRestore):
 			it.Reason = "restore: vmctl has no in-place restore (no `vm restore` in cmd/vmctl/vm.go); a snapshot is used through clone"
 		default:

@@ -505,8 +505,8 @@ func lastLines(s string, n int) string {
 
 // logLine is one line of cocoon's console log (zerolog's ConsoleWriter,
 // coloured or not): "03 Dec 26 14:32 UTC INF message func=...". Releases
-// before v0.3.x log to stdout (their cmd/root.go hands log.SetupLog the
-// process's stdout; HEAD swaps in stderr for the call), so a list's JSON may
+// before v0.3.7 log to stdout (their cmd/root.go hands log.SetupLog the
+// process's stdout; ce14c76 made it swap in stderr for the call), so a list's JSON may
 // come after such lines.
 var logLine = regexp.MustCompile(`^(?:\x1b\[[0-9;]*m)?\d{2} [A-Z][a-z]{2} \d{2} \d{2}:\d{2} [A-Z]+(?:\x1b\[[0-9;]*m)? (?:\x1b\[[0-9;]*m)?(?:DBG|INF|WRN|ERR|FTL|PNC|TRC)\b`)
 

@@ -20,8 +20,6 @@ type CLI struct {
 	// jsonFlag is, per command path, the argv that asks for JSON ("-o",
 	// "--format"); a path without one is absent.
 	jsonFlag map[string]string
-	// vmVerbs is `cocoon vm --help`'s list, for the reasons.
-	vmVerbs []string
 	// rootErr: `cocoon --help` itself failed; the binary is not a cocoon
 	// CLI the adapter can read, which is an error, not a missing verb.
 	rootErr error
@@ -79,11 +77,16 @@ func Probe(ctx context.Context, bin string, help HelpFunc, version func(context.
 	} else {
 		cli.Caps.Version = ParseVersion(v)
 	}
-	if vm := p.page("vm"); vm.err == nil {
-		cli.vmVerbs = vm.h.Commands
-	}
+	byName := map[string]manager.Capability{string(manager.VerbRecoverStale): p.recoverStale()}
 	for _, n := range needs {
-		cli.Caps.Items = append(cli.Caps.Items, p.check(n))
+		byName[n.cap] = p.check(n)
+	}
+	for _, n := range manager.CapabilityNames {
+		it, ok := byName[n]
+		if !ok {
+			it = manager.Capability{Name: n, Reason: n + ": the cocoon adapter does not probe it"}
+		}
+		cli.Caps.Items = append(cli.Caps.Items, it)
 	}
 	for path, pg := range p.pages {
 		if jf, ok := pg.h.JSONFlag(); ok && pg.err == nil {
@@ -93,19 +96,20 @@ func Probe(ctx context.Context, bin string, help HelpFunc, version func(context.
 	if root := p.page(""); root.err != nil {
 		cli.rootErr = fmt.Errorf("%s: %w", helpCmd(""), root.err)
 	}
-	cli.Caps.Items = append(cli.Caps.Items, manager.Capability{Name: string(manager.VerbRecoverStale),
-		Reason: fmt.Sprintf("recover-stale: cocoon has no verb for a `creating` record whose owner died: none of `cocoon vm --help`'s [%s] is one",
-			strings.Join(cli.vmVerbs, " "))})
-	order := map[string]int{}
-	for i, n := range manager.CapabilityNames {
-		order[n] = i
-	}
-	items := make([]manager.Capability, len(manager.CapabilityNames))
-	for _, it := range cli.Caps.Items {
-		items[order[it.Name]] = it
-	}
-	cli.Caps.Items = items
 	return cli
+}
+
+// recoverStale: cocoon has no verb for a stale `creating` record (its gc
+// collects one after a grace period); the reason lists the verbs it has.
+func (p *prober) recoverStale() manager.Capability {
+	it := manager.Capability{Name: string(manager.VerbRecoverStale)}
+	if vm := p.page("vm"); vm.err != nil {
+		it.Reason = fmt.Sprintf("recover-stale: %s failed: %v", helpCmd("vm"), vm.err)
+	} else {
+		it.Reason = fmt.Sprintf("recover-stale: cocoon has no verb for a `creating` record whose owner died: none of `cocoon vm --help`'s [%s] is one",
+			strings.Join(vm.h.Commands, " "))
+	}
+	return it
 }
 
 // page is one help page read, or why it could not be.

@@ -99,11 +99,7 @@ func TestProbeCapabilitiesPerBuild(t *testing.T) {
 		},
 		"head": {},
 	}
-	vmVerbs := map[string]string{
-		"v02":  "clone console create debug inspect list restore rm run start status stop",
-		"v03":  "clone console create debug inspect list restore rm run start status stop",
-		"head": "clone console create debug inspect list restore rm run start status stop",
-	}
+	const vmVerbs = "clone console create debug inspect list restore rm run start status stop" // the same on all three
 	versions := map[string]string{"v02": "v0.2.7-1-g21800e2 (git 21800e2e38d4)", "v03": "v0.3.0 (git 4fee6604a650)", "head": "v0.3.8 (git 34c6c4a8ebdd)"}
 	for _, b := range builds {
 		caps, err := recorded(t, b, manager.Options{Bin: "/x/cocoon-" + b}).Capabilities(context.Background())
@@ -121,7 +117,7 @@ func TestProbeCapabilitiesPerBuild(t *testing.T) {
 			t.Fatalf("%s: rows %q, want %q", b, names, manager.CapabilityNames)
 		}
 		want := map[string]string{
-			string(manager.VerbRecoverStale): "recover-stale: cocoon has no verb for a `creating` record whose owner died: none of `cocoon vm --help`'s [" + vmVerbs[b] + "] is one",
+			string(manager.VerbRecoverStale): "recover-stale: cocoon has no verb for a `creating` record whose owner died: none of `cocoon vm --help`'s [" + vmVerbs + "] is one",
 			manager.FeatureNIC:               "vm net: not in `cocoon vm --help`",
 			manager.FeatureGuestExec:         "vm exec: not in `cocoon vm --help`",
 			manager.FeatureCheck:             "check: not in `cocoon --help`",
@@ -266,5 +262,30 @@ func TestParseVMsAfterV02LogLines(t *testing.T) {
 	}
 	if _, err := ParseVMs(read(t, "v02-vm-run-stdout.txt")); err == nil {
 		t.Fatal("log lines alone read as a list")
+	}
+}
+
+// With `cocoon vm --help` unreadable, every vm verb is missing naming that
+// page, and the snapshot verbs, gc and the global flags stand.
+func TestProbeVMPageFailingKeepsSnapshotVerbs(t *testing.T) {
+	a := recorded(t, "v02", manager.Options{Bin: "/x/cocoon"})
+	inner := a.help
+	a.help = func(ctx context.Context, path string) (string, error) {
+		if path == "vm" {
+			return "", errors.New("exit 1: boom")
+		}
+		return inner(ctx, path)
+	}
+	caps, err := a.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{string(manager.VerbCreate), string(manager.VerbClone), string(manager.VerbRecoverStale), manager.FeatureEvents} {
+		if ok, why := caps.Supports(n); ok || !strings.Contains(why, "`cocoon vm --help` failed: exit 1: boom") {
+			t.Errorf("%s: %v %q", n, ok, why)
+		}
+	}
+	if ok, why := caps.Supports(string(manager.VerbSnapshotSave), string(manager.VerbSnapshotRm), string(manager.VerbGC), manager.FeatureCNIDirs); !ok {
+		t.Fatalf("the others went with it: %s", why)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Verb is one manager operation the manager-level catalogue drives.
@@ -104,6 +105,148 @@ type Manager interface {
 func Supported(m Manager, verb Verb) bool {
 	_, err := m.Command(Call{Verb: verb, VM: "x", Snapshot: "x", Name: "x"})
 	return !errors.Is(err, ErrNotSupported)
+}
+
+// Features a manager may have besides the catalogue's verbs (issue 32 item 4,
+// issue 33 item 2). Each is one row of a Capabilities table.
+const (
+	// FeatureVerbJSON: the lifecycle verbs (create, clone, restore) print
+	// their result as JSON on request (`-o json`).
+	FeatureVerbJSON = "verb-json"
+	// FeatureListJSON: the VM and snapshot lists print JSON (the Observer
+	// needs it: without it no invariant can be read).
+	FeatureListJSON = "list-json"
+	// FeatureEvents: the event stream (`vm status --event --format json`).
+	FeatureEvents = "events"
+	// FeatureCNIDirs: per-run CNI config and plugin dirs, so a case can
+	// give its VMs real networking in a netns it creates.
+	FeatureCNIDirs = "cni-dirs"
+	// FeatureNIC: change a VM's NICs (drop or add one before a hibernate).
+	FeatureNIC = "nic-change"
+	// FeatureGuestExec: run a command in the guest through the manager.
+	FeatureGuestExec = "guest-exec"
+	// FeatureCheck: the manager's own consistency check (Observer.Check).
+	FeatureCheck = "check"
+)
+
+// CapabilityNames is every row of a capability table, in its order: the
+// verbs of the catalogue, then the features. Every adapter reports each one,
+// present or missing, so tables of two managers line up.
+var CapabilityNames = append(verbNames(), FeatureVerbJSON, FeatureListJSON, FeatureEvents, FeatureCNIDirs,
+	FeatureNIC, FeatureGuestExec, FeatureCheck)
+
+// verbs are the catalogue's verbs, the first rows of every table.
+var verbs = []Verb{VerbCreate, VerbClone, VerbSnapshotSave, VerbSnapshotRm, VerbRestore, VerbStart, VerbStop, VerbRm,
+	VerbGC, VerbRecoverStale}
+
+func verbNames() []string {
+	out := make([]string, len(verbs))
+	for i, v := range verbs {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// Capability is one verb or feature as the adapter found it in the binary in
+// front of it.
+type Capability struct {
+	Name    string `json:"name"` // a Verb or a Feature*
+	Present bool   `json:"present"`
+	// How is the manager's own form of it when present, e.g.
+	// "vm run -o json", or "vm run (no -o: result read from vm list)".
+	How string `json:"how,omitempty"`
+	// Reason says exactly why it is missing, naming where the adapter
+	// looked: "vm net: not in `cocoon vm --help`".
+	Reason string `json:"reason,omitempty"`
+}
+
+// Capabilities is what one manager binary has: the table a run records in
+// results.json and the catalogue generates its cases from.
+type Capabilities struct {
+	Manager string       `json:"manager"`
+	Bin     string       `json:"bin,omitempty"`
+	Version string       `json:"version"` // the binary's own version string ("" when it has none)
+	Items   []Capability `json:"capabilities"`
+}
+
+// NotSupportedPrefix starts the results.json reason of a case that was not
+// generated because the manager lacks what it needs; it is never a pass.
+const NotSupportedPrefix = "not supported by this manager: "
+
+// Get returns the row name.
+func (c Capabilities) Get(name string) (Capability, bool) {
+	for _, it := range c.Items {
+		if it.Name == name {
+			return it, true
+		}
+	}
+	return Capability{}, false
+}
+
+// Supports says whether the manager has every one of names; when not, the
+// reason starts with NotSupportedPrefix and names each missing one. A name
+// the table lacks counts as missing: an unknown is never a yes.
+func (c Capabilities) Supports(names ...string) (bool, string) {
+	var why []string
+	for _, n := range names {
+		it, ok := c.Get(n)
+		switch {
+		case !ok:
+			why = append(why, n+": not reported by the "+c.Manager+" adapter")
+		case !it.Present:
+			why = append(why, it.Reason)
+		}
+	}
+	if len(why) == 0 {
+		return true, ""
+	}
+	return false, NotSupportedPrefix + strings.Join(why, "; ")
+}
+
+// Missing lists the rows that are not present.
+func (c Capabilities) Missing() []Capability {
+	var out []Capability
+	for _, it := range c.Items {
+		if !it.Present {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// CapabilityReporter is an adapter that reports what its binary has. An
+// adapter that probes its binary (cocoon: its --help pages) implements it;
+// a failure to probe one row is that row's Reason, never the whole call's
+// error, so one verb's absence never hides the others.
+type CapabilityReporter interface {
+	Capabilities(ctx context.Context) (Capabilities, error)
+}
+
+// CapabilitiesOf is m's capability table: its own report when it is a
+// CapabilityReporter, else one derived from Command (a verb is present when
+// Command gives an argv) with every feature missing for want of a report.
+// Case generation calls it once per run and asks Supports for each case.
+func CapabilitiesOf(ctx context.Context, m Manager) (Capabilities, error) {
+	if r, ok := m.(CapabilityReporter); ok {
+		c, err := r.Capabilities(ctx)
+		if err != nil {
+			return Capabilities{}, fmt.Errorf("%s capabilities: %w", m.Name(), err)
+		}
+		return c, nil
+	}
+	c := Capabilities{Manager: m.Name()}
+	for i, n := range CapabilityNames {
+		it := Capability{Name: n}
+		if i >= len(verbs) {
+			it.Reason = n + ": the " + m.Name() + " adapter reports no features (not a CapabilityReporter)"
+		} else if argv, err := m.Command(Call{Verb: Verb(n), VM: "VM", Snapshot: "SNAP", Name: "NAME"}); err == nil {
+			it.Present, it.How = true, strings.Join(argv, " ")
+		} else {
+			it.Reason = n + ": " + err.Error()
+		}
+		c.Items = append(c.Items, it)
+	}
+	return c, nil
 }
 
 // DecodeJSON decodes a verb's stdout into out, with the output in the error.

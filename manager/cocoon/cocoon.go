@@ -15,7 +15,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vmchaos/vmchaos/manager"
@@ -44,16 +46,96 @@ type Adapter struct {
 	runDir string
 	logDir string
 	exec   Exec
+	// help reads one help page; tests replace it with recorded pages.
+	help HelpFunc
+	// version runs `cocoon version`; tests replace it.
+	version func(context.Context) (string, error)
+	cliOnce sync.Once
+	cli     *CLI
 }
 
-var _ manager.Manager = (*Adapter)(nil)
+var (
+	_ manager.Manager            = (*Adapter)(nil)
+	_ manager.CapabilityReporter = (*Adapter)(nil)
+)
 
 // New returns the adapter of the store under o.Dir; Setup creates it.
 func New(o manager.Options) *Adapter {
 	a := &Adapter{opts: o, root: filepath.Join(o.Dir, "root"), runDir: filepath.Join(o.Dir, "run"),
 		logDir: filepath.Join(o.Dir, "log")}
 	a.exec = a.run
+	a.help = a.runHelp
+	a.version = func(ctx context.Context) (string, error) {
+		b, err := a.exec(ctx, "version")
+		return string(b), err
+	}
 	return a
+}
+
+// CLI is the binary's CLI, probed on first use and shared by every adapter
+// of the same binary (one probe per run, not one per case).
+func (a *Adapter) CLI(ctx context.Context) *CLI {
+	a.cliOnce.Do(func() {
+		key, cacheable := probeKey(a.opts)
+		if cacheable {
+			if c, ok := probeCache.Load(key); ok {
+				a.cli = c.(*CLI)
+				return
+			}
+		}
+		a.cli = Probe(ctx, a.opts.Bin, a.help, a.version)
+		if cacheable && a.cli.Err() == nil {
+			probeCache.Store(key, a.cli)
+		}
+	})
+	return a.cli
+}
+
+// Capabilities is the capability table of the binary (manager.CapabilityReporter);
+// an error only when its CLI could not be read at all.
+func (a *Adapter) Capabilities(ctx context.Context) (manager.Capabilities, error) {
+	cli := a.CLI(ctx)
+	if err := cli.Err(); err != nil {
+		return cli.Caps, fmt.Errorf("cocoon %s: %w", a.opts.Bin, err)
+	}
+	caps := cli.Caps
+	caps.Items = append([]manager.Capability(nil), caps.Items...)
+	// A present verb's form is the very argv Command gives it here, so the
+	// table shows what a case will run.
+	for i, it := range caps.Items {
+		argv, err := a.Command(manager.Call{Verb: manager.Verb(it.Name), VM: "VM", Snapshot: "SNAP", Name: "NAME"})
+		switch {
+		case it.Present && err == nil:
+			caps.Items[i].How = shown(argv)
+		case it.Name == manager.FeatureEvents && it.Present:
+			caps.Items[i].How = shown(a.EventCommand())
+		}
+	}
+	return caps, nil
+}
+
+// shown is argv as a table prints it: the binary by its base name.
+func shown(argv []string) string {
+	return strings.Join(append([]string{filepath.Base(argv[0])}, argv[1:]...), " ")
+}
+
+// probeCache holds one CLI per binary file (path, config, size, mtime): a
+// binary rebuilt in place is probed again.
+var probeCache sync.Map
+
+func probeKey(o manager.Options) (string, bool) {
+	st, err := os.Stat(o.Bin)
+	if err != nil {
+		return "", false
+	}
+	return fmt.Sprintf("%s\x00%s\x00%d\x00%d", o.Bin, o.Config, st.Size(), st.ModTime().UnixNano()), true
+}
+
+// runHelp is `cocoon PATH --help`; cobra prints help without reading the
+// config, so it runs before Setup.
+func (a *Adapter) runHelp(ctx context.Context, path string) (string, error) {
+	b, err := a.exec(ctx, append(strings.Fields(path), "--help")...)
+	return string(b), err
 }
 
 // Name is "cocoon".
@@ -102,21 +184,37 @@ func (a *Adapter) Setup(ctx context.Context) error {
 // ImageRef is the imported image's name.
 func (a *Adapter) ImageRef() string { return ImageName }
 
-// Command maps a verb to cocoon's command line. cocoon has no verb for a
-// stale `creating` record: its gc collects one after a grace period.
+// Command maps a verb to the command line of the cocoon in front of the
+// adapter, as its own help pages describe it (CLI): a verb or flag the build
+// lacks makes the verb ErrNotSupported with the exact reason, and a JSON
+// output flag is passed only where the build has one (a v0.2.x `vm run`
+// has no -o; the harness reads a verb's result from the lists, not from its
+// stdout). cocoon has no verb for a stale `creating` record: its gc
+// collects one after a grace period.
 func (a *Adapter) Command(c manager.Call) ([]string, error) {
+	cli := a.CLI(context.Background())
+	if err := cli.Err(); err != nil {
+		return nil, fmt.Errorf("cocoon %s: %w", c.Verb, err)
+	}
+	it, ok := cli.Caps.Get(string(c.Verb))
+	if !ok {
+		return nil, fmt.Errorf("cocoon: %s: %w", c.Verb, manager.ErrNotSupported)
+	}
+	if !it.Present {
+		return nil, fmt.Errorf("cocoon: %s: %w", it.Reason, manager.ErrNotSupported)
+	}
 	var args []string
 	switch c.Verb {
 	case manager.VerbCreate:
-		args = []string{"vm", "run", "--name", c.Name, "--nics", "0", "--cpu", "1", "--memory", "512M", "-o", "json", a.ImageRef()}
+		args = append(a.withJSON(cli, "vm run", "--name", c.Name, "--nics", "0", "--cpu", "1", "--memory", "512M"), a.ImageRef())
 	case manager.VerbClone:
-		args = []string{"vm", "clone", "--name", c.Name, "-o", "json", c.Snapshot}
+		args = append(a.withJSON(cli, "vm clone", "--name", c.Name), c.Snapshot)
 	case manager.VerbSnapshotSave:
 		args = []string{"snapshot", "save", "--name", c.Name, c.VM}
 	case manager.VerbSnapshotRm:
 		args = []string{"snapshot", "rm", c.Snapshot}
 	case manager.VerbRestore:
-		args = []string{"vm", "restore", "-o", "json", c.VM, c.Snapshot}
+		args = append(a.withJSON(cli, "vm restore"), c.VM, c.Snapshot)
 	case manager.VerbStart:
 		args = []string{"vm", "start", c.VM}
 	case manager.VerbStop:
@@ -131,6 +229,25 @@ func (a *Adapter) Command(c manager.Call) ([]string, error) {
 	return append(a.argv0(), args...), nil
 }
 
+// withJSON is path's words and flags, with its JSON output flag when the
+// build has one.
+func (a *Adapter) withJSON(cli *CLI, path string, flags ...string) []string {
+	args := append(strings.Fields(path), flags...)
+	if f, ok := cli.JSONFlag(path); ok {
+		args = append(args, f, "json")
+	}
+	return args
+}
+
+// jsonFlag is path's JSON output flag, or the one every cocoon release so
+// far has for it (the capability table already names its absence).
+func (a *Adapter) jsonFlag(path string) string {
+	if f, ok := a.CLI(context.Background()).JSONFlag(path); ok {
+		return f
+	}
+	return "--format"
+}
+
 // argv0 is the binary with the user's config file, if any.
 func (a *Adapter) argv0() []string {
 	if a.opts.Config != "" {
@@ -139,10 +256,10 @@ func (a *Adapter) argv0() []string {
 	return []string{a.opts.Bin}
 }
 
-// EventCommand is `vm status --event --format json -n 1` (whole seconds:
+// EventCommand is `vm status --event --format json --interval 1` (whole seconds:
 // cocoon's interval is an int; it also wakes on fsnotify of its index).
 func (a *Adapter) EventCommand() []string {
-	return append(a.argv0(), "vm", "status", "--event", "--format", "json", "-n", "1")
+	return append(a.argv0(), "vm", "status", "--event", a.jsonFlag("vm status"), "json", "--interval", "1")
 }
 
 // vmWire is the part of cocoon's types.VM the adapter reads.
@@ -162,7 +279,9 @@ func (a *Adapter) ParseEvent(line []byte) (manager.Event, error) {
 }
 
 // ParseEvent is Adapter.ParseEvent without an adapter (tests, recorded
-// outputs).
+// outputs). A log line of a release that logs to stdout (v0.2.x) is an
+// error like any other non-event: the stream reader must not read it as
+// one.
 func ParseEvent(line []byte) (manager.Event, error) {
 	var w struct {
 		Event string  `json:"event"`
@@ -187,7 +306,7 @@ const (
 // VMs is `vm list --format json`: the records as stored (a running record
 // keeps "running" after its VMM died; the checker judges liveness itself).
 func (a *Adapter) VMs(ctx context.Context) ([]manager.VM, error) {
-	b, err := a.exec(ctx, "vm", "list", "--format", "json")
+	b, err := a.exec(ctx, "vm", "list", a.jsonFlag("vm list"), "json")
 	if err != nil {
 		return nil, fmt.Errorf("cocoon vm list: %w", err)
 	}
@@ -196,6 +315,7 @@ func (a *Adapter) VMs(ctx context.Context) ([]manager.VM, error) {
 
 // ParseVMs decodes `vm list --format json`.
 func ParseVMs(b []byte) ([]manager.VM, error) {
+	b = StripLogLines(b)
 	if strings.TrimSpace(string(b)) == noVMs {
 		return []manager.VM{}, nil
 	}
@@ -217,7 +337,7 @@ func ParseVMs(b []byte) ([]manager.VM, error) {
 // snapshots (it records one after the data is in place), so every listed
 // snapshot is ready.
 func (a *Adapter) Snapshots(ctx context.Context) ([]manager.Snapshot, error) {
-	b, err := a.exec(ctx, "snapshot", "list", "--format", "json")
+	b, err := a.exec(ctx, "snapshot", "list", a.jsonFlag("snapshot list"), "json")
 	if err != nil {
 		return nil, fmt.Errorf("cocoon snapshot list: %w", err)
 	}
@@ -226,6 +346,7 @@ func (a *Adapter) Snapshots(ctx context.Context) ([]manager.Snapshot, error) {
 
 // ParseSnapshots decodes `snapshot list --format json`.
 func ParseSnapshots(b []byte) ([]manager.Snapshot, error) {
+	b = StripLogLines(b)
 	if strings.TrimSpace(string(b)) == noSnapshots {
 		return []manager.Snapshot{}, nil
 	}
@@ -380,4 +501,23 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// logLine is one line of cocoon's console log (zerolog's ConsoleWriter,
+// coloured or not): "03 Dec 26 14:32 UTC INF message func=...". Releases
+// before v0.3.7 log to stdout (their cmd/root.go hands log.SetupLog the
+// process's stdout; ce14c76 made it swap in stderr for the call), so a list's JSON may
+// come after such lines.
+var logLine = regexp.MustCompile(`^(?:\x1b\[[0-9;]*m)?\d{2} [A-Z][a-z]{2} \d{2} \d{2}:\d{2} [A-Z]+(?:\x1b\[[0-9;]*m)? (?:\x1b\[[0-9;]*m)?(?:DBG|INF|WRN|ERR|FTL|PNC|TRC)\b`)
+
+// StripLogLines drops cocoon's own log lines from a verb's stdout and keeps
+// everything else, so a list that is not JSON still fails to decode.
+func StripLogLines(b []byte) []byte {
+	var out [][]byte
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		if !logLine.Match(line) {
+			out = append(out, line)
+		}
+	}
+	return bytes.Join(out, nil)
 }

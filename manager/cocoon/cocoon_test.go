@@ -114,15 +114,15 @@ func TestVMMOfRecordedArgv(t *testing.T) {
 }
 
 func TestCommandMapsVerbsAndConfig(t *testing.T) {
-	a := New(manager.Options{Bin: "/bin/cocoon", Config: "/etc/c.yaml", Dir: "/tmp/x"})
+	a := recorded(t, "head", manager.Options{Bin: "/bin/cocoon", Config: "/etc/c.yaml", Dir: "/tmp/x"})
 	for _, tc := range []struct {
 		call manager.Call
 		want string
 	}{
-		{manager.Call{Verb: manager.VerbClone, Snapshot: "base", Name: "tgt"}, "/bin/cocoon --config /etc/c.yaml vm clone --name tgt -o json base"},
+		{manager.Call{Verb: manager.VerbClone, Snapshot: "base", Name: "tgt"}, "/bin/cocoon --config /etc/c.yaml vm clone --name tgt --output json base"},
 		{manager.Call{Verb: manager.VerbSnapshotSave, VM: "src", Name: "s"}, "/bin/cocoon --config /etc/c.yaml snapshot save --name s src"},
 		{manager.Call{Verb: manager.VerbRm, VM: "src"}, "/bin/cocoon --config /etc/c.yaml vm rm --force src"},
-		{manager.Call{Verb: manager.VerbRestore, VM: "src", Snapshot: "base"}, "/bin/cocoon --config /etc/c.yaml vm restore -o json src base"},
+		{manager.Call{Verb: manager.VerbRestore, VM: "src", Snapshot: "base"}, "/bin/cocoon --config /etc/c.yaml vm restore --output json src base"},
 		{manager.Call{Verb: manager.VerbGC}, "/bin/cocoon --config /etc/c.yaml gc"},
 	} {
 		argv, err := a.Command(tc.call)

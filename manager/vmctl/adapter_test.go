@@ -1,7 +1,9 @@
 package vmctl
 
 import (
+	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -39,5 +41,30 @@ func TestAdapterCommandsAndEvents(t *testing.T) {
 	}
 	if _, err := a.ParseEvent([]byte(`{"event":"MODIFIED","vm":{}}`)); err == nil {
 		t.Fatal("an event without a vm id was accepted")
+	}
+}
+
+// vmctl reports its full table: every verb it maps, restore missing with
+// why, and its features (net, exec, check) present.
+func TestCapabilitiesFullTable(t *testing.T) {
+	a := New(manager.Options{Bin: "/x/vmctl", Dir: t.TempDir()})
+	c, err := manager.CapabilitiesOf(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for _, it := range c.Missing() {
+		missing = append(missing, it.Name)
+	}
+	if want := []string{string(manager.VerbRestore), manager.FeatureCNIDirs}; !reflect.DeepEqual(missing, want) {
+		t.Fatalf("missing %q, want %q", missing, want)
+	}
+	for _, n := range []string{string(manager.VerbRecoverStale), manager.FeatureNIC, manager.FeatureGuestExec, manager.FeatureCheck} {
+		if ok, why := c.Supports(n); !ok {
+			t.Errorf("%s: %s", n, why)
+		}
+	}
+	if it, _ := c.Get(string(manager.VerbRecoverStale)); it.How != "vmctl vm reconcile-stale-create VM -o json" {
+		t.Errorf("recover-stale how %q", it.How)
 	}
 }

@@ -4,7 +4,9 @@
 set -euo pipefail
 need=()
 # qemu-utils: qemu-img makes the qcow2 overlays the fake guest is tested against.
-for p in systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils; do
+# docker-registry: the CNCF distribution server, the real OCI registry of the
+# registry:oci cases (started per case by the harness, never as a service).
+for p in systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -14,6 +14,11 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    case " ${need[*]} " in *" docker-registry "*)
+      # the package enables a registry service on :5000 of every address;
+      # the harness starts its own per case on loopback, so this one stays off
+      if [ -d /run/systemd/system ]; then systemctl disable --now docker-registry.service >/dev/null 2>&1 || true; fi ;;
+    esac
   else
     echo "setup: missing packages ${need[*]} (not root: the sandbox supervisor will be skipped with its reason)" >&2
   fi

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -301,4 +302,16 @@ func (a *Agent) ociDrop(ctx context.Context, name string) error {
 		return fmt.Errorf("registry drop %s:%s: %w", name, ociTag, err)
 	}
 	return nil
+}
+
+// dropStaging removes the temp archives an earlier push or pull of name
+// left when the agent died in it (one worker per name: none is in use).
+func (a *Agent) dropStaging(name string) {
+	re := regexp.MustCompile(`^\.` + regexp.QuoteMeta(name) + `\.(push|pull)-[0-9]+$`)
+	ents, _ := os.ReadDir(a.cfg.RegistryDir)
+	for _, e := range ents {
+		if re.MatchString(e.Name()) {
+			_ = os.Remove(filepath.Join(a.cfg.RegistryDir, e.Name()))
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/internal/registrytest"
 	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/vmctl"
 )
@@ -139,6 +140,13 @@ func TestSIGKILLAtEveryAgentPoint(t *testing.T) {
 				t.Skip("agent.child.vm-died fires only on a VMM death; covered by scenario mx-found-wake-vmm-death-in-flight")
 			}
 			s := newStack(t)
+			// --registry points are hit only against a real registry, and
+			// the pull only by a wake that finds no local snapshot
+			cold := false
+			if pt, _ := failpoint.Lookup(p); pt.Op == "registry" {
+				s.flags = append(s.flags, "--registry", registrytest.Start(t).URL)
+				cold = p == "agent.pull.manifest"
+			}
 			k := &killRun{s: s}
 			s.startAgent(fp(spec))
 
@@ -158,6 +166,9 @@ func TestSIGKILLAtEveryAgentPoint(t *testing.T) {
 				t.Fatalf("hibernated with VM %+v alive", vm)
 			}
 
+			if cold {
+				s.vmctl("snapshot", "rm", "web")
+			}
 			k.request("wake", "PUT", "/v1/vms/web", nodeagent.Intent{Snapshot: s.base})
 			v = k.goal("wake", nodeagent.LifecycleReady)
 			k.checkAdopted("wake", v)

@@ -164,6 +164,7 @@ func (a *Agent) push(ctx context.Context, name, snapID, image string) error {
 	if snapID == "" {
 		return fmt.Errorf("push %s: no snapshot id recorded", name)
 	}
+	a.dropStaging(name)
 	tmp := filepath.Join(a.cfg.RegistryDir, fmt.Sprintf(".%s.push-%d", name, time.Now().UnixNano()))
 	defer os.Remove(tmp)
 	if _, err := a.vmctl(ctx, name, "snapshot", "export", snapID, "-o", tmp); err != nil {
@@ -285,6 +286,7 @@ func (a *Agent) ensureLocalSnapshot(ctx context.Context, rec *record) (string, e
 func (a *Agent) fetchSnapshot(ctx context.Context, m *registryManifest) (string, error) {
 	name := m.Name
 	if a.cfg.RegistryURL != "" {
+		a.dropStaging(name)
 		tmp := filepath.Join(a.cfg.RegistryDir, fmt.Sprintf(".%s.pull-%d", name, time.Now().UnixNano()))
 		if err := hit(ctx, "agent.pull.manifest", name, "pull"); err != nil {
 			return tmp, err

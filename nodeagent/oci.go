@@ -28,8 +28,8 @@ import (
 	"github.com/vmchaos/vmchaos/regress"
 )
 
-// The OCI artifact a hibernate push writes (docs/nodeagent.md, "The real
-// registry"): repository <name>, tag hibernate, one layer per snapshot file
+// The OCI artifact a hibernate push writes (docs/architecture.md §6;
+// details in docs/nodeagent.md, "The real registry"): repository <name>, tag hibernate, one layer per snapshot file
 // (config, state, memory, disk, vmctl's record) titled by its file name, a
 // small config blob and the manifest's annotations naming the image the
 // snapshot was taken from.

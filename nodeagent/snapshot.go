@@ -308,7 +308,7 @@ func (a *Agent) fetchSnapshot(ctx context.Context, m *registryManifest) (string,
 // image restored the old snapshot with no event and no metric).
 var ErrImageChanged = errors.New("hibernate snapshot taken from another image")
 
-// imageGuard refuses to restore a hibernate snapshot into an intent whose
+// imageGuard (docs/architecture.md §6) refuses to restore a hibernate snapshot into an intent whose
 // image (source snapshot) is not the one the snapshot was taken from: the
 // restore would silently bring back the old image, and a fresh boot would
 // destroy the snapshot's memory, so the agent fails closed and says why

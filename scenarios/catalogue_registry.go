@@ -128,8 +128,10 @@ func registryGuardScenarios() []Scenario {
 		WhileStopped: newNode,
 		After: []Step{{Kind: StepWakeImage, VM: vmA, Image: imageV2}, {Kind: StepExpectImageRefused, VM: vmA},
 			{Kind: StepWake, VM: vmA, Wait: true}},
-		Env:     registryEnv,
-		Expect:  Expect{Ledger: true, FailedOK: true},
+		Env: registryEnv,
+		// the refusal is visible outside the node: a failed write counted by its reason
+		Expect: Expect{Ledger: true, FailedOK: true, Metrics: []MetricExpect{
+			{Series: `nodeagent_lifecycle_failed_total{reason="image_changed"}`, Min: 1, Max: -1}}},
 		Targets: []string{"image-guard-off"},
 	}, {
 		ID: "reg-evidence-registry-unreachable", SeedRef: "001 held up", Op: OpWake, Speed: "slow",
@@ -142,7 +144,12 @@ func registryGuardScenarios() []Scenario {
 			{Kind: StepWake, VM: vmA, Wait: true}},
 		Env: Env{Registry: RegistryOCI, RestartDelay: 1 * time.Second,
 			AgentFlags: []string{"--registry-timeout", "10s", "--retry-attempts", "1"}},
-		Expect:  Expect{Ledger: true, FailedOK: true},
+		// every failed lookup is counted, and the one after the heal found
+		// the snapshot in the registry
+		Expect: Expect{Ledger: true, FailedOK: true, Metrics: []MetricExpect{
+			{Series: `nodeagent_hibernate_evidence_total{verdict="error"}`, Min: 2, Max: -1},
+			{Series: `nodeagent_lifecycle_failed_total{reason="evidence"}`, Min: 2, Max: -1},
+			{Series: `nodeagent_hibernate_evidence_total{verdict="registry"}`, Min: 1, Max: -1}}},
 		Targets: []string{"evidence-error-boots-fresh"},
 	}}
 }

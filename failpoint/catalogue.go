@@ -8,7 +8,7 @@ import "sort"
 type Point struct {
 	Name     string
 	Proc     string // vmctl | nodeagent | fakech
-	Op       string // create | clone | save | snapshot-rm | rm | net | hibernate | wake | delete | store | daemon | agent | vmm
+	Op       string // create | clone | save | snapshot-rm | rm | net | hibernate | wake | delete | store | daemon | agent | vmm | registry (--registry only: no generated case parks there)
 	Happened string
 	NotYet   string
 }
@@ -68,10 +68,12 @@ var Catalogue = []Point{
 	{"agent.hibernate.dhcp-released", "nodeagent", "hibernate", "guest dhclient -r done (step durable)", "NIC drop"},
 	{"agent.hibernate.nic-dropped", "nodeagent", "hibernate", "vm net --nics 0 done (step durable)", "snapshot save"},
 	{"agent.hibernate.saved", "nodeagent", "hibernate", "snapshot save child exited 0", "push to the registry"},
-	{"agent.hibernate.pushed", "nodeagent", "hibernate", "snapshot pushed to the registry dir (atomic)", "VM id cleared, vm rm"},
+	{"agent.push.blobs", "nodeagent", "registry", "--registry: every snapshot file and the config uploaded as blobs", "manifest committed under <name>:hibernate (the push is not done)"},
+	{"agent.hibernate.pushed", "nodeagent", "hibernate", "snapshot pushed: registry dir (atomic) or --registry manifest committed", "VM id cleared, vm rm"},
 	{"agent.hibernate.removed", "nodeagent", "hibernate", "vm rm --force done", "lifecycle hibernated"},
 	{"agent.hibernate.done", "nodeagent", "hibernate", "lifecycle hibernated written", "-"},
 	{"agent.wake.begin", "nodeagent", "wake", "lifecycle creating written for a wake", "pull"},
+	{"agent.pull.manifest", "nodeagent", "registry", "--registry: <name>:hibernate's manifest read and its image checked", "blobs downloaded and verified, vmctl import"},
 	{"agent.wake.pulled", "nodeagent", "wake", "verified snapshot available locally (pulled if needed)", "vm clone"},
 	{"agent.wake.cloned", "nodeagent", "wake", "vm clone returned; VM id bound", "post-clone readiness"},
 	{"agent.wake.ready", "nodeagent", "wake", "lifecycle ready written", "-"},

@@ -97,6 +97,7 @@ type Target struct {
 var FaultKinds = []FaultKind{
 	sigkillMain{}, stopKind{}, restartKind{}, killAll{}, sigkillChild{},
 	sigkillVMM{}, sigstopKind{}, sigcontKind{}, sigkillHitter{}, FaultKindPowerCut,
+	registrySigkill{}, registrySigstop{}, registryRestart{},
 }
 
 // FaultKindNames are the names of FaultKinds, in their order.

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,10 @@ import (
 type Config struct {
 	StateDir    string // agent.sock, intents, status markers, metrics
 	VMCtl       string // manager binary
-	RegistryDir string // local registry: hibernate snapshots pushed/pulled here
+	RegistryDir string // local registry: hibernate snapshots pushed/pulled here (with RegistryURL: staging only)
+	// RegistryURL ("http://host:port"), when set, is a real OCI registry:
+	// hibernate pushes <name>:hibernate there and wake pulls it.
+	RegistryURL string
 	MetricsAddr string // "" disables the metrics listener
 	NICs        int    // NICs a clone or wake gets
 
@@ -31,6 +35,7 @@ type Config struct {
 	ReadyBudget      time.Duration // post-clone readiness budget (guest exec retries)
 	ReadyTick        time.Duration // interval between readiness probes
 	ShutdownGrace    time.Duration // how long SIGTERM waits for workers to unwind
+	RegistryTimeout  time.Duration // connect and answer wait of one registry request
 }
 
 // DefaultConfig returns the documented defaults (scale 1).
@@ -48,13 +53,14 @@ func DefaultConfig() Config {
 		ReadyBudget:      2 * time.Minute,
 		ReadyTick:        500 * time.Millisecond,
 		ShutdownGrace:    5 * time.Second,
+		RegistryTimeout:  10 * time.Second,
 	}
 }
 
 // Scaled returns c with every timer multiplied by VMCHAOS_TIME_SCALE.
 func (c Config) Scaled() Config {
 	for _, d := range []*time.Duration{&c.BusyCreateBudget, &c.BusyCreateTick, &c.RetryBase, &c.RetryMax,
-		&c.LeaseWait, &c.WatchInterval, &c.ReadyBudget, &c.ReadyTick, &c.ShutdownGrace} {
+		&c.LeaseWait, &c.WatchInterval, &c.ReadyBudget, &c.ReadyTick, &c.ShutdownGrace, &c.RegistryTimeout} {
 		*d = timescale.D(*d)
 		if *d < time.Millisecond {
 			*d = time.Millisecond
@@ -70,6 +76,11 @@ func (c Config) Validate() error {
 	}
 	if c.RegistryDir == "" {
 		return fmt.Errorf("--registry-dir is required")
+	}
+	if c.RegistryURL != "" {
+		if u, err := url.Parse(c.RegistryURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return fmt.Errorf("--registry %q: want http://HOST:PORT or https://HOST:PORT", c.RegistryURL)
+		}
 	}
 	if c.VMCtl == "" {
 		return fmt.Errorf("--vmctl is empty")

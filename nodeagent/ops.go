@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -113,6 +114,9 @@ func (a *Agent) checkHibernateEvidence(ctx context.Context, rec *record) (_ *rec
 func (a *Agent) pullWakeSnapshot(ctx context.Context, rec *record) (*record, error) {
 	name := rec.Name
 	id, err := a.ensureLocalSnapshot(ctx, rec)
+	if errors.Is(err, ErrImageChanged) {
+		return rec, err // its own reason: image_changed
+	}
 	if err != nil {
 		return rec, opErr("pull", err)
 	}
@@ -567,7 +571,7 @@ func (a *Agent) hibernateDetach(ctx context.Context, name, vmID string, order in
 // hibernatePush pushes the saved snapshot: step pushed.
 func (a *Agent) hibernatePush(ctx context.Context, rec *record) (*record, error) {
 	name := rec.Name
-	if err := a.push(ctx, name, rec.SnapshotID); err != nil {
+	if err := a.push(ctx, name, rec.SnapshotID, rec.Intent.Snapshot); err != nil {
 		a.metrics.inc(mHibernate, "push", "failed")
 		return rec, opErr("push", err)
 	}

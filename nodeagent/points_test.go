@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/internal/registrytest"
 	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/vmctl"
 )
@@ -142,6 +143,13 @@ func TestSIGKILLAtEveryAgentPoint(t *testing.T) {
 				t.Skip("agent.wedged fires only on a wedge; covered by TestWedgeIsReportedAndPersisted and scenario s001-obs-wedge-visible")
 			}
 			s := newStack(t)
+			// --registry points are hit only against a real registry, and
+			// the pull only by a wake that finds no local snapshot
+			cold := false
+			if pt, _ := failpoint.Lookup(p); pt.Op == "registry" {
+				s.flags = append(s.flags, "--registry", registrytest.Start(t).URL)
+				cold = p == "agent.pull.manifest"
+			}
 			k := &killRun{s: s}
 			s.startAgent(fp(spec))
 
@@ -161,6 +169,9 @@ func TestSIGKILLAtEveryAgentPoint(t *testing.T) {
 				t.Fatalf("hibernated with VM %+v alive", vm)
 			}
 
+			if cold {
+				s.vmctl("snapshot", "rm", "web")
+			}
 			k.request("wake", "PUT", "/v1/vms/web", nodeagent.Intent{Snapshot: s.base})
 			v = k.goal("wake", nodeagent.LifecycleReady)
 			k.checkAdopted("wake", v)

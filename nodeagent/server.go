@@ -115,7 +115,11 @@ func conflict(name string, cur *record, in Intent) string {
 	if cur.Deleted {
 		return fmt.Sprintf("vm %s is being deleted; PUT it again after the delete finished", name)
 	}
-	if in.Snapshot != cur.Intent.Snapshot {
+	// The image guard's refusal (snapshot.go imageGuard) is left by putting
+	// the intent back on the image the snapshot was taken from: no VM was
+	// created from the refused image.
+	imageRefused := cur.Status.FailedReason == reasonImageChanged && cur.Status.VMID == ""
+	if in.Snapshot != cur.Intent.Snapshot && !imageRefused {
 		return fmt.Sprintf("vm %s was created from snapshot %q; the source cannot change (delete and recreate it)", name, cur.Intent.Snapshot)
 	}
 	if in.Hibernate && !cur.Intent.Hibernate {

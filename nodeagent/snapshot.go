@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"time"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
@@ -110,14 +112,23 @@ type registryManifest struct {
 	SHA256     string    `json:"sha256"`
 	Size       int64     `json:"size"`
 	SnapshotID string    `json:"snapshot_id"`
+	Image      string    `json:"image,omitempty"` // the intent's source snapshot when it was taken
 	PushedAt   time.Time `json:"pushed_at"`
+
+	oci     *ocispec.Manifest // --registry: the artifact's manifest
+	ociDesc ocispec.Descriptor
 }
 
 func (a *Agent) manifestPath(name string) string {
 	return filepath.Join(a.cfg.RegistryDir, name+".json")
 }
 
-func (a *Agent) readManifest(name string) (*registryManifest, error) {
+// readManifest reads name's registry entry: a missing one is
+// os.ErrNotExist, every other failure an error.
+func (a *Agent) readManifest(ctx context.Context, name string) (*registryManifest, error) {
+	if a.cfg.RegistryURL != "" {
+		return a.ociReadManifest(ctx, name)
+	}
 	b, err := os.ReadFile(a.manifestPath(name))
 	if err != nil {
 		return nil, err
@@ -146,15 +157,21 @@ func fileDigest(path string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// push exports the snapshot into the registry dir atomically.
-func (a *Agent) push(ctx context.Context, name, snapID string) error {
+// push exports the snapshot and pushes it: into the registry dir
+// atomically, or (--registry) as an OCI artifact committed by its tag put.
+// image is the intent's source snapshot, recorded for the identity guard.
+func (a *Agent) push(ctx context.Context, name, snapID, image string) error {
 	if snapID == "" {
 		return fmt.Errorf("push %s: no snapshot id recorded", name)
 	}
+	a.dropStaging(name)
 	tmp := filepath.Join(a.cfg.RegistryDir, fmt.Sprintf(".%s.push-%d", name, time.Now().UnixNano()))
 	defer os.Remove(tmp)
 	if _, err := a.vmctl(ctx, name, "snapshot", "export", snapID, "-o", tmp); err != nil {
 		return err
+	}
+	if a.cfg.RegistryURL != "" {
+		return a.ociPush(ctx, name, snapID, image, tmp)
 	}
 	f, err := os.Open(tmp)
 	if err != nil {
@@ -176,7 +193,7 @@ func (a *Agent) push(ctx context.Context, name, snapID string) error {
 	if err := durable.SyncDir(a.cfg.RegistryDir); err != nil {
 		return err
 	}
-	m := registryManifest{Name: name, File: file, SHA256: sum, Size: size, SnapshotID: snapID, PushedAt: time.Now().UTC()}
+	m := registryManifest{Name: name, File: file, SHA256: sum, Size: size, SnapshotID: snapID, Image: image, PushedAt: time.Now().UTC()}
 	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := durable.WriteFile(a.manifestPath(name), b, 0o644); err != nil {
 		return err
@@ -203,7 +220,10 @@ func (a *Agent) pruneRegistry(name, keep string) error {
 
 // dropRegistry removes name's registry entry: manifest first, so no reader
 // ever sees a manifest without its data.
-func (a *Agent) dropRegistry(name string) error {
+func (a *Agent) dropRegistry(ctx context.Context, name string) error {
+	if a.cfg.RegistryURL != "" {
+		return a.ociDrop(ctx, name)
+	}
 	if err := os.Remove(a.manifestPath(name)); err != nil && !os.IsNotExist(err) {
 		return err
 	}
@@ -215,9 +235,12 @@ func (a *Agent) dropRegistry(name string) error {
 // missing or not the one that was pushed. It returns the local id.
 func (a *Agent) ensureLocalSnapshot(ctx context.Context, rec *record) (string, error) {
 	name := rec.Name
-	m, merr := a.readManifest(name)
+	m, merr := a.readManifest(ctx, name)
 	if merr != nil && !errors.Is(merr, os.ErrNotExist) {
 		return "", merr
+	}
+	if err := imageGuard(rec, m); err != nil {
+		return "", err
 	}
 	local, err := a.snapshotByName(ctx, name)
 	if err != nil {
@@ -232,13 +255,12 @@ func (a *Agent) ensureLocalSnapshot(ctx context.Context, rec *record) (string, e
 	if m == nil {
 		return "", fmt.Errorf("no hibernate snapshot %s locally or in the registry (refusing fresh boot)", name)
 	}
-	file := filepath.Join(a.cfg.RegistryDir, m.File)
-	sum, _, err := fileDigest(file)
-	if err != nil {
-		return "", fmt.Errorf("pull %s: %w", name, err)
+	file, err := a.fetchSnapshot(ctx, m)
+	if a.cfg.RegistryURL != "" {
+		defer os.Remove(file)
 	}
-	if sum != m.SHA256 {
-		return "", fmt.Errorf("pull %s: %s digest %s does not match the manifest's %s", name, m.File, sum, m.SHA256)
+	if err != nil {
+		return "", err
 	}
 	if local != nil {
 		if err := a.removeSnapshot(ctx, name, local.ID, true); err != nil {
@@ -258,14 +280,62 @@ func (a *Agent) ensureLocalSnapshot(ctx context.Context, rec *record) (string, e
 	return s.ID, nil
 }
 
+// fetchSnapshot makes the export archive m names readable locally and
+// verified: the registry dir's file checked against its digest, or the OCI
+// artifact's blobs downloaded (each verified) into a temp archive.
+func (a *Agent) fetchSnapshot(ctx context.Context, m *registryManifest) (string, error) {
+	name := m.Name
+	if a.cfg.RegistryURL != "" {
+		a.dropStaging(name)
+		tmp := filepath.Join(a.cfg.RegistryDir, fmt.Sprintf(".%s.pull-%d", name, time.Now().UnixNano()))
+		if err := hit(ctx, "agent.pull.manifest", name, "pull"); err != nil {
+			return tmp, err
+		}
+		return tmp, a.ociFetch(ctx, m, tmp)
+	}
+	file := filepath.Join(a.cfg.RegistryDir, m.File)
+	sum, _, err := fileDigest(file)
+	if err != nil {
+		return "", fmt.Errorf("pull %s: %w", name, err)
+	}
+	if sum != m.SHA256 {
+		return "", fmt.Errorf("pull %s: %s digest %s does not match the manifest's %s", name, m.File, sum, m.SHA256)
+	}
+	return file, nil
+}
+
+// ErrImageChanged is the identity guard's refusal (seed 001: a changed
+// image restored the old snapshot with no event and no metric).
+var ErrImageChanged = errors.New("hibernate snapshot taken from another image")
+
+// imageGuard (docs/architecture.md §6) refuses to restore a hibernate snapshot into an intent whose
+// image (source snapshot) is not the one the snapshot was taken from: the
+// restore would silently bring back the old image, and a fresh boot would
+// destroy the snapshot's memory, so the agent fails closed and says why
+// (reason image_changed) until the image is restored or the VM deleted.
+// Every path that restores reads the registry entry first, so the guard
+// cannot be skipped by how the wake was reached (a create that found the
+// snapshot, a wake, a resumed wake).
+func imageGuard(rec *record, m *registryManifest) error {
+	if m == nil || m.Image == "" || m.Image == rec.Intent.Snapshot || regress.On("image-guard-off") {
+		return nil
+	}
+	return opErr(reasonImageChanged, fmt.Errorf("%w: %s:%s was taken from image %q, the intent names %q "+
+		"(refusing to restore it into another image, refusing fresh boot): put the intent back on %q, or delete the VM",
+		ErrImageChanged, rec.Name, ociTag, m.Image, rec.Intent.Snapshot, m.Image))
+}
+
 // hibernateEvidence reports whether a hibernate snapshot of name exists in
 // the registry or locally. Every lookup is counted by verdict.
 func (a *Agent) hibernateEvidence(ctx context.Context, name string) (bool, error) {
-	if _, err := os.Stat(a.manifestPath(name)); err == nil {
+	if err := a.registryHas(ctx, name); err == nil {
 		a.metrics.inc(mEvidence, "registry")
 		return true, nil
-	} else if !os.IsNotExist(err) {
+	} else if !errors.Is(err, os.ErrNotExist) {
 		a.metrics.inc(mEvidence, "error")
+		if regress.On("evidence-error-boots-fresh") {
+			return false, nil // the historical reading: unreadable means none
+		}
 		return false, err
 	}
 	s, err := a.snapshotByName(ctx, name)
@@ -298,5 +368,16 @@ func (a *Agent) dropHibernateSnapshot(ctx context.Context, name, id string) erro
 			return err
 		}
 	}
-	return a.dropRegistry(name)
+	return a.dropRegistry(ctx, name)
+}
+
+// registryHas is nil when name has a registry entry, os.ErrNotExist when
+// it has none, another error when the registry could not answer.
+func (a *Agent) registryHas(ctx context.Context, name string) error {
+	if a.cfg.RegistryURL != "" {
+		_, err := a.ociReadManifest(ctx, name)
+		return err
+	}
+	_, err := os.Stat(a.manifestPath(name))
+	return err
 }

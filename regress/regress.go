@@ -87,6 +87,15 @@ var Bugs = []Bug{
 	{"evidence-lookup-uncounted", "001 obs", "nodeagent",
 		"the hibernate-evidence lookup of a create resumed at startup bypasses nodeagent_hibernate_evidence_total",
 		"evidence-lookups-counted"},
+	{"image-guard-off", "001 image guard", "nodeagent",
+		"a wake restores a :hibernate snapshot into whatever image the intent names now, so a changed image silently brings back the old one",
+		"image-guard"},
+	{"evidence-error-boots-fresh", "001 held up", "nodeagent",
+		"a hibernate-evidence lookup that fails (registry unreachable) is read as no snapshot, so the create boots fresh over the :hibernate snapshot",
+		"fail-closed"},
+	{"push-done-before-commit", "issue 34 registry", "nodeagent",
+		"an OCI push is reported done once its blobs are uploaded, before the manifest is committed under the :hibernate tag",
+		"intent-goal"},
 }
 
 var (

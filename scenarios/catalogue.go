@@ -49,6 +49,9 @@ type Step struct {
 	VM   string // intent / VM name
 	N    int    // create: how many VMs (names VM-0..VM-N-1); 0 = just VM
 	Wait bool   // wait for the intent's goal (setup steps always wait)
+	// Image (wake-image) is the intent's source snapshot: the image the VM
+	// is asked to run now (catalogue_registry.go).
+	Image string
 }
 
 // Fault is one injection: an injector fault kind fired by an injector trigger.
@@ -103,6 +106,7 @@ type Env struct {
 	Failpoints   string        // extra VMCHAOS_FAILPOINTS actions (besides the park of a park trigger)
 	Daemon       bool          // run `vmctl daemon` as a unit
 	DaemonEvery  time.Duration // its --interval (real time)
+	Registry     string        // "oci": a real OCI registry (distribution server) for the case; "": the agent's registry dir
 }
 
 // Scenario is one catalogue entry; with Offsets or Sweep it expands to one

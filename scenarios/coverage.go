@@ -83,6 +83,10 @@ var verbContexts = []coverContext{
 	{Op: "agent", Agent: true, Path: []string{"agent.started", "agent.startup.reconciled", "agent.child.exec",
 		"agent.child.exit", "agent.child.vm-died", "agent.failed", "agent.evidence.lookup", "agent.wedged"}},
 	{Op: "ledger", Alive: true, Path: []string{"ledger.marker.intent", "ledger.marker.written"}},
+	// the push and pull of an agent with --registry (registry:oci cases):
+	// the agent's operation is in flight, no VMM (the VM is saved and
+	// about to go, or not cloned yet)
+	{Op: "registry", Agent: true, Path: []string{"agent.push.blobs", "agent.pull.manifest"}},
 }
 
 // coverContexts is every operation context: the matrix's agent operations

@@ -4,7 +4,9 @@
 set -euo pipefail
 need=()
 # qemu-utils: qemu-img makes the qcow2 overlays the fake guest is tested against.
-for p in systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils; do
+# docker-registry: the CNCF distribution server, the real OCI registry of the
+# registry:oci cases (started per case by the harness, never as a service).
+for p in systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -12,6 +14,11 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    case " ${need[*]} " in *" docker-registry "*)
+      # the package enables a registry service on :5000 of every address;
+      # the harness starts its own per case on loopback, so this one stays off
+      if [ -d /run/systemd/system ]; then systemctl disable --now docker-registry.service >/dev/null 2>&1 || true; fi ;;
+    esac
   else
     echo "setup: missing packages ${need[*]} (not root: the sandbox supervisor will be skipped with its reason)" >&2
   fi

@@ -55,6 +55,8 @@ Example:
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory holding agent.sock, intents, status markers, metrics.json and metrics.addr (required)")
 	f.StringVar(&cfg.VMCtl, "vmctl", "", "vmctl binary (default: vmctl next to this executable, else vmctl on PATH)")
 	f.StringVar(&cfg.RegistryDir, "registry-dir", "", "local registry directory: hibernate snapshots are pushed here and pulled from here (required)")
+	f.StringVar(&cfg.RegistryURL, "registry", "", `real OCI registry, e.g. http://127.0.0.1:5000: hibernate pushes <name>:hibernate there as an OCI artifact and wake pulls it (--registry-dir then only stages pushes and pulls); "" uses --registry-dir as the registry`)
+	f.DurationVar(&cfg.RegistryTimeout, "registry-timeout", cfg.RegistryTimeout, "connect and answer wait of one --registry request; an unreachable registry fails the step, which is retried")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", `Prometheus /metrics listen address, e.g. 127.0.0.1:0 (the bound address is written to <state-dir>/metrics.addr); "" disables`)
 	f.IntVar(&cfg.NICs, "nics", cfg.NICs, "NICs a clone or wake gets")
 	f.IntVar(&cfg.StartupFanout, "startup-fanout", cfg.StartupFanout, "resumed operations dispatched concurrently at startup")

@@ -36,6 +36,12 @@ func (p *Poll) collectGoals(ctx context.Context, in *Input) {
 		}
 		switch goal {
 		case GoalHibernated:
+			if in.Stack != nil && in.Stack.RegistryURL != "" {
+				// the case runs a real registry: read it, not the dir
+				_, err := ReadRegistrySnapshot(ctx, in.Stack.RegistryURL, name, &in.digests)
+				p.Pushed[name] = err
+				continue
+			}
 			p.Pushed[name] = in.digests.verify(reg, name)
 		case GoalReady:
 			if probe == nil {

@@ -79,11 +79,14 @@ func (cr *caseRun) metricsAddr() string {
 // injFault maps a catalogue fault onto the injector's.
 func (cr *caseRun) injFault(f scenarios.Fault) injector.Fault {
 	unit := cr.st.AgentUnit
-	if f.Unit == "daemon" {
+	switch f.Unit {
+	case "daemon":
 		unit = cr.st.DaemonUnit
+	case scenarios.UnitRegistry:
+		unit = cr.st.RegistryUnit
 	}
 	out := injector.Fault{Kind: f.Kind, Unit: unit, Child: f.Child}
-	if f.Kind == "sigstop" {
+	if f.Kind == "sigstop" || f.Kind == injector.FaultRegistrySigstop {
 		// the injector sends the SIGCONT (0: the agent stays frozen)
 		out.StopFor = cr.r.scale(f.StopFor)
 	}
@@ -457,6 +460,9 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		return nil
 	case scenarios.StepCounterClaim:
 		return cr.counterClaim(ctx, step.VM, budget)
+	}
+	if ok, err := cr.registryStep(ctx, step, budget); ok {
+		return err
 	}
 	return harnessErr(fmt.Errorf("unknown step %q", step.Kind))
 }

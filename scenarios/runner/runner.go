@@ -419,8 +419,13 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(errors.New(noLazy))})
 		return rc
 	}
+	if err := registryPrecondition(s); err != nil {
+		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(err)})
+		return rc
+	}
 	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
-		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs, Lazy: lazy})
+		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs, Lazy: lazy,
+		OCIRegistry: s.Env.Registry == scenarios.RegistryOCI})
 	if err != nil {
 		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}

@@ -237,6 +237,9 @@ type Options struct {
 	// Lazy, when set, puts the durable dirs on lazy filesystems before
 	// anything is written to them (power-cut cases; see lazy.go).
 	Lazy LazyMount
+	// OCIRegistry runs a real OCI registry (the distribution server) for
+	// the case, and the agent pushes and pulls through it (registry.go).
+	OCIRegistry bool
 }
 
 // Stack is one case's node stack.
@@ -258,6 +261,13 @@ type Stack struct {
 	DaemonUnit string
 	Ledger     *ledger.Ledger
 	Firmware   string
+
+	// RegistryUnit, RegistryURL ("http://127.0.0.1:PORT") and
+	// RegistryStorage: the case's real registry (Options.OCIRegistry; URL
+	// "" without).
+	RegistryUnit    string
+	RegistryURL     string
+	RegistryStorage string
 
 	mu         sync.Mutex
 	procs      map[*exec.Cmd]bool // processes the harness started itself, until reaped
@@ -284,7 +294,8 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 		LogDir:    filepath.Join(dir, "logs"),
 		NetPool:   r.netPool(n),
 		AgentUnit: fmt.Sprintf("vmchaos-c%d-agent", n), DaemonUnit: fmt.Sprintf("vmchaos-c%d-daemon", n),
-		unitsUp: map[string]bool{}}
+		RegistryUnit: fmt.Sprintf("vmchaos-c%d-registry", n),
+		unitsUp:      map[string]bool{}}
 	for _, d := range []string{s.Root, s.RunDir, s.State, s.Registry, s.CtlDir, s.LogDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("stack: %w", err)
@@ -324,6 +335,15 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 		s.Ledger.Dial = r.Real.Dial // guests sit on TAPs inside the run's namespace
 	}
 	s.Agent = NewAgentClient(filepath.Join(s.State, agentapi.SocketName))
+	if o.OCIRegistry {
+		if err := s.startRegistry(ctx); err != nil {
+			if s.unitsUp[s.RegistryUnit] {
+				_ = r.Sup.Remove(context.Background(), s.RegistryUnit)
+			}
+			s.Trace.Close()
+			return nil, err
+		}
+	}
 	s.built = true
 	return s, nil
 }
@@ -454,6 +474,9 @@ func (s *Stack) agentSpec(failpoints string) injector.UnitSpec {
 	argv := []string{filepath.Join(s.run.BinDir, "nodeagent"),
 		"--state-dir", s.State, "--vmctl", filepath.Join(s.run.BinDir, "vmctl"),
 		"--registry-dir", s.Registry, "--metrics-addr", "127.0.0.1:0"}
+	if s.RegistryURL != "" {
+		argv = append(argv, "--registry", s.RegistryURL)
+	}
 	argv = append(argv, s.opts.AgentFlags...)
 	rs := s.opts.RestartDelay
 	if rs <= 0 {

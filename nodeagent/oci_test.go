@@ -1,0 +1,176 @@
+package nodeagent
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/internal/registrytest"
+)
+
+// snapshotArchive writes an export-shaped tar (vmctl's snapshot files) and
+// returns its path and contents.
+func snapshotArchive(t *testing.T, dir string) (string, map[string]string) {
+	t.Helper()
+	files := map[string]string{"vmctl.json": `{"name":"vm-a"}`, "config.json": "{}", "state.json": `{"s":1}`,
+		"memory-ranges": strings.Repeat("m", 70000), "disk.img": strings.Repeat("d", 3000)}
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, n := range []string{"vmctl.json", "config.json", "state.json", "memory-ranges", "disk.img"} {
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o600, Size: int64(len(files[n])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(files[n])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "export.tar")
+	if err := os.WriteFile(p, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p, files
+}
+
+func readArchive(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = string(b)
+	}
+}
+
+func ociAgent(t *testing.T, url string) *Agent {
+	return &Agent{cfg: Config{RegistryURL: url, RegistryDir: t.TempDir(), RegistryTimeout: 5 * time.Second}}
+}
+
+// TestOCIPushCommitsTagAndWakePullsTheSameFiles pushes an export to a real
+// distribution server: the manifest under <name>:hibernate names the image
+// and snapshot id, the pull rebuilds an archive with exactly the pushed
+// files, and the drop removes the tag (a second drop is a no-op).
+func TestOCIPushCommitsTagAndWakePullsTheSameFiles(t *testing.T) {
+	reg := registrytest.Start(t)
+	a := ociAgent(t, reg.URL)
+	ctx := context.Background()
+	if err := a.registryHas(ctx, "vm-a"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("before the push: registryHas = %v, want ErrNotExist", err)
+	}
+	archive, files := snapshotArchive(t, t.TempDir())
+	if err := a.ociPush(ctx, "vm-a", "SNAP1", "base", archive); err != nil {
+		t.Fatal(err)
+	}
+	m, err := a.readManifest(ctx, "vm-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Image != "base" || m.SnapshotID != "SNAP1" || len(m.oci.Layers) != len(files) {
+		t.Fatalf("manifest: image %q snapshot %q, %d layers", m.Image, m.SnapshotID, len(m.oci.Layers))
+	}
+	dst := filepath.Join(t.TempDir(), "pulled.tar")
+	if err := a.ociFetch(ctx, m, dst); err != nil {
+		t.Fatal(err)
+	}
+	got := readArchive(t, dst)
+	if len(got) != len(files) {
+		t.Fatalf("pulled %d files, pushed %d", len(got), len(files))
+	}
+	for n, want := range files {
+		if got[n] != want {
+			t.Errorf("pulled %s: %d bytes, pushed %d", n, len(got[n]), len(want))
+		}
+	}
+	// a push again (a retried hibernate) finds its blobs and commits again
+	if err := a.ociPush(ctx, "vm-a", "SNAP2", "base", archive); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := a.readManifest(ctx, "vm-a"); err != nil || m.SnapshotID != "SNAP2" {
+		t.Fatalf("after the second push: %+v, %v", m, err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := a.dropRegistry(ctx, "vm-a"); err != nil {
+			t.Fatalf("drop %d: %v", i, err)
+		}
+	}
+	if err := a.registryHas(ctx, "vm-a"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after the drop: registryHas = %v, want ErrNotExist", err)
+	}
+}
+
+// TestOCIUnreachableRegistryIsNotNoSnapshot: a registry that does not answer
+// is an error, never "no snapshot", so the evidence lookup fails closed.
+func TestOCIUnreachableRegistryIsNotNoSnapshot(t *testing.T) {
+	reg := registrytest.Start(t)
+	a := ociAgent(t, reg.URL)
+	reg.Stop()
+	err := a.registryHas(context.Background(), "vm-a")
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("registryHas on a dead registry = %v, want an error that is not ErrNotExist", err)
+	}
+}
+
+// TestImageGuardRefusesAnotherImage: a snapshot restores only into the image
+// it was taken from; the refusal carries reason image_changed.
+func TestImageGuardRefusesAnotherImage(t *testing.T) {
+	rec := func(img string) *record { return &record{Name: "vm-a", Intent: Intent{Snapshot: img}} }
+	for _, tc := range []struct {
+		name   string
+		intent string
+		m      *registryManifest
+		refuse bool
+	}{
+		{"no snapshot", "base", nil, false},
+		{"same image", "base", &registryManifest{Image: "base"}, false},
+		{"pushed before images were recorded", "base-v2", &registryManifest{}, false},
+		{"changed image", "base-v2", &registryManifest{Image: "base"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := imageGuard(rec(tc.intent), tc.m)
+			if (err != nil) != tc.refuse {
+				t.Fatalf("imageGuard = %v, refuse %v", err, tc.refuse)
+			}
+			var oe *opError
+			if tc.refuse && (!errors.Is(err, ErrImageChanged) || !errors.As(err, &oe) || oe.reason != reasonImageChanged) {
+				t.Fatalf("refusal %v: want ErrImageChanged with reason %s", err, reasonImageChanged)
+			}
+		})
+	}
+}
+
+func TestValidateRegistryURL(t *testing.T) {
+	base := DefaultConfig()
+	base.StateDir, base.RegistryDir, base.VMCtl = "/s", "/r", "vmctl"
+	for url, ok := range map[string]bool{"": true, "http://127.0.0.1:5000": true, "https://reg:443": true,
+		"127.0.0.1:5000": false, "ftp://x": false, "http://127.0.0.1:5000/v2": false} {
+		c := base
+		c.RegistryURL = url
+		if err := c.Validate(); (err == nil) != ok {
+			t.Errorf("Validate(--registry %q) = %v, want ok %v", url, err, ok)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vmchaos/vmchaos/realch"
 )
 
 // Each TestRow… is one row of docs/fakech.md's conformance table. The
@@ -40,18 +42,6 @@ func vmConfig(t *testing.T, dir string, extra string) string {
 	}
 	cfg := fmt.Sprintf(`{"cpus":{"boot_vcpus":1,"max_vcpus":1},"memory":{"size":268435456},"payload":{"kernel":%q},"console":{"mode":"Off"},"serial":{"mode":"Null"}%s}`, kernel, extra)
 	return cfg
-}
-
-// wantErr checks an error answer: the status and the innermost message of
-// the chain (CH's error_response: a JSON array, outermost first).
-func wantErr(t *testing.T, what string, r resp, status int, innermost string) {
-	t.Helper()
-	m := r.msgs()
-	if r.status != status || len(m) == 0 || m[len(m)-1] != innermost {
-		t.Errorf("%s: %s %s, want %d with innermost %q", what, r.statusLine, r.body, status, innermost)
-		return
-	}
-	t.Logf("%s: %d %s", what, r.status, r.body)
 }
 
 func wantNoContent(t *testing.T, what string, r resp) {
@@ -88,8 +78,16 @@ func TestRowAPISocketServesPing(t *testing.T) {
 		if !strings.HasPrefix(ping.BuildVersion, tg.version) {
 			t.Errorf("build_version %q, --version says %s", ping.BuildVersion, tg.version)
 		}
-		if want := strings.TrimPrefix(tg.version, "v") + ".0"; ping.Version != want {
+		_, v, err := realch.ParseVersion(tg.version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%d.%d.0", v.Major, v.Minor); ping.Version != want {
 			t.Errorf("version %q, want the crate version %q", ping.Version, want)
+		}
+		// Default build: features io_uring and kvm, in feature_list's order.
+		if !slices.Equal(ping.Features, []string{"io_uring", "kvm"}) {
+			t.Errorf("features %q, want the default build's [io_uring kvm]", ping.Features)
 		}
 		t.Logf("socket mode %v; ping %s", fi.Mode(), r.body)
 	})
@@ -111,12 +109,17 @@ func TestRowWireFormat(t *testing.T) {
 			{"unknown path", "GET /api/v1/vm.nosuch HTTP/1.1\r\nHost: x\r\n\r\n", 404, `["Not Found"]`},
 			{"path outside /api/v1", "GET /vmm.ping HTTP/1.1\r\nHost: x\r\n\r\n", 404, `["Not Found"]`},
 			{"wrong method", "GET /api/v1/vm.pause HTTP/1.1\r\nHost: x\r\n\r\n", 400, `["Bad Request"]`},
-			{"body on vm.pause", "PUT /api/v1/vm.pause HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 400, ""},
-			{"GET with a body", "GET /api/v1/vm.info HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 400, ""},
+			{"body on vm.pause", "PUT /api/v1/vm.pause HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 400, `["Bad Request"]`},
+			{"GET with a body is read as without", "GET /api/v1/vm.info HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", notCreated(tg), `["Error from API","The VM info is not available","VM is not created"]`},
 			{"malformed JSON", "PUT /api/v1/vm.create HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n{\"cpu", 400, `"Failed to deserialize JSON"`},
-			{"missing body", "PUT /api/v1/vm.create HTTP/1.1\r\nHost: x\r\n\r\n", 400, ""},
-			{"zero-length body", "PUT /api/v1/vm.snapshot HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 400, ""},
-			{"missing required field", "PUT /api/v1/vm.remove-device HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 400, "missing field `id`"},
+			{"vm.create with no body: a bare 400", "PUT /api/v1/vm.create HTTP/1.1\r\nHost: x\r\n\r\n", 400, "<empty>"},
+			{"vm.add-disk with no body", "PUT /api/v1/vm.add-disk HTTP/1.1\r\nHost: x\r\n\r\n", 400, `["Bad Request"]`},
+			{"zero-length body", "PUT /api/v1/vm.snapshot HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 400, `["Bad Request"]`},
+			{"missing required field", "PUT /api/v1/vm.remove-device HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 400, "[\"Failed to deserialize JSON\",\"missing field `id` at line 1 column 2\"]"},
+			{"chunked body", "PUT /api/v1/vm.add-disk HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 400,
+				"{ \"error\": \"Invalid request.\nAll previous unanswered requests will be dropped.\" }"},
+			{"body over micro-http's 51200-byte limit", "PUT /api/v1/vm.create HTTP/1.1\r\nHost: x\r\nContent-Length: 51201\r\n\r\n" + strings.Repeat(" ", 51201), 400,
+				"{ \"error\": \"Request payload with size 51201 is larger than the limit of 51200 allowed by server.\nAll previous unanswered requests will be dropped.\" }"},
 			{"vm.delete with no VM", "PUT /api/v1/vm.delete HTTP/1.1\r\nHost: x\r\n\r\n", 204, ""},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -128,14 +131,24 @@ func TestRowWireFormat(t *testing.T) {
 				if r.status != tc.status {
 					t.Errorf("status %d, want %d (body %s)", r.status, tc.status, r.body)
 				}
-				if h := r.header.Get("Server"); h != "Cloud Hypervisor API" {
-					t.Errorf("Server %q", h)
+				// micro-http's own parse errors keep its default Server.
+				server := "Cloud Hypervisor API"
+				if strings.HasPrefix(tc.body, "{") {
+					server = "Firecracker API"
+				}
+				if h := r.header.Get("Server"); h != server {
+					t.Errorf("Server %q, want %q", h, server)
 				}
 				if r.status == 204 && (r.header.Get("Content-Length") != "" || len(r.body) != 0) {
 					t.Errorf("204 with Content-Length %q, body %q", r.header.Get("Content-Length"), r.body)
 				}
-				exact := strings.HasPrefix(tc.body, "[")
-				if exact && string(r.body) != tc.body || !exact && !strings.Contains(string(r.body), tc.body) {
+				exact := strings.HasPrefix(tc.body, "[") || strings.HasPrefix(tc.body, "{")
+				switch {
+				case tc.body == "<empty>":
+					if len(r.body) != 0 || r.header.Get("Content-Length") != "0" {
+						t.Errorf("body %q Content-Length %q, want none and 0", r.body, r.header.Get("Content-Length"))
+					}
+				case exact && string(r.body) != tc.body || !exact && !strings.Contains(string(r.body), tc.body):
 					t.Errorf("body %s, want %s", r.body, tc.body)
 				}
 			})
@@ -151,12 +164,15 @@ func TestRowNotCreated(t *testing.T) {
 		sock := filepath.Join(sockDir(t), "api.sock")
 		startAPI(t, tg, sock)
 		nc := notCreated(tg)
-		wantErr(t, "vm.info", call(t, sock, "GET", "vm.info", ""), nc, "VM is not created")
-		wantErr(t, "vm.boot", call(t, sock, "PUT", "vm.boot", ""), nc, "VM config is missing")
-		wantErr(t, "vm.pause", call(t, sock, "PUT", "vm.pause", ""), 500, "VM is not running")
-		wantErr(t, "vm.resume", call(t, sock, "PUT", "vm.resume", ""), 500, "VM is not running")
-		wantErr(t, "vm.shutdown", call(t, sock, "PUT", "vm.shutdown", ""), 500, "VM is not running")
-		wantErr(t, "vm.remove-device", call(t, sock, "PUT", "vm.remove-device", `{"id":"x"}`), nc, "VM is not created")
+		const api = "Error from API"
+		wantChain(t, "vm.info", call(t, sock, "GET", "vm.info", ""), nc, api, "The VM info is not available", "VM is not created")
+		wantChain(t, "vm.counters", call(t, sock, "GET", "vm.counters", ""), 500, api, "The VM info is not available", "VM is not running")
+		wantChain(t, "vm.boot", call(t, sock, "PUT", "vm.boot", ""), nc, api, "The VM could not boot", "VM config is missing")
+		wantChain(t, "vm.pause", call(t, sock, "PUT", "vm.pause", ""), 500, api, "The VM could not be paused", "VM is not running")
+		wantChain(t, "vm.resume", call(t, sock, "PUT", "vm.resume", ""), 500, api, "The VM could not resume", "VM is not running")
+		wantChain(t, "vm.shutdown", call(t, sock, "PUT", "vm.shutdown", ""), 500, api, "The VM could not shutdown", "VM is not running")
+		wantChain(t, "vm.reboot", call(t, sock, "PUT", "vm.reboot", ""), nc, api, "The VM could not reboot", "VM is not created")
+		wantChain(t, "vm.remove-device", call(t, sock, "PUT", "vm.remove-device", `{"id":"x"}`), nc, api, "The device could not be removed from the VM", "VM is not created")
 	})
 }
 
@@ -189,9 +205,9 @@ func TestRowCreateInfoDelete(t *testing.T) {
 		if info.State != "Created" || info.Config.Cpus.BootVcpus != 1 || info.Config.Memory.Size != 268435456 {
 			t.Errorf("vm.info after create: %s", r.body)
 		}
-		wantErr(t, "second vm.create", call(t, sock, "PUT", "vm.create", cfg), 500, "VM is already created")
+		wantChain(t, "second vm.create", call(t, sock, "PUT", "vm.create", cfg), 500, "Error from API", "The VM could not be created", "VM is already created")
 		wantNoContent(t, "vm.delete", call(t, sock, "PUT", "vm.delete", ""))
-		wantErr(t, "vm.info after delete", call(t, sock, "GET", "vm.info", ""), notCreated(tg), "VM is not created")
+		wantChain(t, "vm.info after delete", call(t, sock, "GET", "vm.info", ""), notCreated(tg), "Error from API", "The VM info is not available", "VM is not created")
 		wantNoContent(t, "vm.create after delete", call(t, sock, "PUT", "vm.create", cfg))
 	})
 }
@@ -206,17 +222,19 @@ func TestRowWrongStateOnCreatedVM(t *testing.T) {
 		sock := filepath.Join(dir, "api.sock")
 		startAPI(t, tg, sock)
 		wantNoContent(t, "vm.create", call(t, sock, "PUT", "vm.create", vmConfig(t, dir, "")))
-		wantErr(t, "vm.pause", call(t, sock, "PUT", "vm.pause", ""), 500, "VM is not running")
-		wantErr(t, "vm.resume", call(t, sock, "PUT", "vm.resume", ""), 500, "VM is not running")
-		wantErr(t, "vm.shutdown", call(t, sock, "PUT", "vm.shutdown", ""), 500, "VM is not running")
-		wantErr(t, "vm.reboot", call(t, sock, "PUT", "vm.reboot", ""), 500, "VM is not running")
-		wantErr(t, "vm.power-button", call(t, sock, "PUT", "vm.power-button", ""), 500, "VM is not running")
+		const api = "Error from API"
+		wantChain(t, "vm.pause", call(t, sock, "PUT", "vm.pause", ""), 500, api, "The VM could not be paused", "VM is not running")
+		wantChain(t, "vm.resume", call(t, sock, "PUT", "vm.resume", ""), 500, api, "The VM could not resume", "VM is not running")
+		wantChain(t, "vm.shutdown", call(t, sock, "PUT", "vm.shutdown", ""), 500, api, "The VM could not shutdown", "VM is not running")
+		// vm_reboot takes the VM object or fails VmNotCreated (a config is not enough).
+		wantChain(t, "vm.reboot", call(t, sock, "PUT", "vm.reboot", ""), notCreated(tg), api, "The VM could not reboot", "VM is not created")
+		wantChain(t, "vm.power-button", call(t, sock, "PUT", "vm.power-button", ""), 500, api, "Error triggering power button", "VM is not running")
 		snap := filepath.Join(dir, "snap")
 		if err := os.Mkdir(snap, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		wantErr(t, "vm.snapshot", call(t, sock, "PUT", "vm.snapshot", fmt.Sprintf(`{"destination_url":"file://%s"}`, snap)), 500, "VM is not running")
-		wantErr(t, "vm.remove-device of an unknown id", call(t, sock, "PUT", "vm.remove-device", `{"id":"nosuch"}`), 500, `No device with id "nosuch" to remove`)
+		wantChain(t, "vm.snapshot", call(t, sock, "PUT", "vm.snapshot", fmt.Sprintf(`{"destination_url":"file://%s"}`, snap)), 500, api, "The VM could not be snapshotted", "VM is not running")
+		wantChain(t, "vm.remove-device of an unknown id", call(t, sock, "PUT", "vm.remove-device", `{"id":"nosuch"}`), 500, api, "The device could not be removed from the VM", `No device with id "nosuch" to remove`)
 		r := call(t, sock, "GET", "vm.info", "")
 		if r.status != 200 || !strings.Contains(string(r.body), `"state":"Created"`) {
 			t.Errorf("vm.info after the refused calls: %s %s", r.statusLine, r.body)
@@ -335,7 +353,7 @@ func TestRowExistingAPISocketPath(t *testing.T) {
 		code := p.wait()
 		out := p.out.String()
 		t.Logf("second VMM on a live socket: exit %d: %s", code, lastLines(out, 4))
-		if want := fmt.Sprintf("API socket %q is already in use by another running instance", live); code != 1 || !strings.Contains(out, want) {
+		if want := fmt.Sprintf(chainError+"\n  0: Failed to start the VMM thread\n  1: API socket %q is already in use by another running instance", live); code != 1 || !strings.Contains(out, want) {
 			t.Errorf("second VMM on a live socket: exit %d, want 1 with %s:\n%s", code, want, out)
 		}
 		if r, err := try(live, "GET", "vmm.ping", ""); err != nil || r.status != 200 {
@@ -377,11 +395,20 @@ func TestRowCLIRules(t *testing.T) {
 			{"repeated single-value flag", []string{"--kernel", kernel, "--kernel", kernel}, 2, "cannot be used multiple times"},
 			{"VM flag without a payload", []string{"--memory", "size=256M"}, 2, "--kernel"},
 			{"version", []string{"--version"}, 0, "cloud-hypervisor " + tg.version},
-			{"bad memory size", []string{"--kernel", kernel, "--memory", "size=lots"}, 1, chainError},
-			{"missing kernel file", []string{"--kernel", filepath.Join(dir, "nosuch"), "--memory", "size=256M"}, 1, chainError},
-			{"missing disk file", []string{"--kernel", kernel, "--memory", "size=256M", "--disk", "path=" + filepath.Join(dir, "nosuch.img")}, 1, chainError},
+			{"bad memory size", []string{"--kernel", kernel, "--memory", "size=lots"}, 1, chainError + "\n  0: Error parsing config\n"},
+			{"missing kernel file", []string{"--kernel", filepath.Join(dir, "nosuch"), "--memory", "size=256M"}, 1,
+				chainError + "\n  0: Error booting VM\n  1: The VM could not boot\n  2: Cannot open kernel file\n  3: No such file or directory (os error 2)"},
+			{"missing disk file", []string{"--kernel", kernel, "--memory", "size=256M", "--disk", "path=" + filepath.Join(dir, "nosuch.img")}, 1,
+				chainError + "\n  0: Error booting VM\n  1: The VM could not boot\n  2: Error from device manager\n  3: Cannot open disk path\n" +
+					"  4: I/O error (path=" + filepath.Join(dir, "nosuch.img") + " op=open)\n  5: No such file or directory (os error 2)"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
+				if tc.name == "missing kernel file" && !tg.real {
+					// fakech never opens the payload: its users (tests, quick
+					// start) pass paths that do not exist. docs/fakech.md
+					// "Known limits" lists this difference.
+					t.Skip("known difference: fakech does not open --kernel/--firmware, so a missing payload boots (docs/fakech.md, Known limits)")
+				}
 				p := start(t, tg, tc.args...)
 				code := p.wait()
 				out := p.out.String()
@@ -435,7 +462,7 @@ func longFlags(help string) []string {
 // flagsOf is the long-flag set of a default build of a release.
 func flagsOf(major int) []string {
 	f := []string{"--api-socket", "--balloon", "--cmdline", "--console", "--cpus", "--debug-console", "--device",
-		"--disk", "--event-monitor", "--firmware", "--fs", "--help", "--igvm", "--initramfs", "--kernel", "--landlock",
+		"--disk", "--event-monitor", "--firmware", "--fs", "--help", "--initramfs", "--kernel", "--landlock",
 		"--landlock-rules", "--log-file", "--memory", "--memory-zone", "--net", "--numa", "--pci-segment", "--platform",
 		"--pmem", "--pvpanic", "--rate-limit-group", "--restore", "--rng", "--seccomp", "--serial", "--tpm",
 		"--user-device", "--vdpa", "--version", "--vsock", "--watchdog"}
@@ -488,12 +515,17 @@ func TestRowRestoreOptions(t *testing.T) {
 		code := p.wait()
 		out := p.out.String()
 		t.Logf("--restore …,resume=on: exit %d: %s", code, lastLines(out, 6))
-		if code != 1 || !strings.Contains(out, chainError) {
-			t.Errorf("exit %d, want 1 with %q:\n%s", code, chainError, out)
-		}
 		parseErr := strings.Contains(out, "resume")
 		if tg.major < 52 != parseErr {
 			t.Errorf("%s: resume= refused at parse = %v:\n%s", tg.version, parseErr, out)
+		}
+		if tg.major < 52 {
+			return
+		}
+		want := chainError + "\n  0: Error restoring VM\n  1: The VM could not be restored\n  2: Cannot restore VM\n" +
+			"  3: Failed to send migratable component snapshot\n  4: Destination is not a directory: \"" + strings.TrimPrefix(missing, "source_url=file://") + "\""
+		if code != 1 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, want 1 with\n%s\ngot:\n%s", code, want, out)
 		}
 	})
 }

@@ -7,7 +7,7 @@ PKGS      := ./...
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 LDFLAGS   := -X github.com/vmchaos/vmchaos/reports.Version=$(VERSION)
 
-.PHONY: all setup build test unit fast-suite lint fuzz-short fuzz bench bench-accuracy kvm-preflight chaos selftest selftest-fast selftest-rates systemd-fast manager stability clean
+.PHONY: all setup build test unit fast-suite lint fuzz-short fuzz bench bench-accuracy kvm-preflight conformance chaos selftest selftest-fast selftest-rates systemd-fast manager stability clean
 
 all: build
 
@@ -38,6 +38,13 @@ test: setup build
 # and "N passed, N failed, N skipped"; pipefail keeps go test's own status.
 unit:
 	@bash -o pipefail -c 'VMCHAOS_BIN=$(BIN) $(GO) test -json -race -count=1 -timeout 15m $(PKGS) | $(GO) run ./internal/testsummary'
+
+# conformance: the fakech ⇄ cloud-hypervisor suite (docs/fakech.md "Conformance
+# with cloud-hypervisor"): every row against fakech, and against the binary
+# VMCHAOS_CH names when it is set (VMCHAOS_CH=/path/to/cloud-hypervisor make
+# conformance). A row the host cannot run there skips with the preflight's reason.
+conformance: build
+	@bash -o pipefail -c 'VMCHAOS_BIN=$(BIN) $(GO) test -json -count=1 -timeout 10m ./fakech/conformance/ | $(GO) run ./internal/testsummary'
 
 fast-suite:
 	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --label-filter 'speed:fast' --time-scale $(SCALE) --report-dir $(REPORTDIR)/fast

@@ -17,7 +17,6 @@ type Options struct {
 	APISocket    string
 	Kernel       string
 	Firmware     string
-	Igvm         string
 	Cmdline      string
 	Initramfs    string
 	Cpus         string
@@ -50,7 +49,8 @@ const (
 type flagDef struct {
 	kind flagKind
 	// vmConfig flags describe the VM; clap makes them require a payload
-	// (--kernel, --firmware or --igvm).
+	// (--kernel or --firmware; --igvm exists only in builds with the igvm
+	// feature, which the default build lacks: conformance TestRowHelpFlags).
 	vmConfig bool
 	help     string
 }
@@ -65,7 +65,6 @@ var flags = map[string]flagDef{
 	"seccomp":            {kindValue, false, "Seccomp configuration: true|false|log"},
 	"kernel":             {kindValue, false, "Path to kernel to load. This may be a kernel or firmware that supports a PVH entry point"},
 	"firmware":           {kindValue, false, "Path to firmware that is loaded in an architectural specific way"},
-	"igvm":               {kindValue, false, "Path to IGVM file to load"},
 	"cmdline":            {kindValue, true, "Kernel command line"},
 	"initramfs":          {kindValue, true, "Path to initramfs image"},
 	"cpus":               {kindValue, true, "boot=<boot_vcpus>,max=<max_vcpus>,... (default: boot=1,max_phys_bits=46)"},
@@ -113,7 +112,7 @@ func usageErr(format string, a ...any) error {
 // ParseArgs parses argv (without the program name) with clap's rules: no
 // arguments is a usage error (help, exit 2), unknown flags and positional
 // arguments are refused, single-value flags may not repeat, and any VM-config
-// flag requires --kernel, --firmware or --igvm.
+// flag requires --kernel or --firmware.
 func ParseArgs(args []string) (*Options, error) { return ParseArgsFor(CompatV53, args) }
 
 // flagSince is the first CH release whose default build (features io_uring
@@ -228,10 +227,10 @@ func (o *Options) parseShort(a string) error {
 	return nil
 }
 
-// checkBootSource refuses VM-config flags without --kernel, --firmware or
-// --igvm, as clap's required group does.
+// checkBootSource refuses VM-config flags without --kernel or --firmware,
+// as clap's required group does.
 func (o *Options) checkBootSource() error {
-	if o.Kernel != "" || o.Firmware != "" || o.Igvm != "" {
+	if o.Kernel != "" || o.Firmware != "" {
 		return nil
 	}
 	var cfg []string
@@ -242,7 +241,7 @@ func (o *Options) checkBootSource() error {
 	}
 	if len(cfg) > 0 {
 		sort.Strings(cfg)
-		return usageErr("the following required arguments were not provided:\n  <--firmware <firmware>|--kernel <kernel>|--igvm <igvm>>\n(needed by %s)", strings.Join(cfg, ", "))
+		return usageErr("the following required arguments were not provided:\n  <--firmware <firmware>|--kernel <kernel>>\n(needed by %s)", strings.Join(cfg, ", "))
 	}
 	return nil
 }
@@ -272,8 +271,6 @@ func (o *Options) setValue(name, val string) {
 		o.Kernel = val
 	case "firmware":
 		o.Firmware = val
-	case "igvm":
-		o.Igvm = val
 	case "cmdline":
 		o.Cmdline = val
 	case "initramfs":
@@ -309,7 +306,7 @@ func (o *Options) addValues(name string, vals []string) {
 }
 
 // Boots reports whether the command line describes a VM to create and boot.
-func (o *Options) Boots() bool { return o.Kernel != "" || o.Firmware != "" || o.Igvm != "" }
+func (o *Options) Boots() bool { return o.Kernel != "" || o.Firmware != "" }
 
 // HelpText is what -h prints (and, on stderr, what no arguments prints).
 func HelpText() string {

@@ -72,7 +72,7 @@ func TestCLIRestore(t *testing.T) {
 		t.Fatal("RAM file lost by --restore")
 	}
 	bad := start(t, "", baseEnv(), "--api-socket", "path="+sock+".2", "--restore", "source_url=file://"+filepath.Join(dir, "nosnap"))
-	if code := bad.wait(); code != 1 || !strings.Contains(bad.stderr.String(), "Failed to restore VM") {
+	if code := bad.wait(); code != 1 || !strings.Contains(bad.stderr.String(), "Error restoring VM") {
 		t.Fatalf("bad --restore: exit %d\n%s", code, bad.stderr.String())
 	}
 }

@@ -169,6 +169,13 @@ func bindCLISocket(opts *Options, compat Compat) (sock *apiSocket, vmID string, 
 		return nil, "", chainExit("Error parsing --api-socket", err.Error())
 	}
 	if sock, err = bindAPISocket(spec, compat); err != nil {
+		// CH binds in start_vmm_thread; main wraps its error as
+		// StartVmmThread (cloud-hypervisor/src/main.rs; conformance
+		// TestRowExistingAPISocketPath).
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return nil, "", chainExit(append([]string{"Failed to start the VMM thread"}, ee.chain...)...)
+		}
 		return nil, "", err
 	}
 	if spec.Path != "" {
@@ -222,13 +229,13 @@ func startFromCLI(vmm *VMM, opts *Options) error {
 			step, err = "Error creating VM", cerr
 			break
 		}
-		step, err = "Failed to boot VM", vmm.boot()
+		step, err = "Error booting VM", vmm.boot()
 	case opts.Restore != "":
 		rc, perr := ParseRestoreFor(vmm.compat, opts.Restore)
 		if perr != nil {
 			return chainExit("Error parsing --restore", perr.Error())
 		}
-		step, err = "Failed to restore VM", vmm.Restore(rc)
+		step, err = "Error restoring VM", vmm.Restore(rc)
 	}
 	if err == nil {
 		return nil

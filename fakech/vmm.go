@@ -171,7 +171,7 @@ func (v *VMM) dispatch(c *call) (*response, error) {
 	switch c.ep {
 	case chapi.EpPing:
 		return jsonResponse(200, chapi.VmmPingResponse{BuildVersion: v.compat.BuildVersion(), Version: v.compat.crateVersion(),
-			Pid: int64(os.Getpid()), Features: []string{"kvm", "io_uring"}}), nil
+			Pid: int64(os.Getpid()), Features: []string{"io_uring", "kvm"}}), nil
 	case chapi.EpShutdownVMM:
 		if v.state != "" {
 			v.event("shutdown", nil)
@@ -185,7 +185,7 @@ func (v *VMM) dispatch(c *call) (*response, error) {
 	case chapi.EpBoot:
 		return respNoContent, v.boot()
 	case chapi.EpShutdown:
-		return respNoContent, v.shutdown("The VM could not be shut down")
+		return respNoContent, v.shutdown("The VM could not shutdown")
 	case chapi.EpReboot:
 		return respNoContent, v.reboot()
 	case chapi.EpPowerButton:
@@ -338,6 +338,9 @@ func (v *VMM) boot() error {
 	work := *cfg
 	work.Disks = append([]chapi.DiskConfig(nil), cfg.Disks...)
 	work.Net = append([]chapi.NetConfig(nil), cfg.Net...)
+	if err := openDisks(work.Disks); err != nil {
+		return vmmErr(500, append([]string{ctx}, chainOf(err)...)...)
+	}
 	saved := v.counter
 	if err := v.assignIDs(&work); err != nil {
 		v.counter = saved
@@ -369,6 +372,22 @@ func (v *VMM) boot() error {
 	v.console("booted (boot id %s)", g.bootID)
 	v.event("booted", nil)
 	return wrapHit(v.hit("ch.boot", nil), ctx)
+}
+
+// openDisks is the device manager opening every disk image at boot: a
+// missing one fails with CH's chain (vmm/src/device_manager.rs
+// DeviceManagerError::Disk → "Cannot open disk path", block's I/O error
+// naming the path; conformance TestRowCLIRules, "missing disk file").
+func openDisks(disks []chapi.DiskConfig) error {
+	for _, d := range disks {
+		f, err := os.Open(d.Path)
+		if err != nil {
+			return chainErr{"Error from device manager", "Cannot open disk path",
+				fmt.Sprintf("I/O error (path=%s op=open)", d.Path), osErrText(err)}
+		}
+		f.Close()
+	}
+	return nil
 }
 
 // freshGuest boots a new guest from the first disk.
@@ -426,11 +445,10 @@ func (v *VMM) shutdown(ctx string) error {
 // unsynced writes lost, a new boot id.
 func (v *VMM) reboot() error {
 	const ctx = "The VM could not reboot"
-	if v.config == nil {
-		return vmmErr(v.notCreated(), ctx, "VM is not created")
-	}
 	if v.state == "" {
-		return vmmErr(500, ctx, "VM is not running")
+		// vm_reboot takes the VM object or fails VmNotCreated, config or
+		// not (vmm/src/lib.rs Vmm::vm_reboot; conformance TestRowWrongStateOnCreatedVM).
+		return vmmErr(v.notCreated(), ctx, "VM is not created")
 	}
 	g, err := v.freshGuest(v.config)
 	if err != nil {
@@ -460,7 +478,7 @@ func (v *VMM) reboot() error {
 // powerButton: the guest shuts itself down cleanly, so it syncs first; then
 // the VMM exits 0 (or, with --no-shutdown, stays up with the VM Created).
 func (v *VMM) powerButton() error {
-	const ctx = "The VM could not be shut down via power button"
+	const ctx = "Error triggering power button"
 	if v.state == "" {
 		return vmmErr(500, ctx, "VM is not running")
 	}
@@ -499,12 +517,12 @@ func (v *VMM) pause() error {
 }
 
 func (v *VMM) resume() error {
-	const ctx = "The VM could not be resumed"
+	const ctx = "The VM could not resume"
 	switch v.state {
 	case "":
 		return vmmErr(500, ctx, "VM is not running")
 	case chapi.StateRunning:
-		return vmmErr(500, ctx, "Cannot resume VM", "Invalid transition: InvalidStateTransition(Running, Running)")
+		return vmmErr(500, ctx, "Cannot resume VM", "Failed to resume migratable component", "Invalid transition: InvalidStateTransition(Running, Running)")
 	}
 	v.event("resuming", nil)
 	v.sleep(v.clock.t.Resume)
@@ -557,7 +575,7 @@ func (v *VMM) snapshot(url string) error {
 	case "":
 		return vmmErr(500, ctx, "VM is not running")
 	case chapi.StateRunning:
-		return vmmErr(500, ctx, "Cannot snapshot VM", "Trying to snapshot while VM is running")
+		return vmmErr(500, ctx, "Cannot snapshot VM", "Failed to snapshot migratable component", "Trying to snapshot while VM is running")
 	}
 	dir, err := fileURLPath(url)
 	if err != nil {
@@ -737,6 +755,11 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 	if err != nil {
 		return fail(err)
 	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		// CH's recv_vm_config checks the directory first, with the send
+		// error's wording (conformance TestRowRestoreOptions).
+		return vmmErr(500, ctx, "Cannot restore VM", "Failed to send migratable component snapshot", fmt.Sprintf("Destination is not a directory: %q", dir))
+	}
 	cfg, st, mem, err := readSnapshot(dir)
 	if err != nil {
 		return fail(err)
@@ -787,7 +810,7 @@ func (v *VMM) Restore(rc chapi.RestoreConfig) error {
 
 func (v *VMM) info() (*response, error) {
 	if v.config == nil {
-		return nil, vmmErr(v.notCreated(), "The VM information could not be retrieved", "VM is not created")
+		return nil, vmmErr(v.notCreated(), "The VM info is not available", "VM is not created")
 	}
 	info := chapi.VmInfo{Config: *v.config, State: chapi.StateCreated, MemoryActualSize: v.memSize()}
 	if v.state != "" {
@@ -799,7 +822,7 @@ func (v *VMM) info() (*response, error) {
 
 func (v *VMM) counters() (*response, error) {
 	if v.state == "" {
-		return nil, vmmErr(500, "The VM counters could not be retrieved", "VM is not running")
+		return nil, vmmErr(500, "The VM info is not available", "VM is not running")
 	}
 	out := map[string]map[string]uint64{}
 	for _, d := range v.config.Disks {

@@ -4,7 +4,8 @@
 set -euo pipefail
 need=()
 # qemu-utils: qemu-img makes the qcow2 overlays the fake guest is tested against.
-for p in systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils; do
+# qemu-system-x86, e2fsprogs: `vmchaos image check` boots the real guest under TCG, reads its disk.
+for p in systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils qemu-system-x86 e2fsprogs; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -117,7 +117,7 @@ func TestParseLeasesTakesTheLastLease(t *testing.T) {
 func TestJudgeSeedFailsOnEveryMismatch(t *testing.T) {
 	want := seedWant{Hostname: "h", HostKey: "ssh-ed25519 AAAA", CIDR: "172.31.254.2/30", Router: "172.31.254.1"}
 	dhcp := map[string]string{"hostname": "h", "hostkey": "ssh-ed25519 AAAA", "seed": "active", "keys": "1",
-		"addr": "2: eth0 inet 172.31.254.2/30 brd 172.31.254.3 scope global dynamic eth0 valid_lft 86383sec preferred_lft 86383sec",
+		"addr":  "2: eth0 inet 172.31.254.2/30 brd 172.31.254.3 scope global dynamic eth0 valid_lft 86383sec preferred_lft 86383sec",
 		"route": "default via 172.31.254.1 dev eth0", "dhclient": "1"}
 	if bad := judgeSeed(want, dhcp); len(bad) != 0 {
 		t.Fatalf("a guest that took its DHCP seed: %v", bad)

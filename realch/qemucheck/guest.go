@@ -191,10 +191,10 @@ func (c *checker) checkRelease(ctx context.Context) bool {
 	if _, found := parseAddr(out, cidr); !found {
 		return c.record("dhclient-release", false, "after `dhclient -r` eth0 lost %s: %q", cidr, out)
 	}
-	again, err := c.led.Exec(rctx, c.g, "ip -4 -o addr show dev eth0")
+	again, err := c.led.Exec(rctx, c.g, "ip -4 -o addr show dev eth0 | tr -s ' \\\\' ' '")
 	if err != nil {
 		return c.record("dhclient-release", false, "a new SSH connection after `dhclient -r`: %v", err)
 	}
 	return c.record("dhclient-release", true, "`dhclient -r` answered on its own session in %s and eth0 kept %s; a new connection still reaches it: %q",
-		time.Since(start).Round(time.Millisecond), cidr, strings.Join(strings.Fields(again), " "))
+		time.Since(start).Round(time.Millisecond), cidr, strings.TrimSpace(again))
 }

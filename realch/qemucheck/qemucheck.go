@@ -4,10 +4,10 @@
 // userspace, the NoCloud seed realch writes is applied (hostname, root's key,
 // the SSH host key, DHCP and then static network config), sshd answers with
 // the host key pinned from the seed, the harness's DHCP responder leases the
-// address to the guest's dhclient over a TAP in a namespace the run owns,
-// the dhclient RELEASE hook keeps the address, and vmchaos-writer's acked
+// address to the guest's dhclient over a TAP in a namespace the run owns
+// (docs/architecture.md §13), the dhclient RELEASE hook keeps the address, and vmchaos-writer's acked
 // markers survive a kill -9 of the emulator and a clean shutdown, read back
-// by the ledger's cut rules (docs/architecture.md §6) from the guest and
+// by the ledger's cut rules (docs/architecture.md §8) from the guest and
 // from the image file itself. `vmchaos image check` runs it.
 //
 // It exists because this project's own machines serve /dev/kvm from kvm_pvm,

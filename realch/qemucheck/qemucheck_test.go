@@ -239,3 +239,41 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// FuzzParseGuestOutput feeds the parsers of what the guest and e2fsprogs
+// print: none panics, and what they return holds to their contracts.
+func FuzzParseGuestOutput(f *testing.F) {
+	f.Add(readTestdataF(f, "dhclient.leases"), "172.31.254.2/30")
+	f.Add(readTestdataF(f, "debugfs-ls-p.txt"), "")
+	f.Add("hostname=h\naddr=2: eth0 inet 1.2.3.4/30 valid_lft forever\n", "1.2.3.4/30")
+	f.Add(readTestdataF(f, "mbr.bin"), "")
+	f.Fuzz(func(t *testing.T, s, cidr string) {
+		if l, ok := parseLeases(s); ok && strings.Contains(l.Address, "\n") {
+			t.Errorf("lease address %q spans lines", l.Address)
+		}
+		for _, n := range parseLsP(s) {
+			if n == "" || n == "." || n == ".." || strings.Contains(n, "/") {
+				t.Errorf("listing name %q", n)
+			}
+		}
+		for k := range parseKV(s) {
+			if strings.Contains(k, "\n") {
+				t.Errorf("key %q spans lines", k)
+			}
+		}
+		if a, ok := parseAddr(s, cidr); ok && a.CIDR != cidr {
+			t.Errorf("found %q for %q", a.CIDR, cidr)
+		}
+		if off, err := parseMBR([]byte(s)); err == nil && (off <= 0 || off%512 != 0) {
+			t.Errorf("partition offset %d", off)
+		}
+	})
+}
+
+func readTestdataF(f *testing.F, name string) string {
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		f.Fatal(err)
+	}
+	return string(b)
+}

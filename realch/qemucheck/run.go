@@ -253,7 +253,7 @@ func (c *checker) boot(ctx context.Context, name, seed string) (*vm, bool) {
 	}
 	c.record("userspace-"+name, true, "serial console: %q at %.1fs, %q at %.1fs, %q at %.1fs",
 		clip(ms["kernel"].Line, 60), secs(ms["kernel"].At), ms["initramfs"].Line, secs(ms["initramfs"].At),
-		plain(ms["systemd"].Line), secs(ms["systemd"].At))
+		clip(plain(ms["systemd"].Line), 80), secs(ms["systemd"].At))
 	id, err := c.led.Exec(bctx, c.g, "cat /proc/sys/kernel/random/boot_id")
 	if err != nil {
 		_ = v.kill()

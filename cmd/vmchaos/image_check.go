@@ -51,8 +51,8 @@ guest kernel boots) and checks, each on one line with its evidence:
 The disk is a copy of --image attached with cache=none (writethrough where the file system
 has no O_DIRECT), so a guest fsync is a host fsync of the image. Boot times go to the last
 lines. Exit status: 0 every check passed, 1 a check failed, 2 the check could not run (the
-reason names what is missing: root, qemu-system-x86, the image). About 3 minutes on two
-cores; make image-check runs it.`,
+reason names what is missing: root, qemu-system-x86, the image). Each boot takes minutes
+under TCG (about 6 minutes in all on a loaded two-core machine); make image-check runs it.`,
 		Example: `  sudo vmchaos image real && sudo vmchaos image check
   sudo vmchaos image check --kernel /srv/pvm/vmlinux --keep --json check.json`,
 		Args: cobra.NoArgs,
@@ -62,7 +62,7 @@ cores; make image-check runs it.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.ImageDir, "image-dir", realch.DefaultImageDir, "where `vmchaos image real` wrote guest.raw, vmlinux, initrd.img")
+	f.StringVar(&o.ImageDir, "image-dir", realch.DefaultImageDir, "where vmchaos image real wrote guest.raw, vmlinux, initrd.img")
 	f.StringVar(&o.Image, "image", "", "raw guest disk (default IMAGE-DIR/guest.raw); the check boots a copy")
 	f.StringVar(&o.Kernel, "kernel", "", "kernel to boot: a PVH vmlinux or a bzImage (default IMAGE-DIR/vmlinux)")
 	f.StringVar(&o.Initramfs, "initrd", "", "initramfs (default IMAGE-DIR/initrd.img)")

@@ -52,7 +52,7 @@ The disk is a copy of --image attached with cache=none (writethrough where the f
 has no O_DIRECT), so a guest fsync is a host fsync of the image. Boot times go to the last
 lines. Exit status: 0 every check passed, 1 a check failed, 2 the check could not run (the
 reason names what is missing: root, qemu-system-x86, the image). Each boot takes minutes
-under TCG (about 6 minutes in all on a loaded two-core machine); make image-check runs it.`,
+under TCG (4 to 6.5 minutes in all on a loaded two-core machine); make image-check runs it.`,
 		Example: `  sudo vmchaos image real && sudo vmchaos image check
   sudo vmchaos image check --kernel /srv/pvm/vmlinux --keep --json check.json`,
 		Args: cobra.NoArgs,

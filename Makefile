@@ -72,6 +72,18 @@ bench-accuracy:
 	$(GO) test ./failpoint -run '^$$' -bench BenchmarkSignalTimer -benchtime 1x -timeout 10m -v
 	@uptime
 
+# image-check: the real guest image (built, or copied from the cache, by
+# `vmchaos image real`) booted twice under QEMU's TCG, no KVM needed: seed,
+# SSH host key pin, DHCP lease, dhclient RELEASE hook, writer markers across a
+# kill -9 and a clean shutdown (docs/realch.md). Root; 3-6 min on two cores,
+# so nightly, not in test.
+.PHONY: image-check
+image-check: build
+	@scripts/setup.sh image-check
+	$(BIN)/vmchaos image real -q
+	@mkdir -p $(REPORTDIR)
+	$(BIN)/vmchaos image check --json $(REPORTDIR)/image-check.json
+
 # On a KVM runner: is real CH usable here? (see docs/realch.md)
 kvm-preflight: build
 	scripts/kvm-preflight.sh

@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# Prepares a fresh machine: Debian packages the sandbox supervisor and the
-# realch netns tests need, and the Go modules. Idempotent and quiet when done.
+# Prepares a fresh machine: Debian packages the sandbox supervisor, the
+# realch netns tests and the registry cases need, and the Go modules.
+# Idempotent and quiet when done.
+#   scripts/setup.sh              what make test and make chaos need
+#   scripts/setup.sh image-check  also QEMU and e2fsprogs (make image-check),
+#                                 kept out of make test: a large install
 set -euo pipefail
 need=()
 # qemu-utils: qemu-img makes the qcow2 overlays the fake guest is tested against.
 # docker-registry: the CNCF distribution server, the real OCI registry of the
 # registry:oci cases (started per case by the harness, never as a service).
-for p in systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry; do
+pkgs=(systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry)
+for extra in "$@"; do
+  case "$extra" in
+  # qemu-system-x86, e2fsprogs: `vmchaos image check` boots the real guest under TCG, reads its disk.
+  image-check) pkgs+=(qemu-system-x86 e2fsprogs) ;;
+  *) echo "setup: unknown extra $extra (known: image-check)" >&2; exit 2 ;;
+  esac
+done
+for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

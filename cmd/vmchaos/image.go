@@ -18,7 +18,7 @@ func newImageCmd() *cobra.Command {
 		Short: "Build guest disk images",
 		Args:  cobra.NoArgs,
 	}
-	c.AddCommand(newImageFakeCmd(), newImageRealCmd())
+	c.AddCommand(newImageFakeCmd(), newImageRealCmd(), newImageCheckCmd())
 	return c
 }
 

@@ -129,7 +129,7 @@ func (o *runCmd) add(c *cobra.Command) {
 func (o *runCmd) run(cmd *cobra.Command) error {
 	f := &o.f
 	if o.mf.selected(o.filter) {
-		return o.mf.run(cmd, f, o.filter, o.shard, o.list)
+		return o.mf.run(cmd, o)
 	}
 	cases, err := selectCases(f.backend, o.filter, o.shard)
 	if err != nil {

@@ -727,8 +727,15 @@ func (cr *caseRun) counterClaim(ctx context.Context, name string, budget time.Du
 // stable streak (0 if the budget ran out).
 func (cr *caseRun) pollStable(ctx context.Context, in *checker.Input, budget time.Duration) ([]reports.Invariant, int64) {
 	every := floor(cr.r.scale(time.Second), 50*time.Millisecond)
+	return converge(ctx, in, budget, every, cr.r.opts.StablePolls)
+}
+
+// converge is the one convergence loop of every case, agent or manager:
+// Gomega polls the state table every `every` until it held `polls` times in
+// a row (MustPassRepeatedly) or budget ran out.
+func converge(ctx context.Context, in *checker.Input, budget, every time.Duration, polls int) ([]reports.Invariant, int64) {
 	var last []reports.Invariant
-	var first, lastTs int64
+	var first int64
 	failed := false
 	g := gomega.NewGomega(func(string, ...int) { failed = true })
 	g.Eventually(ctx, func(gg gomega.Gomega) {
@@ -739,10 +746,8 @@ func (cr *caseRun) pollStable(ctx context.Context, in *checker.Input, budget tim
 		} else if first == 0 {
 			first = p.TsNs
 		}
-		lastTs = p.TsNs
 		gg.Expect(violated(last)).To(gomega.BeEmpty())
-	}).WithTimeout(budget).WithPolling(every).MustPassRepeatedly(cr.r.opts.StablePolls).Should(gomega.Succeed())
-	_ = lastTs
+	}).WithTimeout(budget).WithPolling(every).MustPassRepeatedly(polls).Should(gomega.Succeed())
 	if failed {
 		return last, 0
 	}

@@ -112,7 +112,7 @@ type Input struct {
 }
 
 // ProcScanner is where the checker finds a case's processes: the stack's
-// scan, or a manager case's tag scan (stack.TagScan).
+// scan, or a manager case's tag scan (TagScan).
 type ProcScanner interface {
 	ScanProcesses() ([]stack.Proc, error)
 	HarnessPIDs() map[int]bool

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
@@ -197,5 +198,63 @@ func TestExpandManagerFollowsPhasesAndVerbs(t *testing.T) {
 	sel, err := scenarios.Filter(cs, "case:mgr-clone-kill-at-35pct")
 	if err != nil || len(sel) != 1 || sel[0].ID != "mgr-clone-kill-at-35%" {
 		t.Fatalf("filter by case label: %v %v", sel, err)
+	}
+}
+
+// EnvCocoon names a cocoon binary built by the user; vmchaos never builds
+// or fetches one.
+const EnvCocoon = "VMCHAOS_COCOON"
+
+// Against cocoon the issue-17 cases are findings: the clone killed at
+// ch.restore.begin leaves a creating record with its VMM, the save killed
+// after the memory was written leaves the VMM Paused and its capture dir;
+// the kill -9 of a VMM reaches the event stream.
+func TestCocoonReportsTheIssueStates(t *testing.T) {
+	cbin := needs.Binary(t, EnvCocoon, "cocoon",
+		"build cocoon beside the project (go build in a checkout of github.com/cocoonstack/cocoon) and export "+EnvCocoon+"=/path/to/cocoon, or put it on PATH")
+	bin, err := stackbin.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(context.Background(), Options{ReportDir: t.TempDir(), Scale: 0.05, Seed: 1, BinDir: bin,
+		Manager: "cocoon", ManagerBin: cbin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	all, err := r.ManagerCases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := scenarios.Filter(all, "case:mgr-clone-kill-at-ch.restore.begin || case:mgr-snapshot-save-kill-at-ch.snapshot.memory-written || case:mgr-vmm-kill9")
+	if err != nil || len(cs) != 3 {
+		t.Fatalf("cases: %d, %v", len(cs), err)
+	}
+	want := map[string][]string{
+		"mgr-clone-kill-at-ch.restore.begin":                   {RecoveryVerbSucceeds, "no-orphan-creating", "no-orphan-vmm"},
+		"mgr-snapshot-save-kill-at-ch.snapshot.memory-written": {RecoveryVerbSucceeds, "no-paused-running", "no-leftover-temp-dirs"},
+	}
+	for _, c := range cs {
+		rc := r.RunCase(ctx, c)
+		t.Logf("%s: %s %s", c.ID, rc.Verdict, rc.Reason)
+		if c.ID == "mgr-vmm-kill9" {
+			if inv, bad := failedInv(rc, VMMDeathSeen); bad {
+				t.Errorf("kill9: the event stream did not report the dead VMM: %s", inv.Evidence)
+			}
+			continue
+		}
+		if rc.Verdict != reports.Fail {
+			t.Errorf("%s: %s (%s), want fail (fixed in this cocoon? then name its commit)", c.ID, rc.Verdict, rc.Reason)
+		}
+		for _, name := range want[c.ID] {
+			if _, bad := failedInv(rc, name); !bad {
+				t.Errorf("%s: %s did not fail: %+v", c.ID, name, rc.Invariants)
+			}
+		}
+		if !strings.Contains(rc.Repro, "--manager cocoon --manager-bin "+cbin) {
+			t.Errorf("%s: repro %q", c.ID, rc.Repro)
+		}
 	}
 }

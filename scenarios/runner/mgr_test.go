@@ -258,3 +258,21 @@ func TestCocoonReportsTheIssueStates(t *testing.T) {
 		}
 	}
 }
+
+// The holder of a refused name is read from both managers' wording.
+func TestRefusedByHolder(t *testing.T) {
+	for said, want := range map[string]string{
+		`Error: save snapshot: snapshot name "tgt" already in use by MPT5A6ZS2FNZWQGFN24AZLREWQ`: "MPT5A6ZS2FNZWQGFN24AZLREWQ",
+		`Error: reserve VM record: vm name "tgt" already exists (id: SGJFKC55W23ABC)`:            "SGJFKC55W23ABC",
+		`Error: snapshot save: lease held by a live builder`:                                     "",
+	} {
+		m := refusedByHolder.FindStringSubmatch(said)
+		got := ""
+		if m != nil {
+			got = m[1]
+		}
+		if got != want {
+			t.Errorf("%q: holder %q, want %q", said, got, want)
+		}
+	}
+}

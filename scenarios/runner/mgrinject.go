@@ -60,7 +60,8 @@ func (mc *mgrCase) inject(ctx context.Context, window time.Duration) (reports.In
 		_ = mc.releasePark()
 		return inj, harnessErr(fmt.Errorf("SIGKILL the verb: %w", err))
 	}
-	if _, err := rv.wait(ctx, 10*time.Second); err != nil {
+	code, err := rv.wait(ctx, 10*time.Second)
+	if err != nil {
 		return inj, harnessErr(err)
 	}
 	mc.verbEvs = append(mc.verbEvs, failpoint.Event{TsNs: rv.exitNs, Point: mgrVerbExited, Pid: pid})
@@ -73,7 +74,13 @@ func (mc *mgrCase) inject(ctx context.Context, window time.Duration) (reports.In
 		time.Sleep(mc.settle())
 		pid = 0 // the window is the VMM's parked point, whoever hit it
 	}
-	mc.land(&inj, w, fromNs, pid)
+	// The window must be open when the kill was requested: ActualNs is
+	// taken after kill(2) returned, and a descheduled runner can take it
+	// after the verb already died of that very signal.
+	mc.landAt(&inj, w, fromNs, inj.RequestedNs, pid)
+	if inj.Landed && code != -1 {
+		inj.Landed, inj.Err = false, fmt.Sprintf("%s exited %d on its own before the SIGKILL", mc.mc.Op.Verb, code)
+	}
 	return inj, nil
 }
 
@@ -104,15 +111,20 @@ func (mc *mgrCase) plan(window time.Duration) (reports.Injection, phaseWindow, e
 // land judges the injection against its window over the case's trace and
 // the verb's own start and exit.
 func (mc *mgrCase) land(inj *reports.Injection, w phaseWindow, fromNs int64, pid int) {
+	mc.landAt(inj, w, fromNs, inj.ActualNs, pid)
+}
+
+// landAt is land with the fault's time given.
+func (mc *mgrCase) landAt(inj *reports.Injection, w phaseWindow, fromNs, faultNs int64, pid int) {
 	evs := append(mc.trace.Events(), mc.verbEvs...)
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].TsNs < evs[j].TsNs })
 	inj.IntendedPhase = w.String()
-	l := judgeLanding(evs, w, fromNs, inj.ActualNs, pid)
+	l := judgeLanding(evs, w, fromNs, faultNs, pid)
 	inj.LastPhase, inj.Landed = l.Phase, l.Landed && inj.Err == ""
 	if !l.Landed {
 		inj.Err = l.Why
 	} else if w.Open == mgrVerbStarted {
-		inj.LastPhase = "inside " + string(mc.mc.Op.Verb) + " (VMM at " + orDash(vmmPhaseAt(evs, inj.ActualNs)) + ")"
+		inj.LastPhase = "inside " + string(mc.mc.Op.Verb) + " (VMM at " + orDash(vmmPhaseAt(evs, faultNs)) + ")"
 	}
 }
 

@@ -19,7 +19,9 @@ import (
 // by a fresh name; a held lease or lock is waited for; a delete whose
 // object is gone is done.
 var (
-	refusedByHolder = regexp.MustCompile(`already in use by ([A-Za-z0-9][A-Za-z0-9_.-]*)`)
+	// cocoon and the field: "already in use by <ID>"; vmctl: "already
+	// exists (id: <ID>)"
+	refusedByHolder = regexp.MustCompile(`already (?:in use by |exists \(id: ?)([A-Za-z0-9][A-Za-z0-9_.-]*)`)
 	refusedByLease  = regexp.MustCompile(`(?i)\blease\b|lock held|\blocked\b|\bbusy\b`)
 	refusedNotFound = regexp.MustCompile(`(?i)not found|no such`)
 )

@@ -149,6 +149,34 @@ esac`
 	}
 }
 
+// A retry refused by a held lease is waited for and repeated under the
+// same name.
+func TestSaveRetryWaitsForAHeldLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs a manager case against the bundled vmctl; run without -short")
+	}
+	bin, err := stackbin.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	when := `case "$*" in
+"snapshot save --name tgt"*)
+  n=$(cat $STATE/n 2>/dev/null || echo 0); echo $((n+1)) > $STATE/n
+  if [ "$n" = 1 ] || [ "$n" = 2 ]; then echo 'Error: save snapshot: lease: lock held' >&2; exit 1; fi;;
+esac`
+	rc := mgrCaseRun(t, bin, brokenVmctl(t, bin, when), "mgr-snapshot-save-kill-at-ch.snapshot.memory-written")
+	var rec reports.Invariant
+	for _, inv := range rc.Invariants {
+		if inv.Name == RecoveryVerbSucceeds {
+			rec = inv
+		}
+	}
+	if rc.Verdict != reports.Pass || !rec.OK || strings.Count(rec.Evidence, "refused by a held lease") != 2 ||
+		!strings.Contains(rec.Evidence, "retry: snapshot-save vm=src name=tgt: ok") {
+		t.Fatalf("%s %s: recovery %q", rc.Verdict, rc.Reason, rec.Evidence)
+	}
+}
+
 // The stream must end where the store ends: a VMM death it never reported,
 // a VM it never showed, or a deleted VM it still shows fail.
 func TestDiffStream(t *testing.T) {

@@ -34,6 +34,7 @@ type mgrRun struct {
 	binDir            string
 	tmp, image        string
 	release           func()
+	record            *injector.RunRecord
 	n                 int // cases and discoveries so far (under Runner.mu)
 }
 
@@ -55,7 +56,7 @@ func NewManager(name string, o manager.Options) (manager.Manager, error) {
 // stack, the manager's own binary driven through its adapter, fakech
 // installed as `cloud-hypervisor`, the VMMs the verbs leave behind reaped
 // by the one reaper.
-func newManagerRunner(o Options) (*Runner, error) {
+func newManagerRunner(ctx context.Context, o Options) (*Runner, error) {
 	if o.Backend != "fake" {
 		return nil, fmt.Errorf("--manager runs on the fake backend only (fakech installed as cloud-hypervisor)")
 	}
@@ -82,24 +83,24 @@ func newManagerRunner(o Options) (*Runner, error) {
 	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
 		return nil, fmt.Errorf("report dir: %w", err)
 	}
-	if killed, err := cleanMgrLeftovers(); err != nil {
-		return nil, err
-	} else if len(killed) > 0 && o.Progress != nil {
-		fmt.Fprintf(o.Progress, "killed %d process(es) left by a manager run whose runner died: %s\n", len(killed), strings.Join(killed, "; "))
-	}
 	if mr.tmp, err = os.MkdirTemp("", "vmchaos-mgr-"); err != nil {
 		return nil, fmt.Errorf("manager run: %w", err)
 	}
-	if err := writeOwner(mr.tmp); err != nil {
+	// The run's record (what a SIGKILLed runner leaves, the VMMs its verbs
+	// launched, is cleaned by the next run, as for a supervised run); it
+	// cleans what dead runs left first.
+	if mr.record, err = injector.NewRunRecord(ctx, []string{mr.tmp}); err != nil {
 		_ = os.RemoveAll(mr.tmp)
-		return nil, fmt.Errorf("manager run: %w", err)
+		return nil, err
 	}
 	mr.image = filepath.Join(mr.tmp, "guest.img")
 	if _, err := guestimg.Build(mr.image, guestimg.Options{Hostname: "vmchaos-guest"}); err != nil {
+		mr.record.Close()
 		_ = os.RemoveAll(mr.tmp)
 		return nil, fmt.Errorf("manager run: guest image: %w", err)
 	}
 	if mr.release, err = injector.ReapOrphans(cocoon.VMMName); err != nil {
+		mr.record.Close()
 		_ = os.RemoveAll(mr.tmp)
 		return nil, err
 	}
@@ -110,7 +111,11 @@ func newManagerRunner(o Options) (*Runner, error) {
 
 func (mr *mgrRun) close() error {
 	mr.release()
-	return os.RemoveAll(mr.tmp)
+	err := os.RemoveAll(mr.tmp)
+	if err == nil {
+		mr.record.Close()
+	}
+	return err
 }
 
 // ManagerBin is the manager binary of a manager run ("" otherwise).

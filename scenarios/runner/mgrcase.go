@@ -152,7 +152,7 @@ func (mc *mgrCase) prepare(ctx context.Context) error {
 	if mc.trace, err = injector.ListenTrace(filepath.Join(mc.dir, "t.sock")); err != nil {
 		return harnessErr(err)
 	}
-	env := []string{mc.tag,
+	env := []string{mc.tag, mc.r.mgr.record.Tag(),
 		"VMCHAOS_TIME_SCALE=" + strconv.FormatFloat(mc.r.opts.Scale, 'g', -1, 64),
 		"FAKECH_JITTER_SEED=" + strconv.FormatInt(mc.r.opts.Seed, 10),
 		failpoint.EnvTrace + "=" + mc.trace.Path(),

@@ -119,7 +119,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		o.StablePolls = 3
 	}
 	if o.Manager != "" {
-		return newManagerRunner(o)
+		return newManagerRunner(ctx, o)
 	}
 	supNote, snapSkip := "", ""
 	var backendNeed, snapNeed need

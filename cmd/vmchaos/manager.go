@@ -47,12 +47,16 @@ func (m *managerFlags) run(cmd *cobra.Command, o *runCmd) error {
 	if !(f.scale > 0 && f.scale <= 1000) {
 		return fmt.Errorf("--time-scale %v: want a number in (0, 1000]", f.scale)
 	}
+	bugs, err := regressFromEnv()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	dir := f.dir("manager-" + m.name)
 	f.meter = progress.New(os.Stderr)
 	r, err := runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Scale: f.scale, Seed: f.seed,
-		Progress: f.meter, Done: f.meter.Case, Repeat: o.repeat, Manager: m.name, ManagerBin: m.bin, ManagerConfig: m.config})
+		Regress: bugs, Progress: f.meter, Done: f.meter.Case, Repeat: o.repeat, Manager: m.name, ManagerBin: m.bin, ManagerConfig: m.config})
 	if err != nil {
 		return runInfraError{err}
 	}

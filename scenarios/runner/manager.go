@@ -13,6 +13,7 @@ import (
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/manager/cocoon"
+	"github.com/vmchaos/vmchaos/regress"
 	mvmctl "github.com/vmchaos/vmchaos/manager/vmctl"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
@@ -150,8 +151,11 @@ func (r *Runner) ManagerCases(ctx context.Context) ([]scenarios.Case, error) {
 }
 
 // mgrRepro is the one-line command that runs a manager case again.
-func (r *Runner) mgrRepro(c scenarios.Case) string {
+func (r *Runner) mgrRepro(c scenarios.Case, bugs []string) string {
 	s := "vmchaos run --manager " + r.mgr.name
+	if len(bugs) > 0 {
+		s = regress.Env + "=" + strings.Join(bugs, ",") + " " + s
+	}
 	if r.mgr.name != "vmctl" {
 		s += " --manager-bin " + r.mgr.bin
 	}

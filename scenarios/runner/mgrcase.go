@@ -14,6 +14,7 @@ import (
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/scenarios/checker"
@@ -55,16 +56,21 @@ type mgrCase struct {
 	before   *checker.StoreListing
 	without  map[checker.Source]bool
 	faultNs  int64
+	bugs     []string // VMCHAOS_REGRESS of the bundled vmctl (selftest, a planted bug)
 }
 
 // runMgrCase runs one manager-verb case end to end through the one
 // verdict function (verdictOf).
-func (r *Runner) runMgrCase(ctx context.Context, c scenarios.Case, runSuffix string) reports.Case {
+func (r *Runner) runMgrCase(ctx context.Context, c scenarios.Case, bugs []string, runSuffix string) reports.Case {
 	s := c.Scenario
 	rc := reports.Case{ID: c.ID, Scenario: s.ID, Title: s.Title, SeedRef: s.SeedRef, Labels: c.Labels, Backend: "fake",
 		Supervisor: "none", TimeScale: r.opts.Scale, Seed: r.opts.Seed, Operation: s.Op, Fault: faultsString(s),
-		StartedAt: time.Now().UTC(), Attempts: 1, Repro: r.mgrRepro(c), ConvergeMs: -1}
-	mc := &mgrCase{r: r, c: c, mc: s.Mgr, rc: &rc, dir: r.nextMgrDir("m"),
+		StartedAt: time.Now().UTC(), Attempts: 1, Repro: r.mgrRepro(c, bugs), ConvergeMs: -1}
+	if len(bugs) > 0 && r.mgr.name != "vmctl" {
+		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(fmt.Errorf("the regress switches %s are vmctl's, not %s's", strings.Join(bugs, ","), r.mgr.name))})
+		return rc
+	}
+	mc := &mgrCase{r: r, c: c, mc: s.Mgr, rc: &rc, bugs: bugs, dir: r.nextMgrDir("m"),
 		caseDir: filepath.Join(r.opts.ReportDir, "cases", unsafeChars.ReplaceAllString(c.ID+runSuffix, "_"))}
 	mc.tag = EnvCaseTag + "=" + mc.dir
 	_ = os.RemoveAll(mc.caseDir)
@@ -157,6 +163,9 @@ func (mc *mgrCase) prepare(ctx context.Context) error {
 		"FAKECH_JITTER_SEED=" + strconv.FormatInt(mc.r.opts.Seed, 10),
 		failpoint.EnvTrace + "=" + mc.trace.Path(),
 		failpoint.EnvCtl + "=" + mc.ctl,
+	}
+	if len(mc.bugs) > 0 {
+		env = append(env, regress.Env+"="+strings.Join(mc.bugs, ","))
 	}
 	if mc.mc.Trigger == scenarios.MgrTrigPark {
 		// Every VMM of the case is born with the pause armed (the fixture's

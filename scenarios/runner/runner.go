@@ -410,7 +410,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 			return harnessFailed(reports.Case{ID: c.ID, Scenario: c.Scenario.ID, Labels: c.Labels, ConvergeMs: -1},
 				errors.New("a manager-verb case needs a manager run (--manager)"))
 		}
-		return r.runMgrCase(ctx, c, runSuffix)
+		return r.runMgrCase(ctx, c, bugs, runSuffix)
 	}
 	s := c.Scenario
 	dirName := c.ID

@@ -13,8 +13,8 @@ import (
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/manager/cocoon"
-	"github.com/vmchaos/vmchaos/regress"
 	mvmctl "github.com/vmchaos/vmchaos/manager/vmctl"
+	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
 )

@@ -131,11 +131,12 @@ chaos-nightly: setup build
 	$(BIN)/vmchaos report merge -o $(REPORTDIR)/nightly/merged $(REPORTDIR)/nightly/shard-*; \
 	$(BIN)/vmchaos report gate $(REPORTDIR)/nightly/merged
 
-# manager: the manager-level catalogue against the bundled vmctl (must pass),
+# manager: the manager-verb cases (layer:manager) through the one runner and
+# suite, against the bundled vmctl (must pass),
 # and against your own cocoon binary when MANAGER_BIN=/path/to/cocoon is given
 # (its failures are findings; vmchaos never builds or fetches cocoon).
 manager: setup build
-	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --label-filter layer:manager --time-scale $(SCALE) --report-dir $(REPORTDIR)/manager-vmctl-$$(date +%Y%m%d-%H%M%S)
+	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --manager vmctl --label-filter layer:manager --time-scale $(SCALE) --report-dir $(REPORTDIR)/manager-vmctl-$$(date +%Y%m%d-%H%M%S)
 	if [ -n "$(MANAGER_BIN)" ]; then VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --manager cocoon --manager-bin $(MANAGER_BIN) --label-filter layer:manager --time-scale $(SCALE) --report-dir $(REPORTDIR)/manager-cocoon-$$(date +%Y%m%d-%H%M%S); fi
 
 # The fast subset with the systemd supervisor. Where PID 1 is not systemd (CI,

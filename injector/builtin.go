@@ -430,12 +430,21 @@ type reaperT struct {
 	ours    map[Proc]bool // children seen alive carrying a run tag or a unit session
 	foreign map[Proc]bool // children seen alive that belong to someone else
 	mains   sync.Map      // pid → true: main processes, reaped by their monitor
+	// comms: task names (/proc/PID/comm) of orphans registered by
+	// ReapOrphans (a manager case's VMMs), with their registration count
+	comms map[string]int
 }
 
 func (r *reaperT) add(b *builtin) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sups[b] = true
+	r.startLocked()
+}
+
+// startLocked starts the sweeping goroutine unless it runs; called with
+// r.mu held.
+func (r *reaperT) startLocked() {
 	if r.running {
 		return
 	}
@@ -474,7 +483,7 @@ func (r *reaperT) remove(b *builtin) {
 func (r *reaperT) sweep() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.sups) == 0 && len(r.ours) == 0 {
+	if len(r.sups) == 0 && len(r.ours) == 0 && len(r.comms) == 0 {
 		r.running = false
 		return false
 	}
@@ -500,7 +509,7 @@ func (r *reaperT) sweep() bool {
 			}
 			continue
 		}
-		if r.ours[p] || (!r.foreign[p] && r.tagged(pid, st.sid)) {
+		if r.ours[p] || (!r.foreign[p] && r.tagged(pid, st.sid)) || r.orphanComm(pid) {
 			var ws unix.WaitStatus
 			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 			delete(r.ours, p)

@@ -135,6 +135,9 @@ type Scenario struct {
 	Expect    Expect
 	Targets   []string // regress bug names this scenario must catch
 	Labels    []string // extra labels
+	// Mgr makes the scenario a manager-verb case (manager_cases.go): the
+	// runner drives the manager's own verbs through its adapter.
+	Mgr *MgrCase
 }
 
 // Catalogue is every scenario, hand-written ones first, then the generated

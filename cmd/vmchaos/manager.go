@@ -2,20 +2,19 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/vmchaos/vmchaos/progress"
 	"github.com/vmchaos/vmchaos/reports"
-	"github.com/vmchaos/vmchaos/scenarios/managerlayer"
-	"github.com/vmchaos/vmchaos/stackbin"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/runner"
+	"github.com/vmchaos/vmchaos/scenarios/suite"
 )
 
-// managerFlags select the manager-level catalogue (layer:manager) and the
-// manager it runs against.
+// managerFlags select the manager-verb cases (layer:manager) and the
+// manager they run against.
 type managerFlags struct {
 	name   string
 	bin    string
@@ -23,79 +22,74 @@ type managerFlags struct {
 }
 
 func (m *managerFlags) add(c *cobra.Command) {
-	c.Flags().StringVar(&m.name, "manager", "", "run the manager-level catalogue (layer:manager) against this manager: vmctl (bundled) or cocoon (needs --manager-bin); default: the agent catalogue, or vmctl when --label-filter names layer:manager")
+	c.Flags().StringVar(&m.name, "manager", "", "run the manager-verb cases (layer:manager) against this manager: vmctl (bundled) or cocoon (needs --manager-bin); default: the agent catalogue, or vmctl when --label-filter names layer:manager, op:mgr-… or case:mgr-…")
 	c.Flags().StringVar(&m.bin, "manager-bin", "", "the manager binary to test (cocoon: the one you built; vmctl: default the bundled one), e.g. /usr/local/bin/cocoon")
 	c.Flags().StringVar(&m.config, "manager-config", "", "the manager's own config file, passed to every verb (cocoon: --config FILE)")
 }
 
-// selected: the manager layer runs when a manager is named, or when the
-// label filter asks for layer:manager or a manager case (then against vmctl).
+// selected: the manager-verb cases run when a manager is named, or when the
+// label filter asks for them (then against vmctl).
 func (m *managerFlags) selected(filter string) bool {
-	if m.name == "" && (strings.Contains(filter, "layer:manager") || strings.Contains(filter, "case:mgr-")) {
+	if m.name == "" && scenarios.WantsManager(filter) {
 		m.name = "vmctl"
 	}
 	return m.name != ""
 }
 
-// run is `vmchaos run` for the manager layer: same report dir, reports and
+// run is `vmchaos run` for the manager-verb cases: the one runner (its
+// manager mode), the one filter, the one Ginkgo suite, the same reports and
 // gate as the agent catalogue.
-func (m *managerFlags) run(cmd *cobra.Command, f *runFlags, filter, shard string, list bool) error {
-	if shard != "" {
+func (m *managerFlags) run(cmd *cobra.Command, o *runCmd) error {
+	f := &o.f
+	if o.shard != "" {
 		return fmt.Errorf("--shard is not supported with --manager yet")
-	}
-	if f.backend != "fake" {
-		return fmt.Errorf("--manager runs on the fake backend only (fakech installed as cloud-hypervisor)")
 	}
 	if !(f.scale > 0 && f.scale <= 1000) {
 		return fmt.Errorf("--time-scale %v: want a number in (0, 1000]", f.scale)
 	}
-	binDir, err := stackbin.Dir()
+	bugs, err := regressFromEnv()
 	if err != nil {
-		return runInfraError{err}
+		return err
 	}
-	dir := f.dir("manager-" + m.name)
-	r, err := managerlayer.New(managerlayer.Options{Manager: m.name, Bin: m.bin, Config: m.config, BinDir: binDir,
-		Scale: f.scale, Seed: f.seed, ReportDir: dir, Progress: os.Stderr})
-	if err != nil {
-		return runInfraError{err}
-	}
-	defer r.Close()
 	ctx, cancel := signalContext()
 	defer cancel()
-	all, err := r.Cases(ctx)
+	dir := f.dir("manager-" + m.name)
+	f.meter = progress.New(os.Stderr)
+	r, err := runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Scale: f.scale, Seed: f.seed,
+		Regress: bugs, Progress: f.meter, Done: f.meter.Case, Repeat: o.repeat, Manager: m.name, ManagerBin: m.bin, ManagerConfig: m.config})
 	if err != nil {
 		return runInfraError{err}
 	}
-	cases, err := managerlayer.Filter(all, filter)
+	all, err := r.ManagerCases(ctx)
 	if err != nil {
+		_ = r.Close()
+		return runInfraError{err}
+	}
+	cases, err := scenarios.Filter(all, o.filter)
+	if err != nil {
+		_ = r.Close()
 		return err
 	}
-	if list {
-		return listManagerCases(cmd.OutOrStdout(), cases)
+	if o.list {
+		_ = r.Close()
+		return listCases(cmd.OutOrStdout(), cases)
 	}
 	if len(cases) == 0 {
-		return fmt.Errorf("no manager case matches --label-filter %q", filter)
+		_ = r.Close()
+		return fmt.Errorf("no manager case matches --label-filter %q", o.filter)
 	}
 	fmt.Fprintf(os.Stderr, "vmchaos run: %d manager case(s) against %s (%s), time scale %g, seed %d → %s\n",
-		len(cases), m.name, r.BinPath(), f.scale, f.seed, dir)
-	res, err := r.RunSuite(ctx, cases, filter)
-	if err != nil {
-		return err
+		len(cases), m.name, r.ManagerBin(), f.scale, f.seed, dir)
+	f.meter.Start("run", len(cases), 1)
+	runErr := suite.Run(ctx, r, cases, o.filter, dir, f.seed)
+	suite.Annotate(r.Results(), cases, nil)
+	f.meter.Stop()
+	res, werr := o.writeReports(cmd, r, dir)
+	if runErr != nil {
+		return runErr
 	}
-	res.Dir = dir
-	if err := reports.WriteAll(dir, res); err != nil {
-		return fmt.Errorf("write reports: %w", err)
+	if werr != nil {
+		return fmt.Errorf("write reports: %w", werr)
 	}
-	reports.Summary(cmd.OutOrStdout(), res)
 	return reports.Gate(res, nil, reports.DefaultGateOptions()).Err()
-}
-
-func listManagerCases(w io.Writer, cases []managerlayer.Case) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CASE\tLABELS\tTITLE")
-	for _, c := range cases {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.ID, strings.Join(c.Labels, ","), c.Title)
-	}
-	fmt.Fprintf(tw, "%d case(s)\n", len(cases))
-	return tw.Flush()
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmchaos/vmchaos/manager"
-	"github.com/vmchaos/vmchaos/scenarios/managerlayer"
+	"github.com/vmchaos/vmchaos/scenarios/runner"
 	"github.com/vmchaos/vmchaos/stackbin"
 )
 
@@ -88,7 +88,7 @@ func probeManager(ctx context.Context, o probeFlags) (manager.Capabilities, erro
 		return manager.Capabilities{}, fmt.Errorf("manager probe: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	m, err := managerlayer.NewManager(o.name, manager.Options{Bin: o.bin, Config: o.config, Dir: dir})
+	m, err := runner.NewManager(o.name, manager.Options{Bin: o.bin, Config: o.config, Dir: dir})
 	if err != nil {
 		return manager.Capabilities{}, err
 	}

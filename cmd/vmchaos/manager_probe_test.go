@@ -13,7 +13,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/manager"
-	"github.com/vmchaos/vmchaos/scenarios/managerlayer"
+	"github.com/vmchaos/vmchaos/scenarios/runner"
 )
 
 // recordedCocoon writes an executable that answers `PATH --help` and
@@ -105,7 +105,7 @@ func TestManagerProbeRealCocoon(t *testing.T) {
 	bin := needs.Binary(t, "VMCHAOS_COCOON", "cocoon",
 		"build github.com/cocoonstack/cocoon (any release from v0.2.x) and set VMCHAOS_COCOON to the binary")
 	dir := t.TempDir()
-	m, err := managerlayer.NewManager("cocoon", manager.Options{Bin: bin, Dir: dir, VMMDir: dir})
+	m, err := runner.NewManager("cocoon", manager.Options{Bin: bin, Dir: dir, VMMDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,9 +132,9 @@ func (o *runCmd) run(cmd *cobra.Command) error {
 	f := &o.f
 	if o.mf.selected(o.filter) {
 		if o.sf.set() {
-			return fmt.Errorf("--replay, --check-determinism and --repro-check run the main catalogue's cases; the manager-layer cases of --manager/layer:manager record no schedule yet")
+			return fmt.Errorf("--replay, --check-determinism and --repro-check run the agent catalogue's cases; the manager-verb cases of --manager/layer:manager record no schedule yet")
 		}
-		return o.mf.run(cmd, f, o.filter, o.shard, o.list)
+		return o.mf.run(cmd, o)
 	}
 	var cases []scenarios.Case
 	var err error

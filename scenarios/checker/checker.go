@@ -87,7 +87,36 @@ type Input struct {
 	// from the trace refuses to pass while it is set.
 	TraceLoss error
 
+	// Procs scans the case's processes (nil: Stack). A manager case has no
+	// stack: its scanner finds the processes carrying the case's tag.
+	Procs ProcScanner
+	// Agentless: the case runs no agent (a manager case, black-box mode):
+	// the agent API is not read and intent-goal is not asked.
+	Agentless bool
+	// Quiescent: no operation of the case can be in flight while it is
+	// polled (a manager case after its recovery: every verb the harness
+	// started has exited, and nothing else drives the manager). A creating
+	// record, a pending snapshot or a VMM under a non-running record then
+	// has no owner left, whoever holds a lock.
+	Quiescent bool
+	// Without are sources the manager does not expose (its Observer says
+	// manager.ErrNotSupported, e.g. no check verb): an invariant that needs
+	// one is left out of the results, never reported as held.
+	Without map[Source]bool
+	// Store, when set, lists the manager's store now and StoreBefore is the
+	// listing taken before the verb under test (no-leftover-temp-dirs).
+	Store       func() ([]string, error)
+	StoreBefore *StoreListing
+
 	digests digestCache
+}
+
+// ProcScanner is where the checker finds a case's processes: the stack's
+// scan, or a manager case's tag scan (TagScan).
+type ProcScanner interface {
+	ScanProcesses() ([]stack.Proc, error)
+	HarnessPIDs() map[int]bool
+	Identify(pid int) (stack.Proc, bool)
 }
 
 // Source is one black-box data source of a poll.
@@ -132,6 +161,8 @@ type Poll struct {
 	Vmctls   []stack.Proc            // manager processes (the harness's own left out)
 	VMMState map[string]string       // id → state from vm.info (running records only)
 	Sockets  map[string]string       // VM id → api socket present
+	// StoreDirs: the manager's store dirs now (Input.Store)
+	StoreDirs []string
 	// OpsHolders and LeaseHolders: who holds the ops lock of a VM and the
 	// lease of a pending snapshot, matched by device and inode in /proc/locks.
 	OpsHolders   map[string][]manager.Holder
@@ -200,23 +231,29 @@ func (in *Input) manager() manager.Observer {
 // Collect observes the stack: agent API, the manager's list and check verbs,
 // processes, VMM states, lock holders, the registry and the guests.
 func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
-	s, m := in.Stack, in.manager()
+	m, s := in.manager(), in.procs()
 	p := &Poll{TsNs: now(), Views: map[string]AgentView{}}
-	vs, err := s.Agent.List(ctx)
-	p.got(SrcAgent, err)
-	if err == nil {
-		for _, v := range vs {
-			p.Views[v.Name] = AgentView{Name: v.Name, Lifecycle: v.Status.Lifecycle, ObservedGeneration: v.Status.ObservedGeneration,
-				Message: v.Status.Message, PostClone: v.Status.PostClone, VMID: v.Status.VMID,
-				FailedReason: v.Status.FailedReason, Op: v.Op, Step: v.Step}
+	if !in.Agentless {
+		vs, err := in.Stack.Agent.List(ctx)
+		p.got(SrcAgent, err)
+		if err == nil {
+			for _, v := range vs {
+				p.Views[v.Name] = AgentView{Name: v.Name, Lifecycle: v.Status.Lifecycle, ObservedGeneration: v.Status.ObservedGeneration,
+					Message: v.Status.Message, PostClone: v.Status.PostClone, VMID: v.Status.VMID,
+					FailedReason: v.Status.FailedReason, Op: v.Op, Step: v.Step}
+			}
 		}
 	}
+	var err error
 	p.VMs, err = m.VMs(ctx)
 	p.got(SrcVMs, err)
 	p.Snaps, err = m.Snapshots(ctx)
 	p.got(SrcSnaps, err)
-	p.Check, err = m.Check(ctx)
-	p.got(SrcCheck, err)
+	if !in.Without[SrcCheck] {
+		p.Check, err = m.Check(ctx)
+		p.got(SrcCheck, err)
+	}
+	p.collectStore(in)
 
 	procs, err := s.ScanProcesses()
 	p.got(SrcProcs, err)
@@ -229,7 +266,7 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 			p.Vmctls = append(p.Vmctls, pr)
 		}
 	}
-	p.collectLocks(s, m)
+	p.collectLocks(s, m, in.Quiescent)
 	p.VMMState = map[string]string{}
 	for _, v := range p.VMs {
 		if v.State != manager.StateRunning || len(p.VMMs[v.ID]) == 0 {
@@ -246,14 +283,16 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 	}
 	p.Sockets, err = m.APISockets()
 	p.got(SrcSockets, err)
-	p.collectGoals(ctx, in)
+	if !in.Agentless {
+		p.collectGoals(ctx, in)
+	}
 	return p
 }
 
 // collectLocks reads /proc/locks once and resolves the holders of every VM's
 // ops lock and every pending snapshot's lease, naming each holder's process
 // when it is one of this case.
-func (p *Poll) collectLocks(s *stack.Stack, m manager.Observer) {
+func (p *Poll) collectLocks(s ProcScanner, m manager.Observer, quiescent bool) {
 	p.OpsHolders, p.LeaseHolders = map[string][]manager.Holder{}, map[string][]manager.Holder{}
 	locks, err := ReadLocks()
 	p.got(SrcLocks, err)
@@ -275,12 +314,26 @@ func (p *Poll) collectLocks(s *stack.Stack, m manager.Observer) {
 		}
 		return out
 	}
+	// A manager that exposes no lock file (cocoon locks its whole index)
+	// gives no holder to read; that is evidence only in a quiescent case,
+	// where the checks do not ask who holds a lock (Input.Quiescent).
+	lockPath := func(path, what string) bool {
+		if path == "" && !quiescent {
+			p.fail(SrcLocks, fmt.Errorf("%s exposes no %s and an operation may be in flight: %w", m.Name(), what, manager.ErrNotSupported))
+		}
+		return path != ""
+	}
 	for _, v := range p.VMs {
-		p.OpsHolders[v.ID] = resolve(m.OpsLockPath(v.ID))
+		if path := m.OpsLockPath(v.ID); lockPath(path, "per-VM ops lock") {
+			p.OpsHolders[v.ID] = resolve(path)
+		}
 	}
 	for _, sn := range p.Snaps {
-		if sn.State == manager.SnapPending {
-			p.LeaseHolders[sn.ID] = resolve(m.LeasePath(sn.ID))
+		if sn.State != manager.SnapPending {
+			continue
+		}
+		if path := m.LeasePath(sn.ID); lockPath(path, "snapshot lease") {
+			p.LeaseHolders[sn.ID] = resolve(path)
 		}
 	}
 }
@@ -312,7 +365,7 @@ var readIsEvidence = Evidence{}
 // intent and only runs VMs of its own (DirectVMs, judged by
 // one-vm-per-name) does not ask for it; a case with neither fails it.
 var needGoals = Evidence{
-	Asked: func(in *Input) bool { return len(in.Goals) > 0 || len(in.DirectVMs) == 0 },
+	Asked: func(in *Input) bool { return !in.Agentless && (len(in.Goals) > 0 || len(in.DirectVMs) == 0) },
 	Of: func(in *Input, _ *Poll) []string {
 		if len(in.Goals) == 0 {
 			return []string{"no intent goal and no VM of the case's own to judge"}
@@ -374,7 +427,7 @@ var State = []StateInvariant{
 				if v.State != manager.StateCreating {
 					continue
 				}
-				if e := heldByCase(p.OpsHolders[v.ID]); e != "" {
+				if e := ownerGone(in, p.OpsHolders[v.ID]); e != "" {
 					ev = append(ev, fmt.Sprintf("vm %s (%s) is creating and its ops lock %s", v.ID, v.Name, e))
 				}
 			}
@@ -409,7 +462,7 @@ var State = []StateInvariant{
 				if sn.State != manager.SnapPending {
 					continue
 				}
-				if e := heldByCase(p.LeaseHolders[sn.ID]); e != "" {
+				if e := ownerGone(in, p.LeaseHolders[sn.ID]); e != "" {
 					ev = append(ev, fmt.Sprintf("snapshot %s (%s) is pending and its lease %s", sn.ID, sn.Name, e))
 				}
 			}
@@ -493,6 +546,15 @@ func fromCheck(invariants ...string) func(*Input, *Poll) []string {
 	}
 }
 
+// ownerGone is heldByCase, except in a quiescent case, where nothing can
+// own a creating record or a pending snapshot any more.
+func ownerGone(in *Input, hs []manager.Holder) string {
+	if in.Quiescent {
+		return "has no owner: every verb of the case has exited"
+	}
+	return heldByCase(hs)
+}
+
 // heldByCase returns "" when some process of this stack holds the lock, else
 // what is wrong: free, or held only by processes the case does not own.
 func heldByCase(hs []manager.Holder) string {
@@ -534,6 +596,9 @@ func checkOrphanVMM(in *Input, p *Poll) []string {
 		switch {
 		case !ok:
 			ev = append(ev, fmt.Sprintf("VMM %s for vm %s has no record", vmms[0], id))
+		case in.Quiescent && v.State != manager.StateRunning:
+			// every verb has exited: nothing will ever stop it
+			ev = append(ev, fmt.Sprintf("VMM %s runs under vm %s (%s) whose record is %q with every verb of the case exited", vmms[0], id, v.Name, v.State))
 		case v.State != manager.StateRunning && v.State != manager.StateCreating && heldByCase(p.OpsHolders[id]) != "":
 			// a VMM under a stopped/created/error record with no
 			// operation in flight is one nobody will ever stop
@@ -684,7 +749,7 @@ func checkOneVMPerName(in *Input, p *Poll) []string {
 func Evaluate(in *Input, p *Poll) []reports.Invariant {
 	out := make([]reports.Invariant, 0, len(State))
 	for _, inv := range State {
-		if inv.Evidence.Asked != nil && !inv.Evidence.Asked(in) {
+		if inv.Evidence.Asked != nil && !inv.Evidence.Asked(in) || in.without(inv.Needs) {
 			continue
 		}
 		out = append(out, result(inv.Name, inv.judge(in, p)))

@@ -28,8 +28,14 @@ func clean() (*Input, *Poll) {
 		DirectVMs:  []string{"d"},
 		AdoptedIDs: map[string]string{"a": "A1"},
 		BaseName:   "base",
+		// the store before the verb: vm A1's dirs and the base snapshot's
+		Store:       func() ([]string, error) { return nil, nil },
+		StoreBefore: NewStoreListing([]string{"vms", "vms/A1", "snapshots", "snapshots/S0", "run"}, []manager.VM{{ID: "A1"}}, []manager.Snapshot{{ID: "S0"}}),
 	}
 	p := &Poll{
+		// now: D1 and S1 are new records, their dirs are theirs; run/A1
+		// is an existing VM's run dir made again
+		StoreDirs: []string{"vms", "vms/A1", "vms/D1", "vms/D1/disk", "snapshots", "snapshots/S0", "snapshots/S1", "run", "run/A1"},
 		Views: map[string]AgentView{
 			"a": {Name: "a", Lifecycle: GoalReady, ObservedGeneration: 2, VMID: "A1", PostClone: "done"},
 			"b": {Name: "b", Lifecycle: GoalHibernated},
@@ -57,7 +63,7 @@ func clean() (*Input, *Poll) {
 	return in, p
 }
 
-var allSources = []Source{SrcAgent, SrcVMs, SrcSnaps, SrcCheck, SrcProcs, SrcLocks, SrcSockets}
+var allSources = []Source{SrcAgent, SrcVMs, SrcSnaps, SrcCheck, SrcProcs, SrcLocks, SrcSockets, SrcStore}
 
 func byName(invs []reports.Invariant) map[string]reports.Invariant {
 	out := map[string]reports.Invariant{}
@@ -128,6 +134,10 @@ func TestStateInvariantTables(t *testing.T) {
 		}, "S0 ready but"},
 		{VMsAdopted, func(in *Input, p *Poll) { p.VMs[0].ID = "A9"; p.VMMs["A9"] = p.VMMs["A1"] }, "a was A1 before the fault, now A9"},
 		{PostCloneMarkerBound, func(in *Input, p *Poll) { v := p.Views["b"]; v.PostClone = "done"; p.Views["b"] = v }, `b: post_clone "done" with no VM bound`},
+		{NoLeftoverTempDirs, func(in *Input, p *Poll) {
+			p.StoreDirs = append(p.StoreDirs, "run/A1/snapshot-123", "run/A1/snapshot-123/mem")
+		}, "<store>/run/A1/snapshot-123 is new since before the verb"},
+		{NoLeftoverTempDirs, func(in *Input, p *Poll) { p.StoreDirs = append(p.StoreDirs, "snapshots/.staging/S9") }, "snapshots/.staging"},
 		{RecordsHaveData, func(in *Input, p *Poll) {
 			p.Check = violations(CheckVMData, "vm A1 (a) is running but its disk: no such file")
 		}, "its disk"},
@@ -292,6 +302,7 @@ func TestNoStateInvariantPassesOnAbsentData(t *testing.T) {
 		NoUnreferencedDirs:    {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
 		RecordsHaveData:       {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
 		BaseSnapshotKept:      {func(in *Input, p *Poll) { in.BaseName = "" }, func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
+		NoLeftoverTempDirs:    {func(in *Input, p *Poll) { in.StoreBefore = nil }},
 		VMsAdopted: {func(in *Input, p *Poll) { in.AdoptedIDs = map[string]string{} },
 			func(in *Input, p *Poll) { in.AdoptedIDs, in.AdoptedErr = nil, errors.New("vmctl vm list: exit 1") }},
 	}

@@ -730,8 +730,19 @@ func (cr *caseRun) counterClaim(ctx context.Context, name string, budget time.Du
 // stable streak (0 if the budget ran out).
 func (cr *caseRun) pollStable(ctx context.Context, in *checker.Input, budget time.Duration) ([]reports.Invariant, int64) {
 	every := floor(cr.r.scale(time.Second), 50*time.Millisecond)
+	return converge(ctx, in, budget, every, cr.r.opts.StablePolls, func(p *checker.Poll) {
+		cr.stopIfCertain(in, p) // failfast.go
+	})
+}
+
+// converge is the one convergence loop of every case, agent or manager:
+// Gomega polls the state table every `every` until it held `polls` times in
+// a row (MustPassRepeatedly) or budget ran out. onViolation, when set, sees
+// every poll that failed an invariant and may end the wait at once
+// (gomega.StopTrying) when the verdict is already certain.
+func converge(ctx context.Context, in *checker.Input, budget, every time.Duration, polls int, onViolation func(*checker.Poll)) ([]reports.Invariant, int64) {
 	var last []reports.Invariant
-	var first, lastTs int64
+	var first int64
 	failed := false
 	g := gomega.NewGomega(func(string, ...int) { failed = true })
 	g.Eventually(ctx, func(gg gomega.Gomega) {
@@ -742,13 +753,11 @@ func (cr *caseRun) pollStable(ctx context.Context, in *checker.Input, budget tim
 		} else if first == 0 {
 			first = p.TsNs
 		}
-		lastTs = p.TsNs
-		if !checker.AllOK(last) {
-			cr.stopIfCertain(in, p) // failfast.go
+		if !checker.AllOK(last) && onViolation != nil {
+			onViolation(p)
 		}
 		gg.Expect(violated(last)).To(gomega.BeEmpty())
-	}).WithTimeout(budget).WithPolling(every).MustPassRepeatedly(cr.r.opts.StablePolls).Should(gomega.Succeed())
-	_ = lastTs
+	}).WithTimeout(budget).WithPolling(every).MustPassRepeatedly(polls).Should(gomega.Succeed())
 	if failed {
 		return last, 0
 	}

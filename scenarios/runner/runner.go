@@ -43,6 +43,12 @@ type Options struct {
 
 	// Done is called with each finished case (progress.Meter.Case); nil = none.
 	Done func(reports.Case)
+
+	// Manager, when set, makes this a run of the manager-verb cases
+	// (layer:manager, manager.go) against that manager's adapter: vmctl or
+	// cocoon; ManagerBin is its binary (vmctl: default the bundled one),
+	// ManagerConfig its own config file.
+	Manager, ManagerBin, ManagerConfig string
 }
 
 // preflight, binDir and newRun are realch.Preflight, stackbin.Dir and
@@ -94,6 +100,8 @@ type Runner struct {
 	// backendNeed and snapNeed are what skip and snapSkip say is missing,
 	// from the preflight's result (results.json not_run)
 	backendNeed, snapNeed need
+	// mgr is the manager under test of a manager run (nil: the agent stack)
+	mgr *mgrRun
 }
 
 // New prepares the shared stack parts.
@@ -109,6 +117,9 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	}
 	if o.StablePolls <= 0 {
 		o.StablePolls = 3
+	}
+	if o.Manager != "" {
+		return newManagerRunner(ctx, o)
 	}
 	supNote, snapSkip := "", ""
 	var backendNeed, snapNeed need
@@ -192,6 +203,9 @@ func (r *Runner) Results() *reports.Results {
 
 // Close tears down the shared parts.
 func (r *Runner) Close() error {
+	if r.mgr != nil {
+		return r.mgr.close()
+	}
 	if r.run == nil {
 		return nil
 	}
@@ -305,7 +319,9 @@ func progressLine(rc reports.Case) string {
 func (r *Runner) WriteAll() (*reports.Results, error) {
 	r.mu.Lock()
 	r.res.FinishedAt = time.Now().UTC()
-	r.res.Coverage = MatrixCoverage(r.res.Cases, r.notRunnable)
+	if r.mgr == nil { // the matrix is the agent catalogue's
+		r.res.Coverage = MatrixCoverage(r.res.Cases, r.notRunnable)
+	}
 	res := r.res
 	r.mu.Unlock()
 	return res, reports.WriteAll(r.opts.ReportDir, res)
@@ -390,6 +406,13 @@ func (r *Runner) repeatCase(ctx context.Context, c scenarios.Case, bugs []string
 }
 
 func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, runSuffix string) reports.Case {
+	if c.Scenario.Mgr != nil {
+		if r.mgr == nil {
+			return harnessFailed(reports.Case{ID: c.ID, Scenario: c.Scenario.ID, Labels: c.Labels, ConvergeMs: -1},
+				errors.New("a manager-verb case needs a manager run (--manager)"))
+		}
+		return r.runMgrCase(ctx, c, bugs, runSuffix)
+	}
 	s := c.Scenario
 	dirName := c.ID
 	if len(bugs) > 0 {

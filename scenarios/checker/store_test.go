@@ -1,0 +1,131 @@
+package checker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/scenarios/stack"
+)
+
+// A quiescent case (a manager case after its recovery: every verb exited)
+// needs no lock holder to know a creating record, a pending snapshot or a
+// VMM under a stopped record has no owner: they fail whoever holds a lock.
+func TestQuiescentNeedsNoLockHolder(t *testing.T) {
+	in, p := clean()
+	in.Quiescent = true
+	p.VMs = append(p.VMs, manager.VM{ID: "C1", Name: "x", State: manager.StateCreating})
+	p.OpsHolders["C1"] = holder // a holder of the case: not an owner once all verbs exited
+	p.VMs[1].State = manager.StateStopped
+	p.OpsHolders["D1"] = holder
+	got := byName(Evaluate(in, p))
+	if inv := got[NoOrphanCreating]; inv.OK || !strings.Contains(inv.Evidence, "every verb of the case has exited") {
+		t.Errorf("creating record in a quiescent case: %+v", inv)
+	}
+	if inv := got[NoPendingWithoutLease]; inv.OK || !strings.Contains(inv.Evidence, "snapshot S1 (b) is pending") {
+		t.Errorf("pending snapshot in a quiescent case: %+v", inv)
+	}
+	if inv := got[NoOrphanVMM]; inv.OK || !strings.Contains(inv.Evidence, `record is "stopped" with every verb of the case exited`) {
+		t.Errorf("VMM under a stopped record in a quiescent case: %+v", inv)
+	}
+}
+
+// noLocks is a manager that exposes no lock file (cocoon).
+type noLocks struct{ manager.Observer }
+
+func (noLocks) Name() string                  { return "nolocks" }
+func (noLocks) OpsLockPath(string) string     { return "" }
+func (noLocks) LeasePath(string) string       { return "" }
+func (noLocks) VMMOf([]string) (string, bool) { return "", false }
+func (noLocks) VMs(context.Context) ([]manager.VM, error) {
+	return []manager.VM{{ID: "A1", Name: "src", State: manager.StateRunning, PID: 1}}, nil
+}
+func (noLocks) Snapshots(context.Context) ([]manager.Snapshot, error) { return nil, nil }
+func (noLocks) Check(context.Context) (manager.CheckReport, error) {
+	return manager.CheckReport{}, manager.ErrNotSupported
+}
+func (noLocks) APISocket(string) string                { return "/nonexistent/api.sock" }
+func (noLocks) APISockets() (map[string]string, error) { return map[string]string{}, nil }
+
+// A manager without lock files gives no holder: outside a quiescent case
+// that fails /proc/locks (an operation may be in flight), in one it is no
+// error.
+func TestNoLockPathFailsUnlessQuiescent(t *testing.T) {
+	for _, q := range []bool{false, true} {
+		p := &Poll{VMs: []manager.VM{{ID: "A1"}}}
+		p.collectLocks(TagScan{Tag: "X=none"}, noLocks{}, q)
+		err := p.Err(SrcLocks)
+		if !q && (err == nil || !errors.Is(err, manager.ErrNotSupported)) {
+			t.Errorf("not quiescent: /proc/locks read as %v", err)
+		}
+		if q && err != nil {
+			t.Errorf("quiescent: %v", err)
+		}
+	}
+}
+
+// An invariant reading a source the manager does not expose (cocoon: no
+// check verb) is left out, never reported as held.
+func TestWithoutSourceLeavesInvariantOut(t *testing.T) {
+	in, p := clean()
+	in.Without = map[Source]bool{SrcCheck: true}
+	got := byName(Evaluate(in, p))
+	for _, name := range []string{NoTombstone, IndexesConsistent, NoLeftoverStaging, BaseSnapshotKept} {
+		if inv, ok := got[name]; ok {
+			t.Errorf("%s judged without its source: %+v", name, inv)
+		}
+	}
+	if _, ok := got[OneVMPerName]; !ok {
+		t.Error("one-vm-per-name left out")
+	}
+}
+
+// Issue 32 item 5: a /proc read that fails for another reason than the
+// process having exited fails the scan, and every invariant reading
+// processes fails with it (the old managerlayer tagged() skipped it).
+func TestTagScanErrorFailsProcessInvariants(t *testing.T) {
+	const tag = "VMCHAOS_TEST_TAGSCAN=1"
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = append(os.Environ(), tag)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	scan := TagScan{Tag: tag}
+	procs, err := scan.ScanProcesses()
+	if err != nil || len(procs) != 1 || procs[0].PID != cmd.Process.Pid {
+		t.Fatalf("scan found %v, %v; want the tagged sleep", procs, err)
+	}
+	old := procRead
+	t.Cleanup(func() { procRead = old })
+	procRead = func(path string) ([]byte, error) {
+		if strings.HasSuffix(path, "/environ") {
+			return nil, &os.PathError{Op: "open", Path: path, Err: syscall.EIO}
+		}
+		return old(path)
+	}
+	if _, err := scan.ScanProcesses(); err == nil || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("an unreadable environ scanned as %v", err)
+	}
+	in := &Input{Manager: noLocks{}, Procs: scan, Agentless: true, Quiescent: true, Without: map[Source]bool{SrcCheck: true}}
+	p := Collect(context.Background(), in, func() int64 { return 1 })
+	got := byName(Evaluate(in, p))
+	for _, name := range []string{OneVMPerName, NoOrphanVMM, NoRunningWithDeadVMM, NoPausedRunning} {
+		if inv, ok := got[name]; !ok || inv.OK || !strings.Contains(inv.Evidence, string(SrcProcs)) {
+			t.Errorf("%s with a failed /proc scan: %+v (judged %v)", name, inv, ok)
+		}
+	}
+	// an exited process is no error
+	procRead = func(path string) ([]byte, error) {
+		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.ESRCH}
+	}
+	if _, err := scan.ScanProcesses(); err != nil {
+		t.Fatalf("exited processes failed the scan: %v", err)
+	}
+	_ = stack.Proc{}
+}

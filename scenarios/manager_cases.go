@@ -1,0 +1,155 @@
+package scenarios
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/vmchaos/vmchaos/manager"
+)
+
+// The manager-verb cases (layer:manager, docs/architecture.md §14): a
+// manager's own CLI verbs are operations of the one catalogue, run through
+// the one runner against the manager.Manager adapter that --manager picks
+// (vmctl by default). Their cases are generated per manager, after the
+// runner discovered which VMM phases each verb passes through on it, so
+// they are not part of the static Catalogue (whose ids and counts the agent
+// runs keep).
+
+// Manager-case trigger kinds.
+const (
+	MgrTrigPark    = "park"     // the VMM parks at Point (failpoint pause); the verb is SIGKILLed there
+	MgrTrigOffset  = "offset"   // the verb is SIGKILLed Fraction of its measured window after it started
+	MgrTrigKillVMM = "kill-vmm" // kill -9 of the fixture VM's VMM while no verb runs
+)
+
+// Object names every manager case uses.
+const (
+	MgrSrcVM    = "src"  // the running VM of the fixture
+	MgrBaseSnap = "base" // its snapshot
+	MgrTarget   = "tgt"  // what the verb under test creates (clone: a VM, save: a snapshot)
+	MgrCalib    = "calib"
+)
+
+// LayerManager is the label of every manager-verb case.
+const LayerManager = "layer:manager"
+
+// MgrOp is one manager verb under test: its call, the fixture it needs,
+// the calibration of its window, and the recovery an embedder runs after
+// the verb died. The recovery's last call is the retry, with the SAME names
+// the dead verb used (an embedder retries its own request); it must
+// succeed.
+type MgrOp struct {
+	Verb      manager.Verb
+	Call      manager.Call
+	Fixture   []manager.Call // after `create src` and `snapshot save base src`
+	Recovery  []manager.Call
+	Calibrate []manager.Call
+}
+
+// MgrCase is what makes a Scenario a manager-verb case.
+type MgrCase struct {
+	Manager  string
+	Op       MgrOp
+	Trigger  string
+	Point    string  // park
+	Fraction float64 // offset
+}
+
+func mcall(v manager.Verb, vm, snap, name string) manager.Call {
+	return manager.Call{Verb: v, VM: vm, Snapshot: snap, Name: name}
+}
+
+// MgrOps is the data of the manager-verb cases.
+var MgrOps = []MgrOp{
+	{Verb: manager.VerbClone, Call: mcall(manager.VerbClone, "", MgrBaseSnap, MgrTarget),
+		Recovery:  []manager.Call{mcall(manager.VerbRecoverStale, MgrTarget, "", ""), mcall(manager.VerbGC, "", "", ""), mcall(manager.VerbClone, "", MgrBaseSnap, MgrTarget)},
+		Calibrate: []manager.Call{mcall(manager.VerbClone, "", MgrBaseSnap, MgrCalib)}},
+	{Verb: manager.VerbSnapshotSave, Call: mcall(manager.VerbSnapshotSave, MgrSrcVM, "", MgrTarget),
+		// `start` is what a user tries on a VM that looks stuck; it must
+		// not report success over a VM it leaves Paused. The retry saves
+		// under the same name: a refusal naming the holder is recovered
+		// as the field does (runner: rm of the holder, wait for a lease).
+		Recovery: []manager.Call{mcall(manager.VerbGC, "", "", ""), mcall(manager.VerbStart, MgrSrcVM, "", ""),
+			mcall(manager.VerbSnapshotSave, MgrSrcVM, "", MgrTarget)},
+		Calibrate: []manager.Call{mcall(manager.VerbSnapshotSave, MgrSrcVM, "", MgrCalib)}},
+	{Verb: manager.VerbRestore, Call: mcall(manager.VerbRestore, MgrSrcVM, MgrBaseSnap, ""),
+		Recovery:  []manager.Call{mcall(manager.VerbGC, "", "", ""), mcall(manager.VerbRestore, MgrSrcVM, MgrBaseSnap, "")},
+		Calibrate: []manager.Call{mcall(manager.VerbRestore, MgrSrcVM, MgrBaseSnap, "")}},
+	{Verb: manager.VerbRm, Call: mcall(manager.VerbRm, MgrSrcVM, "", ""),
+		Recovery:  []manager.Call{mcall(manager.VerbGC, "", "", ""), mcall(manager.VerbRm, MgrSrcVM, "", "")},
+		Calibrate: []manager.Call{mcall(manager.VerbClone, "", MgrBaseSnap, MgrCalib), mcall(manager.VerbRm, MgrCalib, "", "")}},
+	{Verb: manager.VerbStop, Call: mcall(manager.VerbStop, MgrSrcVM, "", ""),
+		Recovery:  []manager.Call{mcall(manager.VerbGC, "", "", ""), mcall(manager.VerbStop, MgrSrcVM, "", "")},
+		Calibrate: []manager.Call{mcall(manager.VerbStop, MgrSrcVM, "", ""), mcall(manager.VerbStart, MgrSrcVM, "", "")}},
+	{Verb: manager.VerbStart, Call: mcall(manager.VerbStart, MgrSrcVM, "", ""),
+		Fixture:   []manager.Call{mcall(manager.VerbStop, MgrSrcVM, "", "")},
+		Recovery:  []manager.Call{mcall(manager.VerbGC, "", "", ""), mcall(manager.VerbStart, MgrSrcVM, "", "")},
+		Calibrate: []manager.Call{mcall(manager.VerbStart, MgrSrcVM, "", ""), mcall(manager.VerbStop, MgrSrcVM, "", "")}},
+}
+
+// MgrFractions are the offset cases' points in the verb's measured window
+// (§15: offsets inside the window measured on the case's own stack).
+var MgrFractions = []float64{0.1, 0.35, 0.6}
+
+// MgrSupports reports whether m has every verb op's case needs up to its
+// fault (a verb of the recovery it lacks is evidence, not a reason to skip).
+func MgrSupports(m manager.Manager, op MgrOp) bool {
+	calls := append([]manager.Call{op.Call}, op.Fixture...)
+	for _, c := range append(calls, op.Calibrate...) {
+		if !manager.Supported(m, c.Verb) {
+			return false
+		}
+	}
+	return true
+}
+
+// MgrOpName is a manager verb as a catalogue operation (op: label).
+func MgrOpName(v manager.Verb) string { return "mgr-" + string(v) }
+
+// ExpandManager builds the manager-verb cases of m: per verb it has, a park
+// case at every VMM phase the verb passes through on m (phases, discovered
+// by the runner), the offset cases, and the kill -9 of a VMM. A verb m
+// lacks yields no case, never a skipped one.
+func ExpandManager(m manager.Manager, phases map[manager.Verb][]string) []Case {
+	name := m.Name()
+	var out []Case
+	add := func(id, title string, mc MgrCase, fault, trigger string, extra ...string) {
+		op := MgrOpName(mc.Op.Verb)
+		labels := append([]string{LayerManager, "manager:" + name, "backend:fake", "op:" + op, "fault:" + fault}, extra...)
+		labels = append(labels, "case:"+CaseLabel(id))
+		s := &Scenario{ID: id, Title: title, SeedRef: "manager", Op: op, Speed: "manager", Backends: []string{"fake"},
+			Faults: []Fault{{Kind: fault, Trigger: trigger}}, Labels: labels, Mgr: &mc}
+		out = append(out, Case{ID: id, Scenario: s, Speed: "manager", Labels: labels})
+	}
+	for _, op := range MgrOps {
+		if !MgrSupports(m, op) {
+			continue
+		}
+		verb := string(op.Verb)
+		for _, p := range phases[op.Verb] {
+			add(fmt.Sprintf("mgr-%s-kill-at-%s", verb, p),
+				fmt.Sprintf("%s SIGKILLed while the VMM is parked at %s, then the manager's recovery", verb, p),
+				MgrCase{Manager: name, Op: op, Trigger: MgrTrigPark, Point: p}, "sigkill-verb", "park "+p, "trigger:park")
+		}
+		for _, f := range MgrFractions {
+			pct := int(f*100 + 0.5)
+			add(fmt.Sprintf("mgr-%s-kill-at-%d%%", verb, pct),
+				fmt.Sprintf("%s SIGKILLed %d%% into its measured window, then the manager's recovery", verb, pct),
+				MgrCase{Manager: name, Op: op, Trigger: MgrTrigOffset, Fraction: f}, "sigkill-verb", fmt.Sprintf("%s start + %d%%", verb, pct), "trigger:offset")
+		}
+	}
+	start := MgrOp{Verb: manager.VerbStart, Recovery: []manager.Call{mcall(manager.VerbStart, MgrSrcVM, "", "")}}
+	add("mgr-vmm-kill9", "kill -9 of a running VM's VMM: the event stream reports it, `start` brings it back",
+		MgrCase{Manager: name, Op: start, Trigger: MgrTrigKillVMM}, "sigkill-vmm", "now", "trigger:now")
+	return out
+}
+
+// CaseLabel makes an id usable as a case: label ('%' written "pct", one
+// alphabet with the agent catalogue's labels).
+func CaseLabel(id string) string { return strings.ReplaceAll(id, "%", "pct") }
+
+// WantsManager reports whether a label filter asks for manager-verb cases
+// (then, without --manager, against the bundled vmctl).
+func WantsManager(filter string) bool {
+	return strings.Contains(filter, LayerManager) || strings.Contains(filter, "case:mgr-") || strings.Contains(filter, "op:mgr-")
+}

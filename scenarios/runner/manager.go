@@ -1,0 +1,175 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vmchaos/vmchaos/fakech/guestimg"
+	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/manager/cocoon"
+	mvmctl "github.com/vmchaos/vmchaos/manager/vmctl"
+	"github.com/vmchaos/vmchaos/regress"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+)
+
+// Managers the runner has adapters for (--manager).
+var Managers = []string{"vmctl", "cocoon"}
+
+// EnvCaseTag is the variable every process of a manager case inherits (its
+// verbs, the VMMs they launch, the event stream): the tag scan finds them
+// by it after they were reparented.
+const EnvCaseTag = "VMCHAOS_MANAGER_CASE"
+
+// mgrRun is what a manager run shares between its cases (docs/architecture.md
+// §14): the manager under test, the fake guest image, and the registration
+// of its VMMs with the one reaper (injector.ReapOrphans).
+type mgrRun struct {
+	name, bin, config string
+	binDir            string
+	tmp, image        string
+	release           func()
+	record            *injector.RunRecord
+	n                 int // cases and discoveries so far (under Runner.mu)
+}
+
+// NewManager returns the adapter of name for a store.
+func NewManager(name string, o manager.Options) (manager.Manager, error) {
+	switch name {
+	case "vmctl":
+		return mvmctl.New(o), nil
+	case "cocoon":
+		if o.Bin == "" {
+			return nil, errors.New("manager cocoon: --manager-bin is required (vmchaos never builds or fetches cocoon)")
+		}
+		return cocoon.New(o), nil
+	}
+	return nil, fmt.Errorf("manager %q: want one of %s", name, strings.Join(Managers, ", "))
+}
+
+// newManagerRunner is New for a run of the manager-verb cases: no agent
+// stack, the manager's own binary driven through its adapter, fakech
+// installed as `cloud-hypervisor`, the VMMs the verbs leave behind reaped
+// by the one reaper.
+func newManagerRunner(ctx context.Context, o Options) (*Runner, error) {
+	if o.Backend != "fake" {
+		return nil, fmt.Errorf("--manager runs on the fake backend only (fakech installed as cloud-hypervisor)")
+	}
+	bin, err := binDir()
+	if o.BinDir != "" {
+		bin, err = o.BinDir, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	mr := &mgrRun{name: o.Manager, bin: o.ManagerBin, config: o.ManagerConfig, binDir: bin}
+	if mr.bin == "" && mr.name == "vmctl" {
+		mr.bin = filepath.Join(bin, "vmctl")
+	}
+	if _, err := NewManager(mr.name, manager.Options{Bin: mr.bin}); err != nil {
+		return nil, err
+	}
+	if st, err := os.Stat(mr.bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("manager binary %q: not an executable file (%v)", mr.bin, err)
+	}
+	if _, err := os.Stat(filepath.Join(bin, cocoon.VMMName)); err != nil {
+		return nil, fmt.Errorf("fakech as %s: %w", cocoon.VMMName, err)
+	}
+	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
+		return nil, fmt.Errorf("report dir: %w", err)
+	}
+	if mr.tmp, err = os.MkdirTemp("", "vmchaos-mgr-"); err != nil {
+		return nil, fmt.Errorf("manager run: %w", err)
+	}
+	// The run's record (what a SIGKILLed runner leaves, the VMMs its verbs
+	// launched, is cleaned by the next run, as for a supervised run); it
+	// cleans what dead runs left first.
+	if mr.record, err = injector.NewRunRecord(ctx, []string{mr.tmp}); err != nil {
+		_ = os.RemoveAll(mr.tmp)
+		return nil, err
+	}
+	mr.image = filepath.Join(mr.tmp, "guest.img")
+	if _, err := guestimg.Build(mr.image, guestimg.Options{Hostname: "vmchaos-guest"}); err != nil {
+		mr.record.Close()
+		_ = os.RemoveAll(mr.tmp)
+		return nil, fmt.Errorf("manager run: guest image: %w", err)
+	}
+	if mr.release, err = injector.ReapOrphans(cocoon.VMMName); err != nil {
+		mr.record.Close()
+		_ = os.RemoveAll(mr.tmp)
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	return &Runner{opts: o, mgr: mr, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
+		Host: host, Backend: o.Backend, Supervisor: "none (manager: " + mr.name + ")", TimeScale: o.Scale, Seed: o.Seed}}, nil
+}
+
+func (mr *mgrRun) close() error {
+	mr.release()
+	err := os.RemoveAll(mr.tmp)
+	if err == nil {
+		mr.record.Close()
+	}
+	return err
+}
+
+// ManagerBin is the manager binary of a manager run ("" otherwise).
+func (r *Runner) ManagerBin() string {
+	if r.mgr == nil {
+		return ""
+	}
+	return r.mgr.bin
+}
+
+// ManagerCases is the manager-verb cases of the run's manager: each verb it
+// has is run once unarmed to discover the VMM phases it passes through,
+// then scenarios.ExpandManager builds the cases.
+func (r *Runner) ManagerCases(ctx context.Context) ([]scenarios.Case, error) {
+	if r.mgr == nil {
+		return nil, errors.New("not a manager run (no --manager)")
+	}
+	m, err := NewManager(r.mgr.name, manager.Options{Bin: r.mgr.bin, Dir: r.mgr.tmp, VMMDir: r.mgr.binDir})
+	if err != nil {
+		return nil, err
+	}
+	phases := map[manager.Verb][]string{}
+	for _, op := range scenarios.MgrOps {
+		if !scenarios.MgrSupports(m, op) {
+			continue
+		}
+		if phases[op.Verb], err = r.discover(ctx, op); err != nil {
+			return nil, fmt.Errorf("discover the phases of %s %s: %w", r.mgr.name, op.Verb, err)
+		}
+	}
+	return scenarios.ExpandManager(m, phases), nil
+}
+
+// mgrRepro is the one-line command that runs a manager case again.
+func (r *Runner) mgrRepro(c scenarios.Case, bugs []string) string {
+	s := "vmchaos run --manager " + r.mgr.name
+	if len(bugs) > 0 {
+		s = regress.Env + "=" + strings.Join(bugs, ",") + " " + s
+	}
+	if r.mgr.name != "vmctl" {
+		s += " --manager-bin " + r.mgr.bin
+	}
+	if r.mgr.config != "" {
+		s += " --manager-config " + r.mgr.config
+	}
+	return s + fmt.Sprintf(" --time-scale %g --seed %d --label-filter 'case:%s'", r.opts.Scale, r.opts.Seed, scenarios.CaseLabel(c.ID))
+}
+
+// nextMgrDir is a fresh store dir under the run's temp dir.
+func (r *Runner) nextMgrDir(prefix string) string {
+	r.mu.Lock()
+	r.mgr.n++
+	n := r.mgr.n
+	r.mu.Unlock()
+	return filepath.Join(r.mgr.tmp, fmt.Sprintf("%s%d", prefix, n))
+}

@@ -23,6 +23,7 @@ func renderMarkdown(r *Results, selftest []SelftestRow) ([]byte, error) {
 	mdConvergence(&b, Convergence(r.Cases))
 	mdWhyItBroke(&b, r, g)
 	mdNotRun(&b, r)
+	mdNotSupported(&b, r)
 	mdPerScenario(&b, r)
 	b.WriteString(coverageMarkdown(r))
 	mdCaseTable(&b, r)
@@ -41,6 +42,20 @@ func mdNotRun(b *strings.Builder, r *Results) {
 	b.WriteString("| case | missing | kind | reason |\n|---|---|---|---|\n")
 	for _, n := range r.NotRun {
 		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", mdCode(n.Case), mdEscape(n.Missing), mdEscape(n.Kind), mdEscape(oneLine(n.Reason)))
+	}
+	b.WriteString("\n")
+}
+
+// mdNotSupported lists the verbs whose cases were not generated because
+// the manager under test lacks what they need (Results.NotSupported).
+func mdNotSupported(b *strings.Builder, r *Results) {
+	if len(r.NotSupported) == 0 {
+		return
+	}
+	b.WriteString("## Not supported by this manager\n\nNo case was generated for these verbs: they are not judged and never count as passed.\n\n")
+	b.WriteString("| cases | verb | reason |\n|---|---|---|\n")
+	for _, n := range r.NotSupported {
+		fmt.Fprintf(b, "| %s | %s | %s |\n", mdCode(n.Case), mdEscape(n.Missing), mdEscape(oneLine(n.Reason)))
 	}
 	b.WriteString("\n")
 }

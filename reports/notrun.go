@@ -11,6 +11,9 @@ const (
 	MissingBinary      = "binary"       // a program the case runs (cloud-hypervisor, a manager binary)
 	MissingHostFeature = "host-feature" // a kernel or device feature (/dev/kvm, /dev/fuse)
 	MissingCapability  = "capability"   // a privilege the harness lacks (root for a FUSE mount)
+	// MissingManagerVerb: a verb or feature the manager under test lacks
+	// (Results.NotSupported; its cases are not generated, never passed).
+	MissingManagerVerb = "manager-verb"
 )
 
 // NotRun is a case the runner selected but could not run because the host

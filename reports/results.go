@@ -41,6 +41,14 @@ type Results struct {
 	// binary or host feature (notrun.go); absent when every case ran.
 	NotRun []NotRun `json:"not_run,omitempty"`
 
+	// NotSupported lists, for a run with --manager, the verbs whose cases
+	// were not generated because the manager lacks what they need (reason
+	// "not supported by this manager: ..."), and ManagerCapabilities is the
+	// manager's capability table (manager.Capabilities as JSON) the run
+	// planned from. A verb listed here is never counted as passed.
+	NotSupported        []NotRun        `json:"not_supported,omitempty"`
+	ManagerCapabilities json.RawMessage `json:"manager_capabilities,omitempty"`
+
 	// Shards lists the "I/N" shards a merged result was joined from, and
 	// MissingShards those of the same N that were not (the gate treats a
 	// merge with holes as inconclusive: part of the catalogue never ran).

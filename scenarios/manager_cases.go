@@ -20,6 +20,7 @@ const (
 	MgrTrigPark    = "park"     // the VMM parks at Point (failpoint pause); the verb is SIGKILLed there
 	MgrTrigOffset  = "offset"   // the verb is SIGKILLed Fraction of its measured window after it started
 	MgrTrigKillVMM = "kill-vmm" // kill -9 of the fixture VM's VMM while no verb runs
+	MgrTrigNone    = "none"     // no fault: the verb's discovery failed (MgrCase.DiscoverErr)
 )
 
 // Object names every manager case uses.
@@ -53,6 +54,11 @@ type MgrCase struct {
 	Trigger  string
 	Point    string  // park
 	Fraction float64 // offset
+	// DiscoverErr: the verb's unarmed run, which finds the VMM phases it
+	// passes through, failed on this manager. The case reports that
+	// failure (a product fail, manager-calibration) instead of the run
+	// stopping before any case (issue 32 item 4).
+	DiscoverErr string
 }
 
 func mcall(v manager.Verb, vm, snap, name string) manager.Call {
@@ -109,8 +115,10 @@ func MgrOpName(v manager.Verb) string { return "mgr-" + string(v) }
 // ExpandManager builds the manager-verb cases of m: per verb it has, a park
 // case at every VMM phase the verb passes through on m (phases, discovered
 // by the runner), the offset cases, and the kill -9 of a VMM. A verb m
-// lacks yields no case, never a skipped one.
-func ExpandManager(m manager.Manager, phases map[manager.Verb][]string) []Case {
+// lacks yields no case, never a skipped one. A verb whose discovery failed
+// (failed: its error) yields one failing discover case in place of its
+// park cases.
+func ExpandManager(m manager.Manager, phases map[manager.Verb][]string, failed map[manager.Verb]string) []Case {
 	name := m.Name()
 	var out []Case
 	add := func(id, title string, mc MgrCase, fault, trigger string, extra ...string) {
@@ -126,6 +134,11 @@ func ExpandManager(m manager.Manager, phases map[manager.Verb][]string) []Case {
 			continue
 		}
 		verb := string(op.Verb)
+		if why, ok := failed[op.Verb]; ok {
+			add(fmt.Sprintf("mgr-%s-discover", verb),
+				fmt.Sprintf("%s run unarmed on a fresh store, to find the VMM phases it passes through", verb),
+				MgrCase{Manager: name, Op: op, Trigger: MgrTrigNone, DiscoverErr: why}, "none", "none", "trigger:none")
+		}
 		for _, p := range phases[op.Verb] {
 			add(fmt.Sprintf("mgr-%s-kill-at-%s", verb, p),
 				fmt.Sprintf("%s SIGKILLed while the VMM is parked at %s, then the manager's recovery", verb, p),

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -138,16 +139,53 @@ func (r *Runner) ManagerCases(ctx context.Context) ([]scenarios.Case, error) {
 	if err != nil {
 		return nil, err
 	}
+	caps, err := manager.CapabilitiesOf(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("the capabilities of %s: %w", r.mgr.name, err)
+	}
+	table, err := json.Marshal(caps)
+	if err != nil {
+		return nil, fmt.Errorf("the capabilities of %s: %w", r.mgr.name, err)
+	}
+	r.mu.Lock()
+	r.res.ManagerCapabilities = table
+	r.mu.Unlock()
 	phases := map[manager.Verb][]string{}
+	failed := map[manager.Verb]string{}
 	for _, op := range scenarios.MgrOps {
 		if !scenarios.MgrSupports(m, op) {
+			r.noteNotSupported(op, caps)
 			continue
 		}
+		// One verb's failure leaves out only its own park cases: the
+		// others still run, and its discover case fails with the error.
 		if phases[op.Verb], err = r.discover(ctx, op); err != nil {
-			return nil, fmt.Errorf("discover the phases of %s %s: %w", r.mgr.name, op.Verb, err)
+			failed[op.Verb] = err.Error()
 		}
 	}
-	return scenarios.ExpandManager(m, phases), nil
+	return scenarios.ExpandManager(m, phases, failed), nil
+}
+
+// noteNotSupported records in results.json the verb whose cases were not
+// generated because the manager lacks a verb they need: "not supported by
+// this manager", never a pass and never a skipped case (issue 32 item 4).
+func (r *Runner) noteNotSupported(op scenarios.MgrOp, caps manager.Capabilities) {
+	var verbs []string
+	seen := map[manager.Verb]bool{}
+	for _, c := range append(append([]manager.Call{op.Call}, op.Fixture...), op.Calibrate...) {
+		if !seen[c.Verb] {
+			seen[c.Verb] = true
+			verbs = append(verbs, string(c.Verb))
+		}
+	}
+	_, why := caps.Supports(verbs...)
+	if why == "" {
+		why = manager.NotSupportedPrefix + "its adapter refuses one of " + strings.Join(verbs, ", ")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.NotSupported = append(r.res.NotSupported, reports.NotRun{Case: "mgr-" + string(op.Verb) + "-*",
+		Reason: why, Missing: string(op.Verb), Kind: reports.MissingManagerVerb})
 }
 
 // mgrRepro is the one-line command that runs a manager case again.

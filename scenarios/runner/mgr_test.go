@@ -48,7 +48,7 @@ func mgrCaseRun(t *testing.T, bin, mbin, id string) reports.Case {
 		t.Fatal(err)
 	}
 	phases := map[manager.Verb][]string{manager.VerbSnapshotSave: {"ch.snapshot.memory-written"}}
-	for _, c := range scenarios.ExpandManager(m, phases) {
+	for _, c := range scenarios.ExpandManager(m, phases, nil) {
 		if c.ID == id {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
@@ -196,7 +196,7 @@ func TestExpandManagerFollowsPhasesAndVerbs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := scenarios.ExpandManager(m, map[manager.Verb][]string{manager.VerbClone: {"ch.restore.begin"}, manager.VerbRm: nil})
+	cs := scenarios.ExpandManager(m, map[manager.Verb][]string{manager.VerbClone: {"ch.restore.begin"}, manager.VerbRm: nil}, nil)
 	var ids []string
 	for _, c := range cs {
 		ids = append(ids, c.ID)
@@ -219,6 +219,48 @@ func TestExpandManagerFollowsPhasesAndVerbs(t *testing.T) {
 	sel, err := scenarios.Filter(cs, "case:mgr-clone-kill-at-35pct")
 	if err != nil || len(sel) != 1 || sel[0].ID != "mgr-clone-kill-at-35%" {
 		t.Fatalf("filter by case label: %v %v", sel, err)
+	}
+}
+
+// A verb whose discovery failed yields one discover case that is a product
+// fail with the error as evidence (never a pass, never a stop of the whole
+// run), and its offset cases still run; vmctl's missing restore is listed
+// as not supported, with the capability table, in results.json.
+func TestManagerDiscoveryFailureIsOneFailingCase(t *testing.T) {
+	m, err := NewManager("vmctl", manager.Options{Bin: "/x/vmctl", Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := scenarios.ExpandManager(m, map[manager.Verb][]string{}, map[manager.Verb]string{manager.VerbClone: "unarmed run failed: exit 1: unknown shorthand flag: 'o' in -o"})
+	var disc *scenarios.Case
+	var ids []string
+	for i, c := range cs {
+		ids = append(ids, c.ID)
+		if c.ID == "mgr-clone-discover" {
+			disc = &cs[i]
+		}
+	}
+	if disc == nil || !strings.Contains(strings.Join(ids, " "), "mgr-clone-kill-at-35%") || !strings.Contains(strings.Join(ids, " "), "mgr-snapshot-save-kill-at-35%") {
+		t.Fatalf("cases %v: want mgr-clone-discover beside the offset cases", ids)
+	}
+	r := &Runner{opts: Options{Scale: 0.05, ReportDir: t.TempDir()}, mgr: &mgrRun{name: "vmctl", tmp: t.TempDir()}, res: &reports.Results{}}
+	rc := r.runMgrCase(context.Background(), *disc, nil, "")
+	if rc.Verdict != reports.Fail || rc.Culprit != "product" || len(rc.Invariants) != 1 ||
+		rc.Invariants[0].Name != ManagerCalibration || !strings.Contains(rc.Invariants[0].Evidence, "unknown shorthand flag") {
+		t.Fatalf("discover case: %s (%s) culprit %q %+v; want a product fail on %s naming the error", rc.Verdict, rc.Reason, rc.Culprit, rc.Invariants, ManagerCalibration)
+	}
+	caps, err := manager.CapabilitiesOf(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range scenarios.MgrOps {
+		if !scenarios.MgrSupports(m, op) {
+			r.noteNotSupported(op, caps)
+		}
+	}
+	ns := r.res.NotSupported
+	if len(ns) != 1 || ns[0].Missing != "restore" || !strings.HasPrefix(ns[0].Reason, manager.NotSupportedPrefix) || ns[0].Kind != reports.MissingManagerVerb {
+		t.Fatalf("not_supported = %+v; want vmctl's restore, reason starting %q", ns, manager.NotSupportedPrefix)
 	}
 }
 

@@ -74,6 +74,14 @@ func (r *Runner) runMgrCase(ctx context.Context, c scenarios.Case, bugs []string
 		caseDir: filepath.Join(r.opts.ReportDir, "cases", unsafeChars.ReplaceAllString(c.ID+runSuffix, "_"))}
 	mc.tag = EnvCaseTag + "=" + mc.dir
 	_ = os.RemoveAll(mc.caseDir)
+	if s.Mgr.DiscoverErr != "" {
+		// The verb failed unarmed, before any fault: the manager's own
+		// failure, with the discovery's error (and its logs' place) as evidence.
+		err := productErr(ManagerCalibration, fmt.Errorf("%s run unarmed on a fresh store failed: %s", s.Mgr.Op.Verb, s.Mgr.DiscoverErr))
+		rc.Invariants = append(rc.Invariants, reports.Invariant{Name: ManagerCalibration, Evidence: err.(*caseError).err.Error()})
+		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: err})
+		return rc
+	}
 	o := mc.run(ctx)
 	if o.Err == nil && errors.Is(ctx.Err(), context.Canceled) {
 		o.Err = harnessErr(fmt.Errorf("run interrupted: %w", ctx.Err()))

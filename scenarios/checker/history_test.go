@@ -345,7 +345,9 @@ func TestALostDatagramIsNotAPass(t *testing.T) {
 		{TsNs: 900, Proc: "nodeagent", Pid: 40, Seq: 1, Point: "agent.started"},
 		{TsNs: 1100, Proc: "nodeagent", Pid: 40, Seq: 2, Point: "agent.hibernate.begin"},
 		// seq 3 never arrived
-		{TsNs: 1300, Proc: "nodeagent", Pid: 40, Seq: 4, Point: "agent.hibernate.done"},
+		{TsNs: 1200, Proc: "nodeagent", Pid: 40, Seq: 4, Point: "agent.child.exit",
+			Attrs: map[string]any{"child_pid": float64(41), "code": float64(0), "argv": []any{"vmctl", "snapshot", "save", "vm-a"}}},
+		{TsNs: 1300, Proc: "nodeagent", Pid: 40, Seq: 5, Point: "agent.hibernate.done"},
 	}
 	complete := &Input{TraceLoss: TraceLoss(sock, 0, "", Losses(injector.LostIn(events[:2])))}
 	if complete.TraceLoss != nil {

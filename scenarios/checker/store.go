@@ -29,6 +29,42 @@ const SrcStore Source = "store listing"
 type StoreListing struct {
 	Dirs    map[string]bool
 	Records map[string]bool // ids of the VMs and snapshots listed then
+	// Layout: dirs the manager makes on a successful unarmed run of the
+	// same verb that no record explains (NewLayout): its own structure,
+	// made on first use, not a leftover.
+	Layout map[string]bool
+}
+
+// NewLayout is the set of dirs new in dirs since before that no record of
+// vms and snaps (new since before, or listed) explains.
+func NewLayout(before *StoreListing, dirs []string, vms []manager.VM, snaps []manager.Snapshot) map[string]bool {
+	newRec, listed := newRecords(before, vms, snaps)
+	out := map[string]bool{}
+	for _, d := range dirs {
+		if !before.Dirs[d] && !explained(d, newRec, listed) {
+			out[d] = true
+		}
+	}
+	return out
+}
+
+// newRecords: the ids and names of records new since before, and the ids
+// of every record listed now.
+func newRecords(before *StoreListing, vms []manager.VM, snaps []manager.Snapshot) (newRec, listed map[string]bool) {
+	newRec, listed = map[string]bool{}, map[string]bool{}
+	for _, v := range vms {
+		listed[v.ID] = true
+		if !before.Records[v.ID] {
+			newRec[v.ID], newRec[v.Name] = true, true
+		}
+	}
+	for _, s := range snaps {
+		listed[s.ID] = true
+		if !before.Records[s.ID] {
+			newRec[s.ID], newRec[s.Name] = true, true
+		}
+	}
+	return newRec, listed
 }
 
 // NewStoreListing is the baseline of dirs with the records listed with it.
@@ -126,26 +162,14 @@ func init() {
 // an import temp — is a leftover.
 func checkLeftoverDirs(in *Input, p *Poll) []string {
 	before := in.StoreBefore
-	newRec, listed := map[string]bool{}, map[string]bool{}
-	for _, v := range p.VMs {
-		listed[v.ID] = true
-		if !before.Records[v.ID] {
-			newRec[v.ID], newRec[v.Name] = true, true
-		}
-	}
-	for _, s := range p.Snaps {
-		listed[s.ID] = true
-		if !before.Records[s.ID] {
-			newRec[s.ID], newRec[s.Name] = true, true
-		}
-	}
+	newRec, listed := newRecords(before, p.VMs, p.Snaps)
 	var ev []string
 	for _, d := range p.StoreDirs {
-		if before.Dirs[d] || explained(d, newRec, listed) {
+		if before.Dirs[d] || before.Layout[d] || explained(d, newRec, listed) {
 			continue
 		}
 		// report the topmost new dir only
-		if parent := filepath.Dir(d); parent != "." && !before.Dirs[parent] && !explained(parent, newRec, listed) && contains(p.StoreDirs, parent) {
+		if parent := filepath.Dir(d); parent != "." && !before.Dirs[parent] && !before.Layout[parent] && !explained(parent, newRec, listed) && contains(p.StoreDirs, parent) {
 			continue
 		}
 		ev = append(ev, "<store>/"+d+" is new since before the verb and no record owns it")

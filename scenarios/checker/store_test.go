@@ -129,3 +129,29 @@ func TestTagScanErrorFailsProcessInvariants(t *testing.T) {
 	}
 	_ = stack.Proc{}
 }
+
+// The manager's own layout, learned from a successful unarmed run (cocoon
+// makes root/cni on first use), is not a leftover; a dead verb's temp dir
+// inside it still is, and so is any other new dir.
+func TestLeftoverDirsSparesTheLearnedLayout(t *testing.T) {
+	before := NewStoreListing([]string{"root", "root/vms", "root/vms/A1"}, []manager.VM{{ID: "A1", Name: "src"}}, nil)
+	layout := NewLayout(before, []string{"root", "root/vms", "root/vms/A1", "root/cni", "root/vms/B7", "root/vms/B7/run"},
+		[]manager.VM{{ID: "A1", Name: "src"}, {ID: "B7", Name: "calib"}}, nil)
+	if len(layout) != 1 || !layout["root/cni"] {
+		t.Fatalf("layout %v: want only root/cni (B7's dirs are its record's)", layout)
+	}
+	before.Layout = layout
+	in := &Input{StoreBefore: before}
+	vms := []manager.VM{{ID: "A1", Name: "src"}}
+	if ev := checkLeftoverDirs(in, &Poll{VMs: vms, StoreDirs: []string{"root", "root/vms", "root/vms/A1", "root/cni"}}); len(ev) != 0 {
+		t.Fatalf("layout dir reported: %v", ev)
+	}
+	ev := checkLeftoverDirs(in, &Poll{VMs: vms, StoreDirs: []string{"root", "root/vms", "root/vms/A1", "root/cni", "root/cni/tmp-9", "root/.staging"}})
+	if len(ev) != 2 || !strings.Contains(ev[0], "root/.staging") || !strings.Contains(ev[1], "root/cni/tmp-9") {
+		t.Fatalf("leftovers %v: want root/.staging and root/cni/tmp-9", ev)
+	}
+	before.Layout = nil
+	if ev := checkLeftoverDirs(in, &Poll{VMs: vms, StoreDirs: []string{"root", "root/vms", "root/vms/A1", "root/cni"}}); len(ev) != 1 {
+		t.Fatalf("without a learned layout root/cni is new: %v", ev)
+	}
+}

@@ -38,6 +38,9 @@ type mgrRun struct {
 	release           func()
 	record            *injector.RunRecord
 	n                 int // cases and discoveries so far (under Runner.mu)
+	// layout: per verb, the store dirs its successful unarmed run made that
+	// no record explains (learnLayout; under Runner.mu)
+	layout map[manager.Verb]map[string]bool
 }
 
 // NewManager returns the adapter of name for a store.

@@ -251,6 +251,9 @@ func (mc *mgrCase) baseline(ctx context.Context) error {
 		return productErr(ManagerListed, fmt.Errorf("snapshot list before the verb: %w", err))
 	}
 	mc.before = checker.NewStoreListing(dirs, vms, snaps)
+	mc.r.mu.Lock()
+	mc.before.Layout = mc.r.mgr.layout[mc.mc.Op.Verb]
+	mc.r.mu.Unlock()
 	return nil
 }
 

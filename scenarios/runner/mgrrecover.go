@@ -12,6 +12,7 @@ import (
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/checker"
 )
 
 // Refusals of a retry the way the field recovers them (seed 001 #3: "snapshot
@@ -243,9 +244,15 @@ func (mc *mgrCase) discoverOne(ctx context.Context) ([]string, error) {
 	if err := mc.prepare(ctx); err != nil {
 		return nil, err
 	}
+	if err := mc.baseline(ctx); err != nil {
+		return nil, err
+	}
 	mark := mc.trace.Mark()
 	if res := mc.verb(ctx, mc.mc.Op.Call); res.err != nil {
 		return nil, fmt.Errorf("unarmed run failed: %s", res)
+	}
+	if err := mc.learnLayout(ctx); err != nil {
+		return nil, err
 	}
 	// The VMM's datagrams are sent before its reply; let the trace reader
 	// take the last ones in.
@@ -261,4 +268,32 @@ func (mc *mgrCase) discoverOne(ctx context.Context) ([]string, error) {
 		}
 	}
 	return phases, nil
+}
+
+// learnLayout records the dirs a successful unarmed run of the verb made in
+// the store that no record explains: the manager's own layout, made on first
+// use (cocoon's root/cni), which no-leftover-temp-dirs must not count as a
+// leftover of the killed verb. Only a run that succeeded teaches it, so a
+// dead verb's temp dir never becomes layout.
+func (mc *mgrCase) learnLayout(ctx context.Context) error {
+	dirs, err := checker.ListStoreDirs(mc.dir)
+	if err != nil {
+		return harnessErr(err)
+	}
+	vms, err := mc.m.VMs(ctx)
+	if err != nil {
+		return productErr(ManagerListed, fmt.Errorf("vm list after the unarmed run: %w", err))
+	}
+	snaps, err := mc.m.Snapshots(ctx)
+	if err != nil {
+		return productErr(ManagerListed, fmt.Errorf("snapshot list after the unarmed run: %w", err))
+	}
+	layout := checker.NewLayout(mc.before, dirs, vms, snaps)
+	mc.r.mu.Lock()
+	defer mc.r.mu.Unlock()
+	if mc.r.mgr.layout == nil {
+		mc.r.mgr.layout = map[manager.Verb]map[string]bool{}
+	}
+	mc.r.mgr.layout[mc.mc.Op.Verb] = layout
+	return nil
 }

@@ -251,9 +251,6 @@ func (mc *mgrCase) discoverOne(ctx context.Context) ([]string, error) {
 	if res := mc.verb(ctx, mc.mc.Op.Call); res.err != nil {
 		return nil, fmt.Errorf("unarmed run failed: %s", res)
 	}
-	if err := mc.learnLayout(ctx); err != nil {
-		return nil, err
-	}
 	// The VMM's datagrams are sent before its reply; let the trace reader
 	// take the last ones in.
 	if err := mc.trace.Drain(ctx); err != nil {
@@ -267,11 +264,23 @@ func (mc *mgrCase) discoverOne(ctx context.Context) ([]string, error) {
 			phases = append(phases, e.Point)
 		}
 	}
+	// The recovery's gc makes the manager's own dirs on first use too
+	// (cocoon's gc, rm and start make root/cni: cmd/others/handler.go and
+	// cmd/vm/handler.go call cmdcore.InitNetwork): run it unarmed once, so
+	// the layout learnt below holds them.
+	if manager.Supported(mc.m, manager.VerbGC) {
+		if res := mc.verb(ctx, manager.Call{Verb: manager.VerbGC}); res.err != nil {
+			return nil, fmt.Errorf("unarmed gc after the unarmed run failed: %s", res)
+		}
+	}
+	if err := mc.learnLayout(ctx); err != nil {
+		return nil, err
+	}
 	return phases, nil
 }
 
-// learnLayout records the dirs a successful unarmed run of the verb made in
-// the store that no record explains: the manager's own layout, made on first
+// learnLayout records the dirs a successful unarmed run of the verb (and of
+// gc after it) made in the store that no record explains: the manager's own layout, made on first
 // use (cocoon's root/cni), which no-leftover-temp-dirs must not count as a
 // leftover of the killed verb. Only a run that succeeded teaches it, so a
 // dead verb's temp dir never becomes layout.

@@ -47,7 +47,7 @@ func mgrCaseRun(t *testing.T, bin, mbin, id string) reports.Case {
 	if err != nil {
 		t.Fatal(err)
 	}
-	phases := map[manager.Verb][]string{manager.VerbSnapshotSave: {"ch.snapshot.memory-written"}}
+	phases := map[manager.Verb][]string{manager.VerbSnapshotSave: {"ch.snapshot.memory-written"}, manager.VerbClone: {"ch.restore.begin"}}
 	for _, c := range scenarios.ExpandManager(m, phases, nil) {
 		if c.ID == id {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -153,6 +153,51 @@ esac`)
 	}
 	if strings.Contains(rec.Evidence, "tgt-") {
 		t.Errorf("the retry chose another name: %s", rec.Evidence)
+	}
+}
+
+// A clone killed after its placeholder whose manager's own recovery frees
+// nothing (its stale-create verb and gc do nothing, as cocoon's gc leaves a
+// dead clone's record) fails name-freed-by-recovery naming the holder, even
+// though the embedder's rm by id then lets the retry succeed; the bundled
+// vmctl's recovery frees the name.
+func TestDeadClonePlaceholderHoldingTheNameFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs a manager case against the bundled vmctl; run without -short")
+	}
+	bin, err := stackbin.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "mgr-clone-kill-at-ch.restore.begin"
+	for _, tc := range []struct {
+		name, when string
+		ok         bool
+		want       string
+	}{
+		{"vmctl", "", true, "was not refused"},
+		{"recovery frees nothing", `case "$*" in
+"vm reconcile-stale-create"*|gc*) exit 0;;
+esac`, false, `still held the name "tgt"`},
+	} {
+		mbin := filepath.Join(bin, "vmctl")
+		if tc.when != "" {
+			mbin = brokenVmctl(t, bin, tc.when)
+		}
+		rc := mgrCaseRun(t, bin, mbin, id)
+		var got *reports.Invariant
+		for i := range rc.Invariants {
+			if rc.Invariants[i].Name == NameFreedByRecovery {
+				got = &rc.Invariants[i]
+			}
+		}
+		if got == nil || got.OK != tc.ok || !strings.Contains(got.Evidence, tc.want) {
+			t.Fatalf("%s: %s (%s) %+v; want %s ok=%v naming %q", tc.name, rc.Verdict, rc.Reason, got, NameFreedByRecovery, tc.ok, tc.want)
+		}
+		if !tc.ok && rc.Verdict != reports.Fail {
+			t.Fatalf("%s: verdict %s, want fail", tc.name, rc.Verdict)
+		}
+		t.Logf("%s: %s: %s", tc.name, got.Name, got.Evidence)
 	}
 }
 

@@ -28,6 +28,7 @@ const (
 	ManagerEventStream   = "manager-event-stream"   // the event stream started, stayed up and printed what its adapter reads
 	ManagerListed        = "manager-listed"         // the list verbs answered before the verb (the baseline)
 	RecoveryVerbSucceeds = "recovery-verb-succeeds" // the embedder's retry, under the same names, succeeded
+	NameFreedByRecovery  = "name-freed-by-recovery" // after the manager's own recovery (its stale-create verb, gc) no record of the dead clone/create holds the name (seed 001 #1, 002)
 	VMMDeathSeen         = "vmm-death-seen"         // the event stream reported a kill -9 of a VMM
 	EventsMatchState     = "events-match-state"     // the stream ends where the store ends
 )
@@ -54,6 +55,7 @@ type mgrCase struct {
 	verbEvs  []failpoint.Event // the verb under test's start and exit (landing)
 	phases   []failpoint.Event // the trace, kept at teardown
 	before   *checker.StoreListing
+	nameHeld []string // a dead verb's record holding the retry's name after the manager's own recovery (retryRefused)
 	without  map[checker.Source]bool
 	faultNs  int64
 	bugs     []string // VMCHAOS_REGRESS of the bundled vmctl (selftest, a planted bug)
@@ -129,6 +131,9 @@ func (mc *mgrCase) run(ctx context.Context) outcome {
 		invs = append(invs, mc.deathSeen(ctx, inj.ActualNs))
 	}
 	invs = append(invs, mc.recover(ctx))
+	if v := mc.mc.Op.Verb; v == manager.VerbClone || v == manager.VerbCreate {
+		invs = append(invs, mc.nameFreed())
+	}
 	state, convergedNs := converge(ctx, mc.input(), mgrConvergeBudget, floor(mc.r.scale(time.Second), 50*time.Millisecond), mc.r.opts.StablePolls, nil)
 	if convergedNs > 0 {
 		mc.rc.ConvergeMs = float64(convergedNs-inj.ActualNs) / 1e6
@@ -341,4 +346,17 @@ func mgrLogFiles(runDir, caseDir string) map[string]string {
 		}
 	}
 	return out
+}
+
+// nameFreed judges name-freed-by-recovery: the manager's own recovery verbs
+// (the stale-create verb where it has one, gc) ran before the retry; a
+// retry then refused by a record the killed verb made means the dead
+// clone's placeholder still held the name, which an embedder can only
+// clear by deleting it by id (the field's seed 001 #1 and 002).
+func (mc *mgrCase) nameFreed() reports.Invariant {
+	if len(mc.nameHeld) > 0 {
+		return reports.Invariant{Name: NameFreedByRecovery, Evidence: strings.Join(mc.nameHeld, "; ")}
+	}
+	return reports.Invariant{Name: NameFreedByRecovery, OK: true,
+		Evidence: "the retry under the dead verb's name was not refused by a record the dead verb left"}
 }

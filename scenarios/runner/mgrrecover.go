@@ -63,6 +63,10 @@ func (mc *mgrCase) retryRefused(ctx context.Context, call manager.Call, res verb
 		said := res.tail
 		switch m := refusedByHolder.FindStringSubmatch(said); {
 		case m != nil:
+			if (call.Verb == manager.VerbClone || call.Verb == manager.VerbCreate) && mc.before != nil && !mc.before.Records[m[1]] {
+				mc.nameHeld = append(mc.nameHeld, fmt.Sprintf("after the manager's own recovery the dead %s's record %s still held the name %q (retry refused: %s)",
+					call.Verb, m[1], call.Name, oneLineTail(said)))
+			}
 			rm := mc.holderRm(call, m[1])
 			if rm.Verb == "" {
 				return res, steps
@@ -305,4 +309,9 @@ func (mc *mgrCase) learnLayout(ctx context.Context) error {
 	}
 	mc.r.mgr.layout[mc.mc.Op.Verb] = layout
 	return nil
+}
+
+// oneLineTail is a refusal's text on one line, for evidence.
+func oneLineTail(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }

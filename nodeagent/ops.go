@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
 	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
@@ -288,7 +289,7 @@ func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*vmctl.V
 			}
 			return vm, nil
 		}
-		if _, held := ParseVMNameHolder(childMessage(err)); held {
+		if _, held := nameHolder(err, manager.ObjectVM); held {
 			lastErr = err
 			continue // someone holds the name: look at the holder again
 		}
@@ -731,7 +732,7 @@ func (a *Agent) cloneLeaseWait(ctx context.Context, name, source string) (childO
 	deadline := time.Now().Add(a.cfg.LeaseWait)
 	for {
 		out, err := a.vmctl(ctx, name, "vm", "clone", "--name", name, "--nics", strconv.Itoa(a.cfg.NICs), source)
-		if err == nil || !isLeaseHeld(childMessage(err)) || time.Now().After(deadline) || ctx.Err() != nil {
+		if err == nil || !isLeaseHeld(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return out, err
 		}
 		a.log.Warn("snapshot lease held; retrying the clone", "vm", name, "snapshot", source)

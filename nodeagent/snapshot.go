@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/durable"
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
 	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
@@ -41,11 +42,14 @@ func (a *Agent) saveSnapshot(ctx context.Context, name, vmID string) (string, er
 			return s.ID, nil
 		}
 		a.metrics.inc(mSave, "failed")
-		holder, held := ParseSnapshotHolder(childMessage(err), onlyExists)
+		h, held := nameHolder(err, manager.ObjectSnapshot)
+		if onlyExists && held && h.Pending {
+			held = false // the historical bug: a pending holder's rejection is not recognised
+		}
 		if !held || attempt >= 1 || ctx.Err() != nil {
 			return "", err
 		}
-		target := holder
+		holder, target := h.Holder, h.Holder
 		if regress.On("save-rm-by-name") {
 			// The historical recovery resolved the name through a lookup
 			// that skips pending records, so a half-committed holder is
@@ -91,7 +95,7 @@ func (a *Agent) removeSnapshot(ctx context.Context, name, ref string, leaseWait 
 		if err == nil || isNotFound(err) {
 			return nil
 		}
-		if !leaseWait || !isLeaseHeld(childMessage(err)) || time.Now().After(deadline) || ctx.Err() != nil {
+		if !leaseWait || !isLeaseHeld(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
 		a.log.Info("snapshot lease held by a live process; waiting to remove it", "vm", name, "snapshot", ref)

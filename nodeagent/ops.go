@@ -534,6 +534,13 @@ func (a *Agent) hibernateStart(ctx context.Context, rec *record, resumed bool) e
 // drops its NIC (step nic-dropped), each unless the operation's step at
 // entry (order) is already past it.
 func (a *Agent) hibernateDetach(ctx context.Context, name, vmID string, order int) error {
+	if ok, why := a.plan.has(manager.FeatureNIC); !ok {
+		// Without a NIC change an embedder keeps the NIC: releasing the
+		// lease of a NIC that stays would only strand the guest (issue 33
+		// item 2; recorded in PlanFile).
+		a.log.Warn("hibernate: no NIC drop or DHCP release", "vm", name, "reason", why, "instead", insteadNoNIC)
+		return nil
+	}
 	if order < hibernateOrder[stepDHCPReleased] {
 		if err := a.guestExec(ctx, name, vmID, "dhclient", "-r"); err != nil {
 			a.metrics.inc(mHibernate, "dhcp_release", "failed")

@@ -178,7 +178,13 @@ func (a *Agent) snapshotByName(ctx context.Context, name string) (*vmctl.Snapsho
 	return nil, nil
 }
 
+// reconcileStaleCreate runs the manager's stale-create verb. A manager
+// without one fails closed: the agent cannot tell a dead owner from a live
+// one, so it neither removes nor adopts the record (issue 33 item 2).
 func (a *Agent) reconcileStaleCreate(ctx context.Context, name, id string) (string, error) {
+	if ok, why := a.plan.has(string(manager.VerbRecoverStale)); !ok {
+		return "", fmt.Errorf("vm %s (%s) is creating and the manager cannot recover it; failing closed: %s", name, id, why)
+	}
 	out, err := a.vmctl(ctx, name, "vm", "reconcile-stale-create", id, "-o", "json")
 	if err != nil {
 		return "", err

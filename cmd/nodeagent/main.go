@@ -54,6 +54,8 @@ Example:
 	f := cmd.Flags()
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory holding agent.sock, intents, status markers, metrics.json and metrics.addr (required)")
 	f.StringVar(&cfg.VMCtl, "vmctl", "", "vmctl binary (default: vmctl next to this executable, else vmctl on PATH)")
+	f.StringVar(&cfg.VMCtl, "manager-bin", "", "the manager binary (the same as --vmctl)")
+	f.StringVar(&cfg.Manager, "manager", nodeagent.ManagerVMCtl, "manager adapter: vmctl (cocoon: typed refusals and capability plan only, not runnable yet)")
 	f.StringVar(&cfg.RegistryDir, "registry-dir", "", "local registry directory: hibernate snapshots are pushed here and pulled from here (required)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", `Prometheus /metrics listen address, e.g. 127.0.0.1:0 (the bound address is written to <state-dir>/metrics.addr); "" disables`)
 	f.IntVar(&cfg.NICs, "nics", cfg.NICs, "NICs a clone or wake gets")

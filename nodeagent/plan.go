@@ -44,8 +44,8 @@ const (
 )
 
 var insteadOf = map[string]string{
-	manager.FeatureNIC:              insteadNoNIC,
-	manager.FeatureGuestExec:        insteadNoGuestExec,
+	manager.FeatureNIC:               insteadNoNIC,
+	manager.FeatureGuestExec:         insteadNoGuestExec,
 	string(manager.VerbRecoverStale): insteadNoStale,
 }
 

@@ -38,7 +38,9 @@ type PlanStep struct {
 const (
 	insteadNoNIC = "hibernate keeps the VM's NICs: no NIC drop and no DHCP release before the save " +
 		"(the snapshot carries the NIC; wake does not re-add one)"
-	insteadNoGuestExec = "no readiness probe or DHCP release in the guest through the manager"
+	// Not planned around yet: readiness probes run `vm exec`, so a create
+	// or wake over such a manager fails at its readiness step.
+	insteadNoGuestExec = "nothing yet: readiness probes need it, so creates and wakes fail at their readiness step"
 	insteadNoStale     = "a `creating` record whose owner died is not recovered: the operation fails closed with this reason " +
 		"(the manager's own gc is the only collector)"
 )

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/manager"
 )
 
@@ -138,5 +140,46 @@ func TestChildErrorCarriesTheRefusal(t *testing.T) {
 	}
 	if _, ok := nameHolder(err, manager.ObjectVM); ok {
 		t.Error("a snapshot name refusal read as a VM name refusal")
+	}
+}
+
+// readPlan runs the agent's start-time plan through its adapter and reads
+// back what it wrote to the state dir.
+func readPlan(t *testing.T, a *Agent) Plan {
+	t.Helper()
+	if _, err := a.managerPlan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(a.cfg.StateDir, PlanFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Plan
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestManagerPlanRecordedVMCtl: with vmctl nothing the agent uses is missing.
+func TestManagerPlanRecordedVMCtl(t *testing.T) {
+	a, _ := planAgent(t, nil)
+	if p := readPlan(t, a); p.Manager != "vmctl" || len(p.Instead) != 0 {
+		t.Errorf("vmctl plan: %+v", p)
+	}
+}
+
+// TestManagerPlanRecordedCocoon: with a real cocoon (VMCHAOS_COCOON) the
+// three rows docs/manager.md names are replaced, as its --help pages say.
+func TestManagerPlanRecordedCocoon(t *testing.T) {
+	a, _ := planAgent(t, nil)
+	a.cfg.Manager, a.cfg.VMCtl = ManagerCocoon, needs.Binary(t, "VMCHAOS_COCOON", "cocoon", "build it as docs/manager.md says")
+	p := readPlan(t, a)
+	var got []string
+	for _, s := range p.Instead {
+		got = append(got, s.Capability)
+	}
+	if p.Manager != "cocoon" || strings.Join(got, " ") != "recover-stale nic-change guest-exec" {
+		t.Errorf("cocoon plan: %+v", p)
 	}
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // saveSnapshot saves the VM's hibernate snapshot under the VM's name. When
-// the name is held, it removes the holder by the ID parsed from either
+// the name is held, it removes the holder by the ID its adapter typed from either
 // rejection ("already exists (held by ID)" for a finalized holder, "already in
 // use by ID" for a pending one left by a SIGKILLed save) and saves once more;
 // a lease-held refusal of that rm means the dead save's child is still
@@ -45,6 +45,9 @@ func (a *Agent) saveSnapshot(ctx context.Context, name, vmID string) (string, er
 		h, held := nameHolder(err, manager.ObjectSnapshot)
 		if onlyExists && held && h.Pending {
 			held = false // the historical bug: a pending holder's rejection is not recognised
+		}
+		if held && h.Holder == "" {
+			held = false // a manager that does not name the holder (cocoon's finished one): no rm by id
 		}
 		if !held || attempt >= 1 || ctx.Err() != nil {
 			return "", err

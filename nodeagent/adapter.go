@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/vmchaos/vmchaos/manager"
@@ -44,4 +45,18 @@ func (a *Agent) adapter() agentAdapter {
 		return cocoon.New(o)
 	}
 	return mvmctl.New(o)
+}
+
+// call runs one catalogue verb with the argv the adapter builds for it
+// (manager.Manager.Command), as a tracked child like every other (vmctl).
+// For vmctl the argv is the one the agent always ran.
+func (a *Agent) call(ctx context.Context, vm string, c manager.Call) (childOutput, error) {
+	argv, err := a.adapter().Command(c)
+	if err != nil {
+		return childOutput{}, fmt.Errorf("%s: %w", c, err)
+	}
+	if len(argv) == 0 || argv[0] != a.cfg.VMCtl {
+		return childOutput{}, fmt.Errorf("%s: the adapter's argv %q does not run %s", c, argv, a.cfg.VMCtl)
+	}
+	return a.vmctl(ctx, vm, argv[1:]...)
 }

@@ -29,7 +29,7 @@ import (
 func (a *Agent) saveSnapshot(ctx context.Context, name, vmID string) (string, error) {
 	onlyExists := regress.On("save-match-already-exists-only")
 	for attempt := 0; ; attempt++ {
-		_, err := a.vmctl(ctx, name, "snapshot", "save", "--name", name, vmID)
+		_, err := a.call(ctx, name, manager.Call{Verb: manager.VerbSnapshotSave, VM: vmID, Name: name})
 		if err == nil {
 			a.metrics.inc(mSave, "ok")
 			s, err := a.snapshotByName(ctx, name)
@@ -94,7 +94,7 @@ func (a *Agent) readySnapshotID(ctx context.Context, name string) (string, error
 func (a *Agent) removeSnapshot(ctx context.Context, name, ref string, leaseWait bool) error {
 	deadline := time.Now().Add(a.cfg.LeaseWait)
 	for {
-		_, err := a.vmctl(ctx, name, "snapshot", "rm", ref)
+		_, err := a.call(ctx, name, manager.Call{Verb: manager.VerbSnapshotRm, Snapshot: ref})
 		if err == nil || isNotFound(err) {
 			return nil
 		}

@@ -185,7 +185,7 @@ func (a *Agent) reconcileStaleCreate(ctx context.Context, name, id string) (stri
 	if ok, why := a.plan.has(string(manager.VerbRecoverStale)); !ok {
 		return "", fmt.Errorf("vm %s (%s) is creating and the manager cannot recover it; failing closed: %s", name, id, why)
 	}
-	out, err := a.vmctl(ctx, name, "vm", "reconcile-stale-create", id, "-o", "json")
+	out, err := a.call(ctx, name, manager.Call{Verb: manager.VerbRecoverStale, VM: id})
 	if err != nil {
 		return "", err
 	}

@@ -38,6 +38,7 @@ type Agent struct {
 	metrics  *metrics
 	events   *eventLog // wedge reports served on GET /v1/events
 	children *childSet
+	plan     *Plan // what the agent does without its manager's missing verbs; nil: all present
 
 	mu      sync.Mutex
 	workers map[string]*worker
@@ -97,6 +98,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	a, err := newAgent(ctx, cfg, log, watchN)
 	if err != nil {
 		return err
+	}
+	if a.plan, err = a.managerPlan(ctx); err != nil {
+		return fmt.Errorf("nodeagent: %w", err)
 	}
 	if err := failpoint.Hit(ctx, "agent.started", nil); err != nil {
 		return fmt.Errorf("nodeagent: %w", err)

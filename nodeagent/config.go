@@ -16,7 +16,8 @@ import (
 // suite keeps the shape of every window.
 type Config struct {
 	StateDir    string // agent.sock, intents, status markers, metrics
-	VMCtl       string // manager binary
+	VMCtl       string // manager binary (--vmctl, --manager-bin)
+	Manager     string // manager adapter (--manager): "vmctl" (default, also "") or "cocoon"
 	RegistryDir string // local registry: hibernate snapshots pushed/pulled here (with RegistryURL: staging only)
 	// RegistryURL ("http://host:port"), when set, is a real OCI registry:
 	// hibernate pushes <name>:hibernate there and wake pulls it.
@@ -84,6 +85,9 @@ func (c Config) Validate() error {
 	}
 	if c.VMCtl == "" {
 		return fmt.Errorf("--vmctl is empty")
+	}
+	if err := validManager(c.Manager); err != nil {
+		return err
 	}
 	if c.StartupFanout < 1 {
 		return fmt.Errorf("--startup-fanout must be >= 1")

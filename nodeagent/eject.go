@@ -3,19 +3,16 @@ package nodeagent
 import (
 	"context"
 	"strconv"
-	"strings"
 
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/timescale"
-	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // ejectRetries bounds how often a NIC change is re-run while the guest has
 // not acked an unplug; each run waits vmctl's own eject budget.
 const ejectRetries = 3
 
-func isEjectPending(err error) bool {
-	return strings.Contains(childMessage(err), vmctl.EjectPending)
-}
+func isEjectPending(err error) bool { return manager.Is(err, manager.OutcomeEjectPending) }
 
 // netNICs runs `vm net VM --nics n`. CH keeps an unplugged NIC in its device
 // tree until the guest acks the eject, and vmctl refuses to go on ("eject

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
 	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
@@ -292,7 +293,7 @@ func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*vmctl.V
 			}
 			return vm, nil
 		}
-		if _, held := ParseVMNameHolder(childMessage(err)); held {
+		if _, held := nameHolder(err, manager.ObjectVM); held {
 			lastErr = err
 			continue // someone holds the name: look at the holder again
 		}
@@ -537,6 +538,13 @@ func (a *Agent) hibernateStart(ctx context.Context, rec *record, resumed bool) e
 // drops its NIC (step nic-dropped), each unless the operation's step at
 // entry (order) is already past it.
 func (a *Agent) hibernateDetach(ctx context.Context, name, vmID string, order int) error {
+	if ok, why := a.plan.has(manager.FeatureNIC); !ok {
+		// Without a NIC change an embedder keeps the NIC: releasing the
+		// lease of a NIC that stays would only strand the guest (issue 33
+		// item 2; recorded in PlanFile).
+		a.log.Warn("hibernate: no NIC drop or DHCP release", "vm", name, "reason", why, "instead", insteadNoNIC)
+		return nil
+	}
 	if order < hibernateOrder[stepDHCPReleased] {
 		if err := a.guestExec(ctx, name, vmID, "dhclient", "-r"); err != nil {
 			a.metrics.inc(mHibernate, "dhcp_release", "failed")
@@ -740,7 +748,7 @@ func (a *Agent) cloneLeaseWait(ctx context.Context, name, source string) (childO
 	deadline := time.Now().Add(a.cfg.LeaseWait)
 	for {
 		out, err := a.vmctl(ctx, name, "vm", "clone", "--name", name, "--nics", strconv.Itoa(a.cfg.NICs), source)
-		if err == nil || !isLeaseHeld(childMessage(err)) || time.Now().After(deadline) || ctx.Err() != nil {
+		if err == nil || !isLeaseHeld(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return out, err
 		}
 		a.log.Warn("snapshot lease held; retrying the clone", "vm", name, "snapshot", source)

@@ -16,13 +16,14 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/vmchaos/vmchaos/durable"
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
 	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // saveSnapshot saves the VM's hibernate snapshot under the VM's name. When
-// the name is held, it removes the holder by the ID parsed from either
+// the name is held, it removes the holder by the ID its adapter typed from either
 // rejection ("already exists (held by ID)" for a finalized holder, "already in
 // use by ID" for a pending one left by a SIGKILLed save) and saves once more;
 // a lease-held refusal of that rm means the dead save's child is still
@@ -30,7 +31,7 @@ import (
 func (a *Agent) saveSnapshot(ctx context.Context, name, vmID string) (string, error) {
 	onlyExists := regress.On("save-match-already-exists-only")
 	for attempt := 0; ; attempt++ {
-		_, err := a.vmctl(ctx, name, "snapshot", "save", "--name", name, vmID)
+		_, err := a.call(ctx, name, manager.Call{Verb: manager.VerbSnapshotSave, VM: vmID, Name: name})
 		if err == nil {
 			a.metrics.inc(mSave, "ok")
 			s, err := a.snapshotByName(ctx, name)
@@ -43,11 +44,17 @@ func (a *Agent) saveSnapshot(ctx context.Context, name, vmID string) (string, er
 			return s.ID, nil
 		}
 		a.metrics.inc(mSave, "failed")
-		holder, held := ParseSnapshotHolder(childMessage(err), onlyExists)
+		h, held := nameHolder(err, manager.ObjectSnapshot)
+		if onlyExists && held && h.Pending {
+			held = false // the historical bug: a pending holder's rejection is not recognised
+		}
+		if held && h.Holder == "" {
+			held = false // a manager that does not name the holder (cocoon's finished one): no rm by id
+		}
 		if !held || attempt >= 1 || ctx.Err() != nil {
 			return "", err
 		}
-		target := holder
+		holder, target := h.Holder, h.Holder
 		if regress.On("save-rm-by-name") {
 			// The historical recovery resolved the name through a lookup
 			// that skips pending records, so a half-committed holder is
@@ -89,11 +96,11 @@ func (a *Agent) readySnapshotID(ctx context.Context, name string) (string, error
 func (a *Agent) removeSnapshot(ctx context.Context, name, ref string, leaseWait bool) error {
 	deadline := time.Now().Add(a.cfg.LeaseWait)
 	for {
-		_, err := a.vmctl(ctx, name, "snapshot", "rm", ref)
+		_, err := a.call(ctx, name, manager.Call{Verb: manager.VerbSnapshotRm, Snapshot: ref})
 		if err == nil || isNotFound(err) {
 			return nil
 		}
-		if !leaseWait || !isLeaseHeld(childMessage(err)) || time.Now().After(deadline) || ctx.Err() != nil {
+		if !leaseWait || !isLeaseHeld(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
 		a.log.Info("snapshot lease held by a live process; waiting to remove it", "vm", name, "snapshot", ref)

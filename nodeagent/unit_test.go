@@ -9,48 +9,6 @@ import (
 	"time"
 )
 
-func TestParseSnapshotHolderBothMessages(t *testing.T) {
-	for _, tc := range []struct {
-		msg        string
-		onlyExists bool
-		id         string
-		ok         bool
-	}{
-		{`snapshot name "web" already exists (held by MPT5A6ZS2FNZWQGFN24AZLREWQ)`, false, "MPT5A6ZS2FNZWQGFN24AZLREWQ", true},
-		{`save snapshot: snapshot name "web" already in use by XY7T3JIQHJ25KUVDJCJK5V3OSL`, false, "XY7T3JIQHJ25KUVDJCJK5V3OSL", true},
-		{`snapshot name "web" already in use by XY7T3JIQHJ25KUVDJCJK5V3OSL`, true, "", false},
-		{`snapshot name "web" already exists (held by AB)`, true, "AB", true},
-		{`vm is paused (snapshot or hibernate in flight); retry after it completes`, false, "", false},
-	} {
-		id, ok := ParseSnapshotHolder(tc.msg, tc.onlyExists)
-		if id != tc.id || ok != tc.ok {
-			t.Errorf("%q (onlyExists %v): got %q %v", tc.msg, tc.onlyExists, id, ok)
-		}
-	}
-	if id, ok := ParseVMNameHolder(`reserve VM record: vm name "w-0" already exists (id: NMA2LDSIW5ZIM54D4UMFSDYTR5)`); !ok || id != "NMA2LDSIW5ZIM54D4UMFSDYTR5" {
-		t.Errorf("vm name holder: %q %v", id, ok)
-	}
-	if !isLeaseHeld(`rm: snapshot XY7T is in use by an active clone/restore/export`) {
-		t.Error("lease-held refusal not recognised")
-	}
-}
-
-func FuzzParseSnapshotHolder(f *testing.F) {
-	f.Add(`snapshot name "web" already exists (held by MPT5A6ZS2FNZWQGFN24AZLREWQ)`)
-	f.Add(`snapshot name "a\"b" already in use by X`)
-	f.Add(`Error: vm name "x" already exists (id: Y)`)
-	f.Fuzz(func(t *testing.T, msg string) {
-		for _, only := range []bool{false, true} {
-			if id, ok := ParseSnapshotHolder(msg, only); ok && (id == "" || !strings.Contains(msg, id)) {
-				t.Fatalf("holder %q not in %q", id, msg)
-			}
-		}
-		if id, ok := ParseVMNameHolder(msg); ok && (id == "" || !strings.Contains(msg, id)) {
-			t.Fatalf("vm holder %q not in %q", id, msg)
-		}
-	})
-}
-
 func FuzzDecodeIntent(f *testing.F) {
 	f.Add([]byte(`{"snapshot":"base","hibernate":true}`))
 	f.Add([]byte(`{"snapshot":""}`))

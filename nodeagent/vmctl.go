@@ -7,21 +7,26 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/manager"
 	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
-// ChildError is a vmctl child that did not exit 0.
+// ChildError is a manager child that did not exit 0.
 type ChildError struct {
 	Argv   []string
 	Code   int    // exit status; -1 when killed by a signal or not started
 	Stderr string // the child's stderr (trimmed)
 	Err    error
+	// Refusal is the outcome the manager's adapter typed from Stderr
+	// (manager.Classifier), nil when it is none the agent branches on. The
+	// agent branches on it and never on the text (issue 33 item 1,
+	// docs/architecture.md §14).
+	Refusal *manager.Refusal
 }
 
 func (e *ChildError) Error() string {
@@ -32,16 +37,13 @@ func (e *ChildError) Error() string {
 	return fmt.Sprintf("vmctl %s: %v (output: %s)", strings.Join(e.Argv, " "), e.Err, msg)
 }
 
-func (e *ChildError) Unwrap() error { return e.Err }
-
-// Message returns the `Error: <msg>` text vmctl printed, without the prefix.
-func (e *ChildError) Message() string {
-	for _, l := range strings.Split(e.Stderr, "\n") {
-		if m, ok := strings.CutPrefix(strings.TrimSpace(l), "Error: "); ok {
-			return m
-		}
+// Unwrap exposes both the exit error (context cancellation, signals) and
+// the typed refusal, so errors.Is and manager.RefusalOf each find theirs.
+func (e *ChildError) Unwrap() []error {
+	if e.Refusal == nil {
+		return []error{e.Err}
 	}
-	return lastLine(e.Stderr)
+	return []error{e.Err, e.Refusal}
 }
 
 func lastLine(s string) string {
@@ -99,57 +101,27 @@ func (a *Agent) vmctl(ctx context.Context, vm string, args ...string) (childOutp
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
-		return res, &ChildError{Argv: args, Code: code, Stderr: strings.TrimSpace(errb.String()), Err: err}
+		stderr := strings.TrimSpace(errb.String())
+		return res, &ChildError{Argv: args, Code: code, Stderr: stderr, Err: err, Refusal: a.adapter().Classify(stderr)}
 	}
 	return res, nil
 }
 
-// childMessage returns vmctl's error message of err, or "".
-func childMessage(err error) string {
-	var ce *ChildError
-	if errors.As(err, &ce) {
-		return ce.Message()
-	}
-	return ""
-}
+// isNotFound reports whether the manager said the VM or snapshot does not
+// exist.
+func isNotFound(err error) bool { return manager.Is(err, manager.OutcomeNotFound) }
 
-var (
-	reVMNameExists  = regexp.MustCompile(`vm name "[^"]*" already exists \(id: ([A-Za-z0-9]+)\)`)
-	reSnapExists    = regexp.MustCompile(`snapshot name "[^"]*" already exists \(held by ([A-Za-z0-9]+)\)`)
-	reSnapInUseBy   = regexp.MustCompile(`snapshot name "[^"]*" already in use by ([A-Za-z0-9]+)`)
-	reSnapLeaseHeld = regexp.MustCompile(`snapshot \S+ is in use by an active clone/restore/export`)
-)
+// isLeaseHeld reports whether a live reader holds the snapshot.
+func isLeaseHeld(err error) bool { return manager.Is(err, manager.OutcomeLeaseHeld) }
 
-// ParseSnapshotHolder returns the ID of the snapshot record holding a name,
-// parsed from either rejection vmctl prints: a finalized holder ("already
-// exists (held by ID)") or a pending one ("already in use by ID", seed 001 #3).
-// With onlyExists the second form is not recognised (the historical bug).
-func ParseSnapshotHolder(msg string, onlyExists bool) (string, bool) {
-	if m := reSnapExists.FindStringSubmatch(msg); m != nil {
-		return m[1], true
+// nameHolder returns the refusal of a name held by another record of kind
+// object (manager.ObjectVM or ObjectSnapshot).
+func nameHolder(err error, object string) (*manager.Refusal, bool) {
+	r, ok := manager.RefusalOf(err)
+	if !ok || r.Outcome != manager.OutcomeNameHeld || r.Object != object {
+		return nil, false
 	}
-	if onlyExists {
-		return "", false
-	}
-	if m := reSnapInUseBy.FindStringSubmatch(msg); m != nil {
-		return m[1], true
-	}
-	return "", false
-}
-
-// ParseVMNameHolder returns the ID from `vm name "<n>" already exists (id: ID)`.
-func ParseVMNameHolder(msg string) (string, bool) {
-	if m := reVMNameExists.FindStringSubmatch(msg); m != nil {
-		return m[1], true
-	}
-	return "", false
-}
-
-func isLeaseHeld(msg string) bool { return reSnapLeaseHeld.MatchString(msg) }
-
-func isNotFound(err error) bool {
-	m := childMessage(err)
-	return strings.Contains(m, vmctl.MsgVMNotFound) || strings.Contains(m, vmctl.MsgSnapshotNotFound)
+	return r, true
 }
 
 // inspectVM returns the VM by id or name, or nil when vmctl says not found.
@@ -206,8 +178,14 @@ func (a *Agent) snapshotByName(ctx context.Context, name string) (*vmctl.Snapsho
 	return nil, nil
 }
 
+// reconcileStaleCreate runs the manager's stale-create verb. A manager
+// without one fails closed: the agent cannot tell a dead owner from a live
+// one, so it neither removes nor adopts the record (issue 33 item 2).
 func (a *Agent) reconcileStaleCreate(ctx context.Context, name, id string) (string, error) {
-	out, err := a.vmctl(ctx, name, "vm", "reconcile-stale-create", id, "-o", "json")
+	if ok, why := a.plan.has(string(manager.VerbRecoverStale)); !ok {
+		return "", fmt.Errorf("vm %s (%s) is creating and the manager cannot recover it; failing closed: %s", name, id, why)
+	}
+	out, err := a.call(ctx, name, manager.Call{Verb: manager.VerbRecoverStale, VM: id})
 	if err != nil {
 		return "", err
 	}

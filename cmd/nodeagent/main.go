@@ -54,6 +54,8 @@ Example:
 	f := cmd.Flags()
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory holding agent.sock, intents, status markers, metrics.json and metrics.addr (required)")
 	f.StringVar(&cfg.VMCtl, "vmctl", "", "vmctl binary (default: vmctl next to this executable, else vmctl on PATH)")
+	f.StringVar(&cfg.VMCtl, "manager-bin", "", "the manager binary (the same as --vmctl)")
+	f.StringVar(&cfg.Manager, "manager", nodeagent.ManagerVMCtl, "manager adapter: vmctl (cocoon: typed refusals and capability plan only, not runnable yet)")
 	f.StringVar(&cfg.RegistryDir, "registry-dir", "", "local registry directory: hibernate snapshots are pushed here and pulled from here (required)")
 	f.StringVar(&cfg.RegistryURL, "registry", "", `real OCI registry, e.g. http://127.0.0.1:5000: hibernate pushes <name>:hibernate there as an OCI artifact and wake pulls it (--registry-dir then only stages pushes and pulls); "" uses --registry-dir as the registry`)
 	f.DurationVar(&cfg.RegistryTimeout, "registry-timeout", cfg.RegistryTimeout, "connect and answer wait of one --registry request; an unreachable registry fails the step, which is retried")

@@ -33,12 +33,17 @@ var Product = []string{
 	// Launch-side pieces moved out of realch (TAP, DHCP, netns, the cidata
 	// seed, the qcow2 writer); absent until that move lands.
 	"vmnet/...", "cidata/...", "qcow2/...",
+	// The manager adapter contract and its adapters: the bundled agent
+	// drives its manager only through them (issue 33 item 1,
+	// docs/architecture.md §14), and the harness drives them too. Being
+	// product, they may import no harness package.
+	"manager/...",
 }
 
 // Harness is what drives and judges the product.
 var Harness = []string{
 	"fakech/...", "realch/...", "ledger/...", "injector/...", "scenarios/...",
-	"reports/...", "powercut/...", "lazyfs/...", "manager/...",
+	"reports/...", "powercut/...", "lazyfs/...",
 }
 
 // Wire is the wire-type packages: the JSON shapes of vmctl's verbs and of

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -341,15 +342,20 @@ func TestCocoonReportsTheIssueStates(t *testing.T) {
 		t.Fatalf("cases: %d, %v", len(cs), err)
 	}
 	want := map[string][]string{
-		"mgr-clone-kill-at-ch.restore.begin":                   {RecoveryVerbSucceeds, "no-orphan-creating", "no-orphan-vmm"},
+		// cocoon's gc leaves the dead clone's record holding the name; the
+		// embedder's rm by id then lets the retry through (seed 001 #1, 002)
+		"mgr-clone-kill-at-ch.restore.begin":                   {NameFreedByRecovery},
 		"mgr-snapshot-save-kill-at-ch.snapshot.memory-written": {RecoveryVerbSucceeds, "no-paused-running", "no-leftover-temp-dirs"},
 	}
 	for _, c := range cs {
 		rc := r.RunCase(ctx, c)
 		t.Logf("%s: %s %s", c.ID, rc.Verdict, rc.Reason)
 		if c.ID == "mgr-vmm-kill9" {
-			if inv, bad := failedInv(rc, VMMDeathSeen); bad {
-				t.Errorf("kill9: the event stream did not report the dead VMM: %s", inv.Evidence)
+			// v0.2.7's event stream misses a VMM death after kill -9;
+			// cocoon fixed it in 23e26df (v0.2.8): docs/manager.md
+			inv, bad := failedInv(rc, VMMDeathSeen)
+			if old := cocoonBefore(t, cbin, 0, 2, 8); bad != old {
+				t.Errorf("kill9 on a cocoon %s v0.2.8: %s failed=%v (%s), want failed=%v", map[bool]string{true: "before", false: "from"}[old], VMMDeathSeen, bad, inv.Evidence, old)
 			}
 			continue
 		}
@@ -383,4 +389,23 @@ func TestRefusedByHolder(t *testing.T) {
 			t.Errorf("%q: holder %q, want %q", said, got, want)
 		}
 	}
+}
+
+// cocoonBefore reports whether the cocoon binary's version (its capability
+// table's, "v0.2.7-1-g21800e2") is older than major.minor.patch.
+func cocoonBefore(t *testing.T, bin string, major, minor, patch int) bool {
+	t.Helper()
+	m, err := NewManager("cocoon", manager.Options{Bin: bin, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps, err := manager.CapabilitiesOf(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b, c int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(caps.Version, "v"), "%d.%d.%d", &a, &b, &c); err != nil {
+		t.Fatalf("cocoon version %q: %v", caps.Version, err)
+	}
+	return a < major || a == major && (b < minor || b == minor && c < patch)
 }

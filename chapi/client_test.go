@@ -22,20 +22,7 @@ import (
 // stand-in for CH), built once here.
 var fakechBin string
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	// The real fakech binary: $VMCHAOS_BIN's, or built once by stackbin
-	// and removed after the run.
-	p, err := stackbin.Path("fakech")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stackbin.Cleanup()
-	fakechBin = p
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(stackbin.Main(m, "fakech", &fakechBin)) }
 
 func shortDir(t *testing.T) string {
 	d, err := os.MkdirTemp("", "chapi")

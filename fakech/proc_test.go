@@ -30,22 +30,7 @@ import (
 // half-written package elsewhere cannot break these tests).
 var fakechBin string
 
-func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	// The real fakech binary: $VMCHAOS_BIN's, or built once by stackbin
-	// and removed after the run.
-	p, err := stackbin.Path("fakech")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stackbin.Cleanup()
-	fakechBin = p
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(stackbin.Main(m, "fakech", &fakechBin)) }
 
 // proc is one fakech process started by a test; Cleanup kills and reaps it.
 type proc struct {

@@ -112,3 +112,17 @@ func copyFile(src, dst string) error {
 	}
 	return out.Close()
 }
+
+// Main is a test package's TestMain body: it points *path at the named
+// binary ($VMCHAOS_BIN's, or built once), runs the tests and removes what
+// it built: `func TestMain(m *testing.M) { os.Exit(stackbin.Main(m, "fakech", &fakechBin)) }`.
+func Main(m interface{ Run() int }, name string, path *string) int {
+	p, err := Path(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer Cleanup()
+	*path = p
+	return m.Run()
+}

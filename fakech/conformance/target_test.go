@@ -25,20 +25,7 @@ import (
 // fakechBin is the real fakech binary: $VMCHAOS_BIN's, or built once.
 var fakechBin string
 
-func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	p, err := stackbin.Path("fakech")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stackbin.Cleanup()
-	fakechBin = p
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(stackbin.Main(m, "fakech", &fakechBin)) }
 
 // target is one binary a row runs against: fakech, or the cloud-hypervisor
 // VMCHAOS_CH names.

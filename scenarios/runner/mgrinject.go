@@ -217,6 +217,13 @@ func (mc *mgrCase) killVMM(ctx context.Context) (reports.Injection, error) {
 	if id, ok := mc.m.VMMOf(argvOf(vm.PID)); !ok || id != vm.ID {
 		return inj, productErr(ManagerSetup, fmt.Errorf("the record's pid %d is not the VMM of %s (%v)", vm.PID, vm.ID, argvOf(vm.PID)))
 	}
+	// The stream must have shown the VM running before the kill: a stream
+	// that first lists it after the kill shows it stale whether or not it
+	// notices deaths (cocoon v0.2.7 does not), so the check would pass by
+	// timing alone.
+	if err := mc.streamShowsRunning(ctx, vm.ID); err != nil {
+		return inj, err
+	}
 	inj.VictimPID = vm.PID
 	inj.RequestedNs = failpoint.Now()
 	inj.ActualNs, err = killPID(vm.PID)
@@ -245,4 +252,20 @@ func (mc *mgrCase) deathSeen(ctx context.Context, killNs int64) reports.Invarian
 	}
 	inv.Evidence = fmt.Sprintf("no event for %s left running within 10s of the kill (events after it: %s)", scenarios.MgrSrcVM, mc.events.describe(killNs))
 	return inv
+}
+
+// streamShowsRunning waits until the event stream has reported VM id
+// running; a stream that does not within 10 s fails the manager's event
+// stream (a product failure with what it did print).
+func (mc *mgrCase) streamShowsRunning(ctx context.Context, id string) error {
+	limit := time.Now().Add(10 * time.Second) // safety net
+	for time.Now().Before(limit) && ctx.Err() == nil {
+		for _, e := range mc.events.since(0) {
+			if e.ev.ID == id && e.ev.State == manager.StateRunning {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return productErr(ManagerEventStream, fmt.Errorf("the event stream never showed %s running within 10s of its create (events: %s)", id, mc.events.describe(0)))
 }

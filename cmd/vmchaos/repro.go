@@ -16,6 +16,7 @@ func init() { register(newReproCmd) }
 
 func newReproCmd() *cobra.Command {
 	var f runFlags
+	var mf managerFlags
 	var id, offset string
 	var repeat, count int
 	c := &cobra.Command{
@@ -30,11 +31,18 @@ often the verdict and the set of failed invariants repeated ("fail [intent-goal]
 status is the gate code of the most common outcome.`,
 		Example: `  vmchaos repro --scenario s001-h-wake-sigkill-after-commit --offset 28ms --seed 1 --time-scale 0.05 --backend fake
   VMCHAOS_REGRESS=net-refuses-paused vmchaos repro --scenario s001-2-stop-in-pause-window --time-scale 0.05
-  VMCHAOS_REGRESS=save-rm-by-name vmchaos repro --scenario s001-3-pending-holder --count 20 --time-scale 0.05`,
+  VMCHAOS_REGRESS=save-rm-by-name vmchaos repro --scenario s001-3-pending-holder --count 20 --time-scale 0.05
+  vmchaos repro --manager cocoon --manager-bin ./cocoon --scenario mgr-clone-kill-at-ch.restore.begin --count 20 --time-scale 0.05`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if count < 1 || (count > 1 && repeat > 1) {
 				return fmt.Errorf("--count %d --repeat %d: want --count >= 1, and not both above 1", count, repeat)
+			}
+			if mf.selected("case:" + scenarios.CaseLabel(id)) {
+				if offset != "" {
+					return fmt.Errorf("--offset: a manager-verb case's offset is in its id (mgr-clone-kill-at-35%%)")
+				}
+				return reproManager(cmd, &f, &mf, id, repeat, count)
 			}
 			cs, err := caseFromFlags(id, offset, f.backend)
 			if err != nil {
@@ -58,7 +66,8 @@ status is the gate code of the most common outcome.`,
 		},
 	}
 	f.add(c)
-	c.Flags().StringVar(&id, "scenario", "", "scenario id (see `vmchaos run --list`)")
+	mf.add(c)
+	c.Flags().StringVar(&id, "scenario", "", "scenario id (see `vmchaos run --list`), or a manager-verb case id (mgr-…; with --manager and --manager-bin for a manager other than the bundled vmctl)")
 	c.Flags().StringVar(&offset, "offset", "", "offset added to the scenario's trigger, real time (e.g. 59ms), or a percentage of the operation's window (35%); default the scenario's first")
 	c.Flags().IntVar(&repeat, "repeat", 1, "run the case this many times")
 	c.Flags().IntVar(&count, "count", 1, "run the case N times and report how often its verdict and failed invariants repeat and what varied between runs (landed phase, window margin, injection error), e.g. --count 20; exit status: the gate code of the most common outcome; 1 is one run, no table")
@@ -157,4 +166,41 @@ func finish(cmd *cobra.Command, r *runner.Runner, dir string) error {
 		return err
 	}
 	return reports.Gate(res, nil, reports.DefaultGateOptions()).Err()
+}
+
+// reproManager is repro of a manager-verb case: the runner in its manager
+// mode generates the manager's cases (after discovering its verbs' phases)
+// and runs the one named, once, --repeat or --count times.
+func reproManager(cmd *cobra.Command, f *runFlags, mf *managerFlags, id string, repeat, count int) error {
+	bugs, err := regressFromEnv()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	dir := f.dir("repro-" + mf.name)
+	r, err := runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Scale: f.scale, Seed: f.seed,
+		Regress: bugs, Manager: mf.name, ManagerBin: mf.bin, ManagerConfig: mf.config})
+	if err != nil {
+		return runInfraError{err}
+	}
+	all, err := r.ManagerCases(ctx)
+	if err != nil {
+		_ = r.Close()
+		return runInfraError{err}
+	}
+	for _, c := range all {
+		if c.ID != id {
+			continue
+		}
+		if count > 1 {
+			return reproCount(ctx, cmd, r, dir, c, count)
+		}
+		for i := 0; i < max(repeat, 1) && ctx.Err() == nil; i++ {
+			r.RunCase(ctx, c)
+		}
+		return finish(cmd, r, dir)
+	}
+	_ = r.Close()
+	return fmt.Errorf("no manager-verb case %q for %s (see `vmchaos run --manager %s --list`)", id, mf.name, mf.name)
 }

@@ -115,9 +115,19 @@ func TestCrashLoopingAgentFailsFast(t *testing.T) {
 	t.Cleanup(func() { binDir = old })
 	dir := tornStoreBinDir(t)
 	binDir = func() (string, error) { return dir, nil }
-	// a kill parked mid-clone, and the power cut of the example
-	// (the agent restarted after the cut finds its records torn)
-	for _, id := range []string{"park-vm-clone-reserved-sigkill-main", "powercut-create-agent-create-begin"} {
+	// A kill parked mid-clone. The power cut of the example
+	// (powercut-create-agent-create-begin, the agent restarted after the cut
+	// finds its records torn) ran here too, and once in CI (2026-12-03) its
+	// harness thread hung in a FUSE request to the case's state mount
+	// (request_wait_answer) with the node SIGSTOPped, until the test
+	// timeout: an open harness bug in the power cut with a crash-looping
+	// agent (docs/lazyfs.md, Known limits). Until it is fixed it runs only
+	// with VMCHAOS_POWERCUT_FAILFAST=1, so make test cannot hang on it.
+	ids := []string{"park-vm-clone-reserved-sigkill-main"}
+	if os.Getenv("VMCHAOS_POWERCUT_FAILFAST") != "" {
+		ids = append(ids, "powercut-create-agent-create-begin")
+	}
+	for _, id := range ids {
 		t.Run(id, func(t *testing.T) {
 			t.Setenv("VMCHAOS_TEST_STARTS", filepath.Join(t.TempDir(), "starts"))
 			c, err := scenarios.CaseFor(id, 0, false, "fake")

@@ -2,7 +2,6 @@ package conformance_test
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmchaos/vmchaos/internal/lockedbuf"
 	"github.com/vmchaos/vmchaos/realch"
 	"github.com/vmchaos/vmchaos/stackbin"
 )
@@ -175,27 +175,10 @@ func row(t *testing.T, n need, fn func(t *testing.T, tg *target)) {
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	out    *syncBuf
+	out    *lockedbuf.Buffer
 	done   chan struct{}
 	err    error
 	target *target
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // sockDir is a short directory for API sockets (sun_path is 108 bytes and
@@ -214,7 +197,7 @@ func start(t *testing.T, tg *target, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(tg.bin, args...)
 	cmd.Env = tg.env
-	p := &proc{t: t, cmd: cmd, out: &syncBuf{}, done: make(chan struct{}), target: tg}
+	p := &proc{t: t, cmd: cmd, out: &lockedbuf.Buffer{}, done: make(chan struct{}), target: tg}
 	cmd.Stdout = p.out
 	cmd.Stderr = p.out
 	// The kernel kills the VMM if this test process dies first.

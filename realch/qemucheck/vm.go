@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vmchaos/vmchaos/internal/lockedbuf"
 	"github.com/vmchaos/vmchaos/vmnet"
 )
 
@@ -86,7 +87,7 @@ type vm struct {
 	started time.Time
 	done    chan struct{}
 	waitErr error
-	out     *lockedWriter // QEMU's own stdout+stderr
+	out     *lockedbuf.Buffer // QEMU's own stdout+stderr
 
 	mu   sync.Mutex
 	seen map[string]seen
@@ -98,7 +99,7 @@ func startVM(ns *vmnet.Netns, spec vmSpec) (*vm, error) {
 	if err := os.WriteFile(spec.Serial, nil, 0o644); err != nil {
 		return nil, fmt.Errorf("qemu: serial log: %w", err)
 	}
-	v := &vm{spec: spec, done: make(chan struct{}), seen: map[string]seen{}, out: &lockedWriter{}}
+	v := &vm{spec: spec, done: make(chan struct{}), seen: map[string]seen{}, out: &lockedbuf.Buffer{}}
 	// Not CommandContext: the check kills QEMU itself, by pid, when it
 	// chooses to (the kill -9 is one of the checks).
 	v.cmd = ns.Command(context.Background(), spec.QEMU, spec.args()...)
@@ -236,22 +237,4 @@ func (v *vm) kill() error {
 	}
 	<-v.done
 	return nil
-}
-
-// lockedWriter is QEMU's output, read while QEMU may still write it.
-type lockedWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -173,6 +173,39 @@ func helperMain(mode string) int {
 		}
 		hog(d)
 		return 0
+	case "exec2":
+		// An agent-like main process with two children of one kind: the
+		// first parks at t.pending once the second's exec is in the trace,
+		// as a save child parked while a restarted agent runs the next one.
+		if err := failpoint.Init("nodeagent"); err != nil {
+			return 2
+		}
+		self, _ := os.Executable()
+		argv := []any{"vmctl", "snapshot", "save", "--name", "x", "vm1"}
+		var pids []int
+		for _, mode := range []string{"parkchild", "child"} {
+			c := exec.Command(self, "snapshot", "save", "--name", "x", "vm1")
+			c.Env = append(os.Environ(), envHelper+"="+mode, failpoint.EnvFailpoints+"=t.pending=pause")
+			if err := c.Start(); err != nil {
+				return 2
+			}
+			pids = append(pids, c.Process.Pid)
+			_ = failpoint.Hit(context.Background(), "agent.child.exec", failpoint.Attrs{"vm": "vm1", "child_pid": c.Process.Pid, "argv": argv})
+		}
+		writeReady([]byte(fmt.Sprint(pids[1])))
+		select {}
+	case "parkchild":
+		if err := failpoint.Init("vmctl"); err != nil {
+			return 2
+		}
+		for {
+			if _, err := os.Stat(os.Getenv("HELPER_READY")); err == nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		_ = failpoint.Hit(context.Background(), "t.pending", failpoint.Attrs{"vm": "vm1"})
+		select {}
 	case "exec":
 		// An agent-like main process that runs one child and reports it
 		// the way nodeagent does (agent.child.exec / agent.child.exit).

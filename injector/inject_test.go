@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,6 +156,43 @@ func TestSigkillChildKillsTheInFlightChild(t *testing.T) {
 	// children run for another VM are never picked
 	if inj := s.inj.Inject(ctx, Fault{Kind: FaultSigkillChild, Unit: "agent", VM: "other-vm"}); inj.Landed || !strings.Contains(inj.Err, "no in-flight agent child") {
 		t.Fatalf("sigkill-child for a VM without children: %+v", inj)
+	}
+}
+
+// TestSigkillChildAtAParkKillsTheParkedChild: a save child parked at its own
+// point is the victim of sigkill-child fired with that hit, though a later
+// child of the same kind was exec'd since and has not exited (the CI flake of
+// s001-3-pending-holder: the restarted agent's next save was killed instead).
+func TestSigkillChildAtAParkKillsTheParkedChild(t *testing.T) {
+	s := newStack(t, KindBuiltin)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ready := filepath.Join(s.dir, "ready")
+	if err := s.sup.Start(ctx, UnitSpec{Name: "agent", Argv: helperArgv(t), Env: []string{envHelper + "=exec2",
+		failpoint.EnvTrace + "=" + s.tr.Path(), failpoint.EnvCtl + "=" + s.ctl, "HELPER_READY=" + ready}}); err != nil {
+		t.Fatal(err)
+	}
+	parked, err := failpoint.WaitParked(ctx, s.ctl, "t.pending")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit, err := s.tr.WaitPoint(ctx, 0, "t.pending", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(ready)
+	later, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	laterProc, err := Identify(later)
+	if err != nil {
+		t.Fatalf("the later child %q: %v", b, err)
+	}
+	inj := s.inj.InjectHit(ctx, Fault{Kind: FaultSigkillChild, Unit: "agent", Child: "snapshot-save"}, hit)
+	if !inj.Landed || inj.VictimPID != parked {
+		t.Fatalf("sigkill-child at the park: victim %d (landed %v, err %q), want the parked child %d, not the later %d",
+			inj.VictimPID, inj.Landed, inj.Err, parked, later)
+	}
+	if !laterProc.Alive() {
+		t.Fatalf("the later child %d was killed too", later)
 	}
 }
 

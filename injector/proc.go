@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,6 +36,7 @@ type procStat struct {
 	state byte
 	ppid  int
 	sid   int
+	flags uint64 // the kernel's PF_* task flags
 	start uint64
 }
 
@@ -67,6 +69,9 @@ func parseStat(b []byte) (procStat, error) {
 	}
 	if st.sid, err = strconv.Atoi(f[3]); err != nil {
 		return st, fmt.Errorf("proc stat: sid: %w", err)
+	}
+	if st.flags, err = strconv.ParseUint(f[6], 10, 64); err != nil {
+		return st, fmt.Errorf("proc stat: flags: %w", err)
 	}
 	if st.start, err = strconv.ParseUint(f[19], 10, 64); err != nil {
 		return st, fmt.Errorf("proc stat: starttime: %w", err)
@@ -223,8 +228,20 @@ func cmdline(pid int) []string {
 }
 
 // environHas reports whether the initial environment of pid holds kv.
+//
+// A process in the middle of execve shows an empty environ for a moment: the
+// kernel installs the new mm before it sets the mm's env range (fs/exec.c
+// begin_new_exec, then create_elf_tables), and /proc/PID/environ reads nothing
+// while env_end is 0. A scan that met a unit's child then would miss it, so an
+// empty environ of a live user process is read again for a while. Kernel
+// threads and zombies have none for good and are not waited for.
 func environHas(pid int, kv string) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	path := "/proc/" + strconv.Itoa(pid) + "/environ"
+	b, err := os.ReadFile(path)
+	for try := 0; err == nil && len(b) == 0 && try < 100 && midExec(pid); try++ {
+		time.Sleep(time.Millisecond)
+		b, err = os.ReadFile(path)
+	}
 	if err != nil {
 		return false
 	}
@@ -234,6 +251,16 @@ func environHas(pid int, kv string) bool {
 		}
 	}
 	return false
+}
+
+// pfKthread is PF_KTHREAD from include/linux/sched.h.
+const pfKthread = 0x00200000
+
+// midExec reports whether pid, whose environ just read empty, is a live user
+// process: one that has an environment, only not yet readable.
+func midExec(pid int) bool {
+	st, err := readStat(pid)
+	return err == nil && st.flags&pfKthread == 0 && st.state != 'Z' && st.state != 'X'
 }
 
 // allPIDs lists every pid in /proc.

@@ -15,6 +15,7 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
+	"golang.org/x/sys/unix"
 )
 
 // The sandbox supervisor boots a real systemd as PID 1 of new pid, mount,
@@ -112,9 +113,16 @@ func newSandbox(ctx context.Context, stateDir string) (Supervisor, error) {
 	}
 	killInit := func() {
 		_ = signalProc(ip, syscall.SIGKILL)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case <-exited:
+				return
+			case <-deadline:
+				return
+			case <-time.After(10 * time.Millisecond):
+				reapNSOrphans(rec.PidNS)
+			}
 		}
 	}
 	conn, err := waitSandboxBus(ctx, D, exited, killInit)
@@ -227,6 +235,25 @@ func sandboxSup(conn *sd.Conn, rec *Record, D string, initPID int, killInit func
 		return errors.Join(errs...)
 	}
 	return s
+}
+
+// reapNSOrphans reaps the zombies of pid namespace ns that are this
+// process's children. The namespace's PID 1 cannot finish exiting while one
+// of its processes is a zombie whose parent is outside (kernel/pid_namespace.c
+// zap_pid_ns_processes waits for every pid to be freed). A command entered with
+// nsenter whose nsenter was killed first is reparented to the nearest child
+// subreaper on the host, which is this process when a builtin supervisor or
+// ReapOrphans made it one, and os/exec never waits for it.
+func reapNSOrphans(ns string) {
+	self := os.Getpid()
+	for _, pid := range allPIDs() {
+		st, err := readStat(pid)
+		if err != nil || st.state != 'Z' || st.ppid != self || pidNS(pid) != ns {
+			continue
+		}
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	}
 }
 
 // dialPrivate connects to systemd's private peer-to-peer protocol at path:

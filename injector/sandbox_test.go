@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/stackbin"
+	"golang.org/x/sys/unix"
 )
 
 // hostSnapshot is what a sandbox must leave exactly as it found it.
@@ -225,5 +226,42 @@ func TestCommandSeesTheUnitsView(t *testing.T) {
 				t.Fatalf("pid %d as the unit reports it is not the unit here: %q", main, out)
 			}
 		})
+	}
+}
+
+// TestSandboxCloseReapsCommandsOrphanedToTheHost: a command entered into the
+// sandbox whose nsenter was killed first is reparented to this process (a
+// child subreaper, as every runner is). Its zombie would keep the sandbox's
+// PID 1 from finishing its exit; Close must reap it and leave nothing behind.
+func TestSandboxCloseReapsCommandsOrphanedToTheHost(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	sb := newSup(t, KindSandbox) // its Cleanup Close is a no-op after ours
+	ctx, cancel := context.WithCancel(context.Background())
+	c := Command(ctx, sb, "/bin/sh", "-c", "sleep 300")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ns := sb.(*dbusSup).rec.PidNS
+	waitFor(t, "the entered command", 30*time.Second, func() bool {
+		for _, pid := range allPIDs() {
+			if st, err := readStat(pid); err == nil && st.ppid == c.Process.Pid && pidNS(pid) == ns {
+				return true
+			}
+		}
+		return false
+	})
+	cancel() // kills nsenter only: its child lives on, reparented to us
+	_ = c.Wait()
+	t0 := time.Now()
+	if err := sb.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	t.Logf("closed in %v", time.Since(t0))
+	for _, pid := range allPIDs() {
+		if pidNS(pid) == ns {
+			t.Fatalf("pid %d left in the sandbox pid namespace", pid)
+		}
 	}
 }

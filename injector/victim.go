@@ -117,24 +117,44 @@ func (in *Injector) mainVictim(ctx context.Context, unit string) (*victim, error
 	return in.open(p)
 }
 
-// childVictim picks the agent child to kill: the one the trigger hit names
-// (agent.child.exec), else the latest exec'd child that has not exited.
+// childVictim picks the agent child to kill, judged as of the trigger hit:
+// the one the hit names (agent.child.exec); else the process that sent the
+// hit, when it is an agent child of the asked kind (a vmctl parked at one of
+// its own points); else the latest child exec'd up to the hit that has not
+// exited. Children exec'd after the hit are never picked: a restarted agent's
+// next child is not the one the case meant, however late the trace reader is.
 func (in *Injector) childVictim(ctx context.Context, f Fault, hit *Hit) (*victim, error) {
 	var pid int
 	forVM := func(e failpoint.Event) bool { return f.VM == "" || e.VM == f.VM }
 	if hit != nil && hit.Event.Point == "agent.child.exec" && childMatches(hit.Event, f.Child) && forVM(hit.Event) {
 		pid = childPID(hit.Event)
 	}
+	v := in.tr.view()
+	last := v.Len() - 1
+	if hit != nil && hit.Index < last {
+		last = hit.Index
+	}
+	if pid == 0 && hit != nil && hit.Event.Proc != "nodeagent" {
+		// The hitter's exec record may trail its own first datagrams
+		// (the agent emits it once Start returns), so the whole view counts.
+		for i := v.Len() - 1; i >= 0; i-- {
+			if e := *v.at(i); e.Point == "agent.child.exec" && childPID(e) == hit.Event.Pid {
+				if childMatches(e, f.Child) && forVM(e) {
+					pid = hit.Event.Pid
+				}
+				break
+			}
+		}
+	}
 	if pid == 0 {
 		exited := map[int]bool{}
-		v := in.tr.view()
 		for i := v.Len() - 1; i >= 0; i-- {
 			e := *v.at(i)
 			switch e.Point {
 			case "agent.child.exit":
 				exited[childPID(e)] = true
 			case "agent.child.exec":
-				if c := childPID(e); c != 0 && !exited[c] && childMatches(e, f.Child) && forVM(e) {
+				if c := childPID(e); i <= last && c != 0 && !exited[c] && childMatches(e, f.Child) && forVM(e) {
 					pid = c
 				}
 			}

@@ -269,7 +269,10 @@ func (cr *caseRun) parkedFault(ctx context.Context, i int, trig string, t inject
 		return reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
 			VictimPID: in.VictimPID, Err: in.Err, IntendedPhase: t.Point}
 	default:
-		in := cr.inj.Inject(ctx, cr.injFault(f))
+		// With the hit, a child victim is judged as of the park: the parked
+		// child itself, never one a restarted agent exec'd since (the faults
+		// before this one may have taken long enough for that).
+		in := cr.inj.InjectHit(ctx, cr.injFault(f), hit)
 		if in.VictimPID > 0 {
 			cr.noteVictim(in.VictimPID)
 		}

@@ -14,13 +14,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
+	"github.com/vmchaos/vmchaos/internal/lockedbuf"
 	"github.com/vmchaos/vmchaos/stackbin"
 	"golang.org/x/crypto/ssh"
 )
@@ -37,26 +37,9 @@ type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	sock   string
-	stderr *syncBuf
+	stderr *lockedbuf.Buffer
 	done   chan struct{}
 	err    error
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // vmDir makes <tmp>/<VMID>/ the way vmctl lays out a VM's run dir (fakech
@@ -88,7 +71,7 @@ func start(t *testing.T, sock string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(fakechBin, args...)
 	cmd.Env = env
-	p := &proc{t: t, cmd: cmd, sock: sock, stderr: &syncBuf{}, done: make(chan struct{})}
+	p := &proc{t: t, cmd: cmd, sock: sock, stderr: &lockedbuf.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout = p.stderr
 	cmd.Stderr = p.stderr
 	// The kernel kills fakech if this test process dies first.

@@ -9,26 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmchaos/vmchaos/internal/lockedbuf"
 	"github.com/vmchaos/vmchaos/reports"
 )
-
-// syncBuf is a bytes.Buffer the meter's ticker and the test share.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // fakeClock is a settable now().
 type fakeClock struct {
@@ -43,7 +26,7 @@ func (c *fakeClock) add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func testMeter(out *syncBuf, tty bool, every time.Duration) (*Meter, *fakeClock) {
+func testMeter(out *lockedbuf.Buffer, tty bool, every time.Duration) (*Meter, *fakeClock) {
 	clk := &fakeClock{t: time.Unix(1000, 0)}
 	m := New(out)
 	m.tty, m.every, m.now = tty, every, clk.now
@@ -56,7 +39,7 @@ func finish(m *Meter, verdict string, d time.Duration) {
 }
 
 func TestLineCountsVerdictsAndEstimatesFromMeasuredDurations(t *testing.T) {
-	out := &syncBuf{}
+	out := &lockedbuf.Buffer{}
 	m, clk := testMeter(out, false, time.Hour)
 	m.Start("run", 10, 1)
 	defer m.Stop()
@@ -87,7 +70,7 @@ func TestLineCountsVerdictsAndEstimatesFromMeasuredDurations(t *testing.T) {
 }
 
 func TestOffATerminalASummaryLineComesEveryInterval(t *testing.T) {
-	out := &syncBuf{}
+	out := &lockedbuf.Buffer{}
 	m, _ := testMeter(out, false, 20*time.Millisecond)
 	m.Start("sweep", 3, 1)
 	finish(m, reports.Pass, time.Second)
@@ -109,7 +92,7 @@ func TestOffATerminalASummaryLineComesEveryInterval(t *testing.T) {
 }
 
 func TestOnATerminalTheLiveLineStaysBelowTheCaseLines(t *testing.T) {
-	out := &syncBuf{}
+	out := &lockedbuf.Buffer{}
 	m, _ := testMeter(out, true, time.Hour)
 	m.Start("selftest", 2, 1)
 	finish(m, reports.Pass, time.Second)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
+	"github.com/vmchaos/vmchaos/internal/lockedbuf"
 	"github.com/vmchaos/vmchaos/stackbin"
 	"golang.org/x/crypto/ssh"
 )
@@ -252,8 +253,8 @@ func (s *stack) fails(want string, args ...string) result {
 // cleanup.
 type proc struct {
 	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *lockedbuf.Buffer
+	stderr *lockedbuf.Buffer
 	done   chan struct{}
 	state  *os.ProcessState // set before done closes
 }
@@ -281,7 +282,7 @@ func (p *proc) wait(t testing.TB) result {
 
 func (s *stack) background(env []string, args ...string) *proc {
 	s.t.Helper()
-	p := &proc{cmd: s.command(env, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: s.command(env, args...), stdout: &lockedbuf.Buffer{}, stderr: &lockedbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -296,25 +297,6 @@ func (s *stack) background(env []string, args ...string) *proc {
 		<-p.done
 	})
 	return p
-}
-
-// syncBuffer is a locked buffer. It must not embed bytes.Buffer: io.Copy
-// would find its ReadFrom and write around the lock.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func (s *stack) vm(ref string) *VM {

@@ -100,6 +100,11 @@ type Case struct {
 	StartedAt   time.Time          `json:"started_at"`
 	DurationMs  float64            `json:"duration_ms"`
 	ConvergeMs  float64            `json:"converge_ms"` // fault → stable state; -1 if never
+	// ConvergeAfterHealMs is how long the node took to a stable state after
+	// the last of its faults healed (a registry fault whose heal the
+	// harness times: the storage given back, the SIGCONT); absent where no
+	// heal was timed or the case never converged.
+	ConvergeAfterHealMs *float64 `json:"converge_after_heal_ms,omitempty"`
 	Invariants  []Invariant        `json:"invariants"`
 	Ledger      []LedgerVerdict    `json:"ledger,omitempty"`
 	Workload    *Workload          `json:"workload,omitempty"` // the guest writer and its consistent cuts (workload.go)
@@ -186,7 +191,7 @@ type LedgerVerdict struct {
 // TimelineEvent is one point on a case's timeline (phase hit, fault, convergence).
 type TimelineEvent struct {
 	TsNs  int64  `json:"ts_ns"`
-	Kind  string `json:"kind"` // phase | fault | restart | converged
+	Kind  string `json:"kind"` // phase | fault | healed | restart | converged
 	Proc  string `json:"proc,omitempty"`
 	Pid   int    `json:"pid,omitempty"` // the emitting process (phase events): whose phase it is
 	Point string `json:"point,omitempty"`

@@ -100,11 +100,6 @@ type Case struct {
 	StartedAt   time.Time          `json:"started_at"`
 	DurationMs  float64            `json:"duration_ms"`
 	ConvergeMs  float64            `json:"converge_ms"` // fault → stable state; -1 if never
-	// ConvergeAfterHealMs is how long the node took to a stable state after
-	// the last of its faults healed (a registry fault whose heal the
-	// harness times: the storage given back, the SIGCONT); absent where no
-	// heal was timed or the case never converged.
-	ConvergeAfterHealMs *float64 `json:"converge_after_heal_ms,omitempty"`
 	Invariants  []Invariant        `json:"invariants"`
 	Ledger      []LedgerVerdict    `json:"ledger,omitempty"`
 	Workload    *Workload          `json:"workload,omitempty"` // the guest writer and its consistent cuts (workload.go)
@@ -140,6 +135,11 @@ type Case struct {
 	// ReproRate is how often the case's failure reproduced when `run
 	// --repro-check N` ran it again (repro.go); absent when not measured.
 	ReproRate *ReproRate `json:"repro_rate,omitempty"`
+	// ConvergeAfterHealMs is how long the node took to a stable state after
+	// the last of its faults healed (a registry fault whose heal the
+	// harness times: the storage given back, the SIGCONT); absent where no
+	// heal was timed or the case never converged.
+	ConvergeAfterHealMs *float64 `json:"converge_after_heal_ms,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.

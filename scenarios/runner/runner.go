@@ -458,11 +458,11 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	}
 	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
-	io := injector.Options{CtlDir: st.CtlDir}
+	iopts := injector.Options{CtlDir: st.CtlDir}
 	if st.RegistryDisk != nil {
-		io.Disk = st.RegistryDisk // never a typed nil in the interface
+		iopts.Disk = st.RegistryDisk // never a typed nil in the interface
 	}
-	cr.inj = injector.New(r.run.Sup, st.Trace, io)
+	cr.inj = injector.New(r.run.Sup, st.Trace, iopts)
 	o := cr.execute(cctx, budget)
 	if o.Err == nil && errors.Is(ctx.Err(), context.Canceled) {
 		// the run was interrupted mid-case: what the phases saw after

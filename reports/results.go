@@ -136,9 +136,10 @@ type Case struct {
 	// --repro-check N` ran it again (repro.go); absent when not measured.
 	ReproRate *ReproRate `json:"repro_rate,omitempty"`
 	// ConvergeAfterHealMs is how long the node took to a stable state after
-	// the last of its faults healed (a registry fault whose heal the
-	// harness times: the storage given back, the SIGCONT); absent where no
-	// heal was timed or the case never converged.
+	// the last of its faults healed (a registry fault, whose heal the
+	// harness times: the storage given back, the SIGCONT, the registry
+	// answering again); absent where no heal was timed or the case never
+	// converged.
 	ConvergeAfterHealMs *float64 `json:"converge_after_heal_ms,omitempty"`
 }
 

@@ -350,7 +350,8 @@ type caseRun struct {
 	directAdded chan struct{}
 	held        []string // parked points the harness still holds
 	faultNs     int64
-	healNs      int64 // when the last timed registry fault healed (heal.go); 0: none timed
+	healNs      int64      // when the last registry fault healed (heal.go); 0: none timed
+	healSeen    chan int64 // watchHeal's answer (heal.go); nil: no watch
 	scraper     *checker.Scraper
 	victims     map[int]bool
 	bugs        []string

@@ -10,7 +10,7 @@ import (
 type Fault struct {
 	Kind    string        `json:"kind"`
 	Unit    string        `json:"unit,omitempty"`     // the supervised unit (kinds whose traits say unit: all but sigkill-vmm, sigkill-hitter, power-cut)
-	StopFor time.Duration `json:"stop_for,omitempty"` // stop / sigstop: how long before start / SIGCONT
+	StopFor time.Duration `json:"stop_for,omitempty"` // stop / sigstop / registry-storage-full: how long before start / SIGCONT / the heal
 	VM      string        `json:"vm,omitempty"`       // sigkill-vmm: VM id (default: the trigger hit's vm); sigkill-child: only a child run for this VM (agent events carry the intent name)
 	Child   string        `json:"child,omitempty"`    // sigkill-child: only a child of this kind ("snapshot-save")
 }

@@ -23,6 +23,7 @@ import (
 type Options struct {
 	CtlDir  string // VMCHAOS_FAILPOINT_CTL of the stack: needed by park triggers
 	VMMName string // argv[0] basename of the VMM; default "cloud-hypervisor"
+	Disk    Disk   // the registry's storage the stack can fill (registry-storage-full); nil: none
 }
 
 // Injector ties a Supervisor and a Trace: Arm returns at once and the fault
@@ -160,7 +161,7 @@ func (in *Injector) armable(f Fault) (FaultKind, error) {
 	if k.traits().node {
 		return nil, fmt.Errorf("fault %s: %w", f.Kind, ErrNodeFault)
 	}
-	if err := k.Available(Host{Sup: in.sup}); err != nil {
+	if err := k.Available(Host{Sup: in.sup, Disk: in.opt.Disk}); err != nil {
 		return nil, err // names the kind
 	}
 	return k, nil
@@ -539,6 +540,16 @@ func (in *Injector) contLater(p Proc, at int64) {
 	}()
 }
 
+// healLater heals d at CLOCK_MONOTONIC at (registry-storage-full with
+// StopFor). The disk keeps the heal's time and error for the runner, which
+// waits for it before its final check.
+func (in *Injector) healLater(d Disk, at int64) {
+	go func() {
+		_ = sleepUntil(context.Background(), at)
+		_ = d.Heal(context.Background())
+	}()
+}
+
 // firing is the outcome of a fault fired on the trace reader thread.
 type firing struct {
 	hit               Hit
@@ -606,7 +617,7 @@ func (in *Injector) release(t Trigger) {
 // says: right after the signal syscall returned, or as the supervisor call
 // that delivers it is made.
 func (in *Injector) fire(ctx context.Context, k FaultKind, f Fault, v *victim, inj *Injection) {
-	tg := Target{Sup: in.sup, Unit: f.Unit}
+	tg := Target{Sup: in.sup, Unit: f.Unit, Disk: in.opt.Disk}
 	if v != nil && v.fd != nil {
 		inj.VictimPID = v.fd.PID
 		tg.Victim = v.fd
@@ -622,9 +633,11 @@ func (in *Injector) fire(ctx context.Context, k FaultKind, f Fault, v *victim, i
 		inj.Err = err.Error()
 		return
 	}
+	var p Proc
 	if tg.Victim != nil {
-		k.afterSignal(in, f, tg.Victim.Proc, actual)
+		p = tg.Victim.Proc
 	}
+	k.afterSignal(in, f, p, actual)
 }
 
 // sleepUntil waits until CLOCK_MONOTONIC reaches target. The last stretch is

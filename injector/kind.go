@@ -38,8 +38,9 @@ type FaultKind interface {
 
 	// traits are what the scheduler needs to know of the kind.
 	traits() traits
-	// afterSignal runs once the fault was delivered to p at actualNs
-	// (sigstop: the SIGCONT after StopFor).
+	// afterSignal runs once the fault was delivered at actualNs, to p (the
+	// zero Proc for a kind that signals no process) (sigstop: the SIGCONT
+	// after StopFor; registry-storage-full: the heal after StopFor).
 	afterSignal(in *Injector, f Fault, p Proc, actualNs int64)
 	// afterSettle runs once a delivered fault's landing was read (stop: the
 	// start after StopFor) and returns when it resumed what the fault
@@ -65,6 +66,7 @@ type traits struct {
 	// is read at Arm and kept current for the record.
 	supervisor bool
 	node       bool // the whole node: fired by the runner, not armed by an Injector (ErrNodeFault)
+	disk       bool // a file system the harness fills: Options.Disk
 }
 
 // victimRule is how a kind finds the process it is delivered to.
@@ -82,6 +84,7 @@ const (
 type Host struct {
 	Sup  Supervisor // the stack's supervisor (nil: none)
 	Node Node       // the stack's node on lazy filesystems (nil: its dirs are plain ones)
+	Disk Disk       // the registry's storage the harness can fill (nil: none)
 }
 
 // Target is what a kind's Inject is delivered to, resolved before.
@@ -91,13 +94,14 @@ type Target struct {
 	Victim *PidFD     // the verified victim (signal kinds)
 	Node   Node       // the node (power-cut)
 	Procs  []Proc     // every process of the node (power-cut)
+	Disk   Disk       // the disk to fill (registry-storage-full)
 }
 
 // FaultKinds is every fault kind, the one list everything else walks.
 var FaultKinds = []FaultKind{
 	sigkillMain{}, stopKind{}, restartKind{}, killAll{}, sigkillChild{},
 	sigkillVMM{}, sigstopKind{}, sigcontKind{}, sigkillHitter{}, FaultKindPowerCut,
-	registrySigkill{}, registrySigstop{}, registryRestart{},
+	registrySigkill{}, registrySigstop{}, registryRestart{}, registryStorageFull{},
 }
 
 // FaultKindNames are the names of FaultKinds, in their order.

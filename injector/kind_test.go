@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,11 +43,17 @@ func TestFaultKindsRegistry(t *testing.T) {
 			if err := k.Available(Host{}); err == nil || !strings.Contains(err.Error(), name) {
 				t.Errorf("%s: Available(no supervisor, no node) = %v, want an error naming the kind", name, err)
 			}
-			// A supervisor is all every kind but the node's needs here
-			// (pidfds: this host runs the injector's other tests).
+			// A supervisor is all every kind but the node's and the
+			// disk's needs here (pidfds: this host runs the injector's
+			// other tests).
 			err := k.Available(Host{Sup: sup})
-			if node := k.traits().node; node != (err != nil) {
-				t.Errorf("%s: Available(builtin supervisor) = %v (node kind: %v)", name, err, node)
+			if more := k.traits().node || k.traits().disk; more != (err != nil) {
+				t.Errorf("%s: Available(builtin supervisor) = %v (node or disk kind: %v)", name, err, more)
+			}
+			if k.traits().disk {
+				if err := k.Available(Host{Sup: sup, Disk: &fakeDisk{}}); err != nil {
+					t.Errorf("%s: Available(supervisor, disk) = %v", name, err)
+				}
 			}
 			if got, err := LookupFaultKind(name); err != nil || got != k {
 				t.Errorf("LookupFaultKind(%q) = %v, %v", name, got, err)
@@ -223,5 +230,82 @@ func waitState(ctx context.Context, t *testing.T, pid int, st byte) {
 			t.Fatalf("pid %d never reached state %c", pid, st)
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// fakeDisk records fills and heals.
+type fakeDisk struct {
+	mu           sync.Mutex
+	fills, heals int
+	healedNs     int64
+	err          error
+}
+
+func (d *fakeDisk) Fill(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fills++
+	return d.err
+}
+
+func (d *fakeDisk) Heal(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.heals++
+	d.healedNs = failpoint.Now()
+	return nil
+}
+
+func (d *fakeDisk) counts() (fills, heals int, healedNs int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fills, d.heals, d.healedNs
+}
+
+// TestRegistryStorageFullFillsThenHeals: the kind fills the disk it is
+// handed, stamps the moment it is full and heals it StopFor later; without
+// StopFor it stays full; a fill that fails is the record's error; without a
+// disk the injector refuses it.
+func TestRegistryStorageFullFillsThenHeals(t *testing.T) {
+	sup, err := newBuiltin(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sup.Close() })
+	f := Fault{Kind: FaultRegistryStorageFull, Unit: "registry", StopFor: 30 * time.Millisecond}
+	d := &fakeDisk{}
+	inj := New(sup, nil, Options{Disk: d}).Inject(context.Background(), f)
+	if !inj.Landed || inj.Err != "" || inj.ActualNs == 0 || inj.VictimPID != 0 {
+		t.Fatalf("inject: %+v", inj)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fills, heals, healedNs := d.counts()
+		if fills == 1 && heals == 1 {
+			if healedNs < inj.ActualNs+int64(f.StopFor) {
+				t.Errorf("healed at fault%+dns, before StopFor %s", healedNs-inj.ActualNs, f.StopFor)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fills %d heals %d: want one each", fills, heals)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stay := &fakeDisk{}
+	f.StopFor = 0
+	if inj := New(sup, nil, Options{Disk: stay}).Inject(context.Background(), f); !inj.Landed {
+		t.Fatalf("inject without StopFor: %+v", inj)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if fills, heals, _ := stay.counts(); fills != 1 || heals != 0 {
+		t.Errorf("without StopFor: fills %d heals %d, want 1 and 0", fills, heals)
+	}
+	broken := &fakeDisk{err: errors.New("remount refused")}
+	if inj := New(sup, nil, Options{Disk: broken}).Inject(context.Background(), f); inj.Landed || !strings.Contains(inj.Err, "remount refused") {
+		t.Errorf("a failed fill: %+v, want not landed with its error", inj)
+	}
+	if inj := New(sup, nil, Options{}).Inject(context.Background(), f); inj.Landed || !strings.Contains(inj.Err, FaultRegistryStorageFull) {
+		t.Errorf("no disk: %+v, want refused naming the kind", inj)
 	}
 }

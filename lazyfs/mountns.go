@@ -85,3 +85,12 @@ func inMountNS(ns string, fn func() error) error {
 	}()
 	return <-done
 }
+
+// AttachIn attaches a clone of the mount at dir (any file system, not only
+// a lazy one) at dir inside mount namespace ns: the stack's other mounts
+// (the registry's tmpfs) reach a sandboxed supervisor's namespace the same
+// way. DetachIn undoes it.
+func AttachIn(dir, ns string) error { return attachIn(dir, ns) }
+
+// DetachIn lazily unmounts dir inside mount namespace ns.
+func DetachIn(dir, ns string) error { return detachIn(dir, ns) }

@@ -6,9 +6,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,5 +177,49 @@ func TestValidateRegistryURL(t *testing.T) {
 		if err := c.Validate(); (err == nil) != ok {
 			t.Errorf("Validate(--registry %q) = %v, want ok %v", url, err, ok)
 		}
+	}
+}
+
+// TestOCIPushServerErrorFailsThePush: a manifest commit the registry
+// answers with a 500 (what the distribution server answers when its storage
+// is full: ENOSPC) fails the push, so the hibernate is never reported done,
+// and no tag is committed; the same push succeeds once the registry takes
+// writes again. (The switch push-server-error-done takes that 500 as done:
+// the scenarios reg-*-registry-storage-full catch it.)
+func TestOCIPushServerErrorFailsThePush(t *testing.T) {
+	reg := registrytest.Start(t)
+	target, err := url.Parse(reg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full atomic.Bool
+	full.Store(true)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if full.Load() && r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/manifests/") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, `{"errors":[{"code":"UNKNOWN","message":"unknown error","detail":{"DriverName":"filesystem","Enclosed":{"Op":"write","Err":28}}}]}`)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	a := ociAgent(t, srv.URL)
+	ctx := context.Background()
+	archive, _ := snapshotArchive(t, t.TempDir())
+	err = a.ociPush(ctx, "vm-a", "SNAP1", "base", archive)
+	if err == nil || !strings.Contains(err.Error(), "commit manifest") || !strings.Contains(err.Error(), "500") {
+		t.Fatalf("push against a full registry: %v, want the commit's 500", err)
+	}
+	if err := a.registryHas(ctx, "vm-a"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after the failed push: registryHas = %v, want ErrNotExist (no tag)", err)
+	}
+	full.Store(false)
+	if err := a.ociPush(ctx, "vm-a", "SNAP1", "base", archive); err != nil {
+		t.Fatalf("push after the heal: %v", err)
+	}
+	if m, err := a.readManifest(ctx, "vm-a"); err != nil || m.SnapshotID != "SNAP1" {
+		t.Fatalf("after the healed push: %+v, %v", m, err)
 	}
 }

@@ -96,6 +96,9 @@ var Bugs = []Bug{
 	{"push-done-before-commit", "issue 34 registry", "nodeagent",
 		"an OCI push is reported done once its blobs are uploaded, before the manifest is committed under the :hibernate tag",
 		"intent-goal"},
+	{"push-server-error-done", "issue 34 registry", "nodeagent",
+		"an OCI push the registry answers with a 5xx (its storage full: ENOSPC) is taken as done, so the hibernate reports hibernated with no artifact committed under :hibernate",
+		"intent-goal"},
 }
 
 var (

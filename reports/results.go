@@ -135,6 +135,12 @@ type Case struct {
 	// ReproRate is how often the case's failure reproduced when `run
 	// --repro-check N` ran it again (repro.go); absent when not measured.
 	ReproRate *ReproRate `json:"repro_rate,omitempty"`
+	// ConvergeAfterHealMs is how long the node took to a stable state after
+	// the last of its faults healed (a registry fault, whose heal the
+	// harness times: the storage given back, the SIGCONT, the registry
+	// answering again); absent where no heal was timed or the case never
+	// converged.
+	ConvergeAfterHealMs *float64 `json:"converge_after_heal_ms,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.
@@ -186,7 +192,7 @@ type LedgerVerdict struct {
 // TimelineEvent is one point on a case's timeline (phase hit, fault, convergence).
 type TimelineEvent struct {
 	TsNs  int64  `json:"ts_ns"`
-	Kind  string `json:"kind"` // phase | fault | restart | converged
+	Kind  string `json:"kind"` // phase | fault | healed | restart | converged
 	Proc  string `json:"proc,omitempty"`
 	Pid   int    `json:"pid,omitempty"` // the emitting process (phase events): whose phase it is
 	Point string `json:"point,omitempty"`

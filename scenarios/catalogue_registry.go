@@ -83,6 +83,7 @@ func registryScenarios() []Scenario {
 			Env:    registryEnv, Expect: Expect{Ledger: true, FailedOK: true},
 		})
 	}
+	out = append(out, registryStorageScenarios()...)
 	out = append(out, registryGuardScenarios()...)
 	for i := range out {
 		out[i].Backends = []string{"fake", "real"}
@@ -92,6 +93,50 @@ func registryScenarios() []Scenario {
 }
 
 func init() { Catalogue = append(Catalogue, registryScenarios()...) }
+
+// storageFull is the registry's storage filled for 20 s (1 s at time scale
+// 0.05): longer than the agent's first retries (its backoff starts at
+// 2 s, 0.1 s scaled), shorter than all of them, so the hibernate meets
+// the full disk more than once and converges after the heal.
+var storageFull = Fault{Kind: injector.FaultRegistryStorageFull, Unit: UnitRegistry, StopFor: 20 * time.Second}
+
+// pushFailedThenOK: the push failed at least once (the fault reached it)
+// and then succeeded (after the heal).
+var pushFailedThenOK = []MetricExpect{
+	{Series: `nodeagent_hibernate_total{phase="push",result="failed"}`, Min: 1, Max: -1},
+	{Series: `nodeagent_hibernate_total{phase="push",result="ok"}`, Min: 1, Max: -1}}
+
+// registryStorageScenarios are the registry's storage full (ENOSPC on
+// every write, the distribution server answering 500) mid-push: at the
+// manifest's commit, and from the first blob of the push on. A pull
+// writes nothing to the registry, so a full one must still serve it.
+func registryStorageScenarios() []Scenario {
+	commit, begin, pull := storageFull, storageFull, storageFull
+	commit.Trigger, commit.VM = "park "+pointPushBlobs, vmA
+	begin.Trigger, begin.VM = "park agent.hibernate.begin", vmA
+	pull.Trigger, pull.VM = "park "+pointPullManifest, vmA
+	return []Scenario{{
+		ID: "reg-push-registry-storage-full", SeedRef: "issue 34 registry", Op: OpHibernate, Speed: "fast",
+		Title: "the registry's storage full while the push's blobs are up and its manifest is not committed: the commit fails (500, ENOSPC), the hibernate is not reported done, and once the storage healed the retried push commits a whole artifact under <name>:hibernate",
+		Setup: readyA, Act: []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{commit},
+		Env:    registryEnv, Expect: Expect{FailedOK: true, Metrics: pushFailedThenOK},
+		Targets: []string{"push-server-error-done"},
+	}, {
+		ID: "reg-hibernate-registry-storage-full", SeedRef: "issue 34 registry", Op: OpHibernate, Speed: "slow",
+		Title: "the registry's storage full from the hibernate's start: every blob upload of the push fails (500, ENOSPC) until the storage healed, then the retried push commits a whole artifact under <name>:hibernate",
+		Setup: readyA, Act: []Step{{Kind: StepHibernate, VM: vmA}},
+		Faults: []Fault{begin},
+		Env:    registryEnv, Expect: Expect{FailedOK: true, Metrics: pushFailedThenOK},
+		Targets: []string{"push-server-error-done"},
+	}, {
+		ID: "reg-pull-registry-storage-full", SeedRef: "issue 34 registry", Op: OpWake, Speed: "slow",
+		Title: "the registry's storage full while the wake has read the manifest: a pull writes nothing to the registry, so the wake restores the snapshot from the full registry; the heal follows",
+		Setup: coldHibernated, Act: []Step{{Kind: StepWake, VM: vmA}},
+		Faults: []Fault{pull},
+		Env:    registryEnv, Expect: Expect{Ledger: true},
+	}}
+}
 
 // Harness steps of the real-registry cases (runner/registry.go).
 const (

@@ -86,8 +86,9 @@ func (cr *caseRun) injFault(f scenarios.Fault) injector.Fault {
 		unit = cr.st.RegistryUnit
 	}
 	out := injector.Fault{Kind: f.Kind, Unit: unit, Child: f.Child}
-	if f.Kind == "sigstop" || f.Kind == injector.FaultRegistrySigstop {
-		// the injector sends the SIGCONT (0: the agent stays frozen)
+	if f.Kind == "sigstop" || f.Kind == injector.FaultRegistrySigstop || f.Kind == injector.FaultRegistryStorageFull {
+		// the injector sends the SIGCONT or heals the disk (0: it stays
+		// frozen, full)
 		out.StopFor = cr.r.scale(f.StopFor)
 	}
 	if f.Kind == "sigkill-vmm" {
@@ -275,6 +276,9 @@ func (cr *caseRun) parkedFault(ctx context.Context, i int, trig string, t inject
 		in := cr.inj.InjectHit(ctx, cr.injFault(f), hit)
 		if in.VictimPID > 0 {
 			cr.noteVictim(in.VictimPID)
+		}
+		if in.Err == "" {
+			cr.watchHeal(f.Kind, in.ActualNs)
 		}
 		return reports.Injection{Fault: in.Fault.String(), Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
 			Err: in.Err, VictimPID: in.VictimPID, IntendedPhase: t.Point}

@@ -319,6 +319,9 @@ func (cr *caseRun) restore(ctx context.Context, budget time.Duration) error {
 	if err := cr.waitServing(ctx, 60*time.Second); err != nil {
 		return productErr(ServedAfterRestart, fmt.Errorf("the agent did not serve again after the fault: %w", err))
 	}
+	if err := cr.waitHealed(ctx, budget); err != nil {
+		return err
+	}
 	for _, step := range s.After {
 		if err := cr.step(ctx, step, budget); err != nil {
 			return stepErr("after", step, err)
@@ -336,6 +339,10 @@ func (cr *caseRun) converge(ctx context.Context, budget time.Duration) ([]report
 	invs, convergedNs := cr.pollStable(ctx, in, budget)
 	if convergedNs > 0 {
 		cr.rc.ConvergeMs = max(float64(convergedNs-cr.faultNs)/1e6, 0)
+		if cr.healNs > 0 {
+			ms := max(float64(convergedNs-cr.healNs)/1e6, 0)
+			cr.rc.ConvergeAfterHealMs = &ms
+		}
 	}
 	if convergedNs == 0 && checker.AllOK(invs) {
 		// every invariant held at the last poll but never StablePolls

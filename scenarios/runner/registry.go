@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/scenarios/checker"
@@ -16,10 +17,14 @@ import (
 )
 
 // registryPrecondition: a real-registry case needs the distribution server
-// on this host; without it the case is inconclusive with the reason.
+// on this host, and one that fills the registry's storage needs root (its
+// tmpfs); without them the case is inconclusive with the reason.
 func registryPrecondition(s *scenarios.Scenario) error {
 	if s.Env.Registry != scenarios.RegistryOCI {
 		return nil
+	}
+	if hasFault(s, injector.FaultRegistryStorageFull) && os.Geteuid() != 0 {
+		return fmt.Errorf("%s: the registry's storage goes on a tmpfs of its own, which needs root", injector.FaultRegistryStorageFull)
 	}
 	return stack.RegistryAvailable()
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
@@ -15,7 +16,9 @@ import (
 // bug twice against a real distribution server: with the bug switched on it
 // must fail on the invariant the bug breaks (the image guard off, a fresh
 // boot while the evidence is unreadable, a push reported done before its
-// manifest was committed), and pass without it.
+// manifest was committed, a push the full registry answered with a 500
+// taken as done), and pass without it. The storage-full case must also say
+// how long the node took to converge after the heal.
 func TestRegistryCasesCatchTheirBugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts the whole stack and a registry; run without -short")
@@ -30,7 +33,8 @@ func TestRegistryCasesCatchTheirBugs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	for _, id := range []string{"reg-image-changed", "reg-evidence-registry-unreachable", "reg-hibernated-in-registry"} {
+	for _, id := range []string{"reg-image-changed", "reg-evidence-registry-unreachable", "reg-hibernated-in-registry",
+		"reg-push-registry-storage-full"} {
 		c, err := scenarios.CaseFor(id, 0, false, "fake")
 		if err != nil {
 			t.Fatal(err)
@@ -42,8 +46,12 @@ func TestRegistryCasesCatchTheirBugs(t *testing.T) {
 				t.Errorf("%s with %s: %s (%s), want a fail on %s; invariants %+v", id, bug, with.Verdict, with.Reason, inv, with.Invariants)
 			}
 		}
-		if without := r.RunCaseWith(ctx, c, nil); without.Verdict != reports.Pass {
+		without := r.RunCaseWith(ctx, c, nil)
+		if without.Verdict != reports.Pass {
 			t.Errorf("%s without a bug: %s (%s)", id, without.Verdict, without.Reason)
+		}
+		if hasFault(c.Scenario, injector.FaultRegistryStorageFull) && without.ConvergeAfterHealMs == nil {
+			t.Errorf("%s: no converge_after_heal_ms", id)
 		}
 	}
 	if left := leftovers(r); len(left) > 0 {

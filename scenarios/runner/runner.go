@@ -295,6 +295,9 @@ func progressLine(rc reports.Case) string {
 	s := fmt.Sprintf("%-13s %-48s %6.1fs", strings.ToUpper(rc.Verdict), rc.ID, rc.DurationMs/1000)
 	if rc.ConvergeMs >= 0 && rc.Verdict != reports.Inconclusive {
 		s += fmt.Sprintf("  converged in %.0fms", rc.ConvergeMs)
+		if rc.ConvergeAfterHealMs != nil {
+			s += fmt.Sprintf(" (%.0fms after the heal)", *rc.ConvergeAfterHealMs)
+		}
 	}
 	var bad []string
 	for _, inv := range rc.Invariants {
@@ -347,6 +350,8 @@ type caseRun struct {
 	directAdded chan struct{}
 	held        []string // parked points the harness still holds
 	faultNs     int64
+	healNs      int64      // when the last registry fault healed (heal.go); 0: none timed
+	healSeen    chan int64 // watchHeal's answer (heal.go); nil: no watch
 	scraper     *checker.Scraper
 	victims     map[int]bool
 	bugs        []string
@@ -448,13 +453,17 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	}
 	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
 		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs, Lazy: lazy,
-		OCIRegistry: s.Env.Registry == scenarios.RegistryOCI})
+		OCIRegistry: s.Env.Registry == scenarios.RegistryOCI, RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull)})
 	if err != nil {
 		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}
 	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
-	cr.inj = injector.New(r.run.Sup, st.Trace, injector.Options{CtlDir: st.CtlDir})
+	iopts := injector.Options{CtlDir: st.CtlDir}
+	if st.RegistryDisk != nil {
+		iopts.Disk = st.RegistryDisk // never a typed nil in the interface
+	}
+	cr.inj = injector.New(r.run.Sup, st.Trace, iopts)
 	o := cr.execute(cctx, budget)
 	if o.Err == nil && errors.Is(ctx.Err(), context.Canceled) {
 		// the run was interrupted mid-case: what the phases saw after
@@ -476,6 +485,9 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Logs[k] = filepath.Join("cases", filepath.Base(caseDir), v)
 	}
 	rc.Timeline = timeline(st.Trace.Sorted(), rc.Injections, rc.ConvergeMs, cr.faultNs)
+	if cr.healNs > 0 {
+		rc.Timeline = withHeal(rc.Timeline, cr.healNs)
+	}
 	rc.Workload = cr.workloadReport()
 	o.TeardownErr = closeErr
 	cr.judge(o)

@@ -65,6 +65,19 @@ func (s *Stack) startRegistry(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(dir, "storage"), 0o755); err != nil {
 		return fmt.Errorf("stack: registry: %w", err)
 	}
+	if s.opts.RegistryDisk {
+		// mounted before the registry starts: it must never write below
+		// the mount point, where a fill would not reach
+		var nss []string
+		if ns := injector.MountNS(s.run.Sup); ns != "" {
+			nss = append(nss, ns)
+		}
+		d, err := mountRegistryDisk(filepath.Join(dir, "storage"), RegistryDiskSize, nss)
+		if err != nil {
+			return fmt.Errorf("stack: %w", err)
+		}
+		s.RegistryDisk = d
+	}
 	cfg := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, registryConfig, filepath.Join(dir, "storage"), addr), 0o644); err != nil {
 		return fmt.Errorf("stack: registry config: %w", err)

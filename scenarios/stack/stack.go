@@ -240,6 +240,9 @@ type Options struct {
 	// OCIRegistry runs a real OCI registry (the distribution server) for
 	// the case, and the agent pushes and pulls through it (registry.go).
 	OCIRegistry bool
+	// RegistryDisk puts the registry's storage on a tmpfs of its own that
+	// the harness can fill (registry-storage-full; regdisk.go): root only.
+	RegistryDisk bool
 }
 
 // Stack is one case's node stack.
@@ -268,6 +271,9 @@ type Stack struct {
 	RegistryUnit    string
 	RegistryURL     string
 	RegistryStorage string
+	// RegistryDisk is the tmpfs under RegistryStorage (Options.RegistryDisk;
+	// nil without).
+	RegistryDisk *RegistryDisk
 
 	mu         sync.Mutex
 	procs      map[*exec.Cmd]bool // processes the harness started itself, until reaped
@@ -339,6 +345,9 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 		if err := s.startRegistry(ctx); err != nil {
 			if s.unitsUp[s.RegistryUnit] {
 				_ = r.Sup.Remove(context.Background(), s.RegistryUnit)
+			}
+			if s.RegistryDisk != nil {
+				_ = s.RegistryDisk.Unmount()
 			}
 			s.Trace.Close()
 			return nil, err
@@ -634,6 +643,11 @@ func (s *Stack) Close(ctx context.Context) error {
 	}
 	if s.Lazy != nil {
 		if err := s.Lazy.Unmount(); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if s.RegistryDisk != nil {
+		if err := s.RegistryDisk.Unmount(); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}

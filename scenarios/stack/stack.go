@@ -536,6 +536,9 @@ func (s *Stack) StartDaemon(ctx context.Context, every time.Duration) error {
 // Sup is the run's supervisor.
 func (s *Stack) Sup() injector.Supervisor { return s.run.Sup }
 
+// RealBackend reports whether the stack runs real cloud-hypervisor.
+func (s *Stack) RealBackend() bool { return s.run != nil && s.run.Real != nil }
+
 // Scale is the run's time scale.
 func (s *Stack) Scale() float64 { return s.run.Scale }
 

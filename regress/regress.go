@@ -96,6 +96,9 @@ var Bugs = []Bug{
 	{"push-done-before-commit", "issue 34 registry", "nodeagent",
 		"an OCI push is reported done once its blobs are uploaded, before the manifest is committed under the :hibernate tag",
 		"intent-goal"},
+	{"net-skips-eject-wait", "issue 31 fidelity", "vmctl",
+		"vm net returns once it asked the VMM to unplug a NIC, without waiting for the guest to ack the eject, so the hibernate's save captures the half-gone NIC and the wake restores it as a node no device stands behind",
+		"device-tree-consistent"},
 }
 
 var (

@@ -54,11 +54,15 @@ func (s *nicSet) openPort(nets []chapi.NetConfig, port int, strict bool) error {
 	var added []string
 	for _, n := range nets {
 		ip := n.IP
-		if ip == "" {
-			// A TAP-only NIC (tap=,mac= without ip=): a real guest gets its
-			// address from its seed or DHCP; the fake guest takes it from
-			// its cloud-init seed, else from the MAC (guestAddrFromMAC).
-			ip = s.v.tapAddr(n.Mac)
+		if n.Tap != "" || ip == "" {
+			// A TAP NIC (tap=,mac=, its ip= the host side of the TAP, or
+			// none): a real guest gets its address from its seed or DHCP;
+			// the fake guest takes it from its cloud-init seed, else from
+			// the MAC (guestAddrFromMAC), and answers there, not on the
+			// host side. ip= stays the fallback of a TAP NIC without a MAC.
+			if a := s.v.tapAddr(n.Mac); a != "" {
+				ip = a
+			}
 		}
 		if ip == "" {
 			s.byID[n.ID] = ""

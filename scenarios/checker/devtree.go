@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/reports"
 )
 
 // DeviceTreeConsistent judges CH's device trees: the tree of every running
@@ -309,4 +310,36 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// MACKept is the invariant of a VM brought back under its name (a wake, or a
+// create after a delete) that must reuse its NICs' MACs (tap mode: the
+// name keeps its slots): the VM has the MACs the name's VM had before.
+const MACKept = "mac-kept"
+
+// MACKeptInvariant judges, per name, the MACs listed before its hibernate
+// or delete against those of the VM under that name now. A name with no
+// MAC listed before, or no VM now, or a listing that failed, is no
+// evidence: it fails.
+func MACKeptInvariant(before map[string][]string, beforeErr error, now func(name string) ([]string, error)) reports.Invariant {
+	var ev []string
+	if beforeErr != nil {
+		ev = append(ev, fmt.Sprintf("the NICs before the hibernate or delete could not be listed: %v", beforeErr))
+	}
+	if len(before) == 0 && beforeErr == nil {
+		ev = append(ev, "no VM's NICs were listed before a hibernate or delete: no MAC to keep")
+	}
+	for _, name := range sortedKeys(before) {
+		want := before[name]
+		got, err := now(name)
+		switch {
+		case len(want) == 0:
+			ev = append(ev, fmt.Sprintf("%s had no NIC before its hibernate or delete: no MAC to keep", name))
+		case err != nil:
+			ev = append(ev, fmt.Sprintf("%s: the NICs of the VM now under the name could not be listed: %v", name, err))
+		case strings.Join(got, ",") != strings.Join(want, ","):
+			ev = append(ev, fmt.Sprintf("%s: MACs %v before, %v now: the name did not keep its MACs", name, want, got))
+		}
+	}
+	return result(MACKept, ev)
 }

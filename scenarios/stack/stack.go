@@ -240,6 +240,11 @@ type Options struct {
 	// OCIRegistry runs a real OCI registry (the distribution server) for
 	// the case, and the agent pushes and pulls through it (registry.go).
 	OCIRegistry bool
+	// NetMode is vmctl's --net-mode of the case on the fake backend ("":
+	// fake; "tap": a TAP NIC per slot of the VM's name, fakech's guest
+	// answering at the address the MAC derives from the case's loopback
+	// pool). The real backend is always tap.
+	NetMode string
 }
 
 // Stack is one case's node stack.
@@ -366,6 +371,9 @@ func (s *Stack) baseEnv() []string {
 	}
 	if s.run.Key != nil {
 		env = append(env, "VMCTL_SSH_KEY="+s.run.Key.PrivatePath(), "VMCTL_SEED_PUBKEY="+s.run.Key.AuthorizedKey())
+	}
+	if s.opts.NetMode != "" && s.run.Real == nil {
+		env = append(env, "VMCTL_NET_MODE="+s.opts.NetMode)
 	}
 	if s.run.Real != nil {
 		// later entries win (exec and systemd keep the last of a name):

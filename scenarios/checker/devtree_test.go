@@ -160,3 +160,37 @@ func TestReadCapturedTreeRefusesWhatItCannotRead(t *testing.T) {
 		t.Fatalf("read %+v", got)
 	}
 }
+
+// TestMACKeptNeverPassesOnMissingData: no MAC listed before, a listing that
+// failed, no VM under the name now, or other MACs now all fail; the same
+// MACs back pass.
+func TestMACKeptNeverPassesOnMissingData(t *testing.T) {
+	now := func(macs []string, err error) func(string) ([]string, error) {
+		return func(string) ([]string, error) { return macs, err }
+	}
+	before := map[string][]string{"vm-a": {macA}}
+	for _, tc := range []struct {
+		name      string
+		before    map[string][]string
+		beforeErr error
+		now       func(string) ([]string, error)
+		want      string
+	}{
+		{"nothing listed before (empty)", nil, nil, now([]string{macA}, nil), "no VM's NICs were listed"},
+		{"a VM with no NIC before (empty)", map[string][]string{"vm-a": {}}, nil, now([]string{macA}, nil), "vm-a had no NIC"},
+		{"the listing before failed (unreadable)", nil, errors.New("vmctl vm list: exit 1"), now([]string{macA}, nil), "could not be listed: vmctl vm list: exit 1"},
+		{"no VM under the name now (missing)", before, nil, now(nil, errors.New("no vm named vm-a")), "vm-a: the NICs of the VM now under the name could not be listed"},
+		{"another MAC now", before, nil, now([]string{macD}, nil), "did not keep its MACs"},
+		{"no NIC now", before, nil, now([]string{}, nil), "did not keep its MACs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := MACKeptInvariant(tc.before, tc.beforeErr, tc.now)
+			if got.OK || got.Name != MACKept || !strings.Contains(got.Evidence, tc.want) {
+				t.Fatalf("%+v; want a failure with evidence containing %q", got, tc.want)
+			}
+		})
+	}
+	if got := MACKeptInvariant(before, nil, now([]string{macA}, nil)); !got.OK {
+		t.Fatalf("the same MAC back: %+v", got)
+	}
+}

@@ -675,6 +675,16 @@ var chFidelityScenarios = []Scenario{
 		Expect:  Expect{Ledger: true},
 		Targets: []string{"net-skips-eject-wait"},
 	},
+	{
+		// The same late ack, the intent left hibernated: the snapshot the
+		// save took stays in the store, so its captured tree is judged.
+		ID: "ch-net-eject-wait-hibernate", SeedRef: "ch14", Op: OpHibernate, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity"},
+		Title:   "the guest acks the eject of the hibernate's NIC drop late: the hibernate snapshot's captured device tree must hold no NIC with its eject pending (device-tree-consistent on state.json)",
+		Act:     armedHibernate,
+		Faults:  []Fault{{Kind: "failpoint", Trigger: "at ch.eject.acked", Window: [2]string{"agent.hibernate.begin", "agent.hibernate.done"}}},
+		Env:     Env{Failpoints: "ch.eject.acked=1*sleep(300)"},
+		Targets: []string{"net-skips-eject-wait"},
+	},
 	// Tap mode on the fake backend (issue 31, item 6): the VM's name keeps
 	// its TAP slots, so a wake (a clone under the same name) and a create
 	// after a delete reuse the NIC's MAC and its MAC-derived id, as the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 
@@ -54,11 +55,18 @@ func (s *nicSet) openPort(nets []chapi.NetConfig, port int, strict bool) error {
 	var added []string
 	for _, n := range nets {
 		ip := n.IP
-		if ip == "" {
+		switch {
+		case ip == "":
 			// A TAP-only NIC (tap=,mac= without ip=): a real guest gets its
 			// address from its seed or DHCP; the fake guest takes it from
 			// its cloud-init seed, else from the MAC (guestAddrFromMAC).
 			ip = s.v.tapAddr(n.Mac)
+		case n.Tap != "":
+			// ip= of a TAP NIC is the host side of the TAP (vmctl's tap
+			// mode): the guest answers where it configures itself.
+			if a := s.v.tapGuestAddr(n); a != "" {
+				ip = a
+			}
 		}
 		if ip == "" {
 			s.byID[n.ID] = ""
@@ -270,6 +278,34 @@ func guestAddrFromMAC(mac string) string {
 		return ""
 	}
 	return fmt.Sprintf("127.%d.%d.%d", hw[3], hw[4], hw[5])
+}
+
+// tapGuestAddr is the fake guest's address on a TAP NIC whose ip= is the
+// host side: the loopback address its cloud-init seed gives the MAC, else,
+// on a point-to-point /30 (vmnet.PlanNIC's, as DHCP on that TAP hands it
+// out), the /30's other host address. "" keeps ip= (a TAP NIC given some
+// other mask: fakech's stand-in for a guest at ip=, as realch's launch
+// tests use it).
+func (v *VMM) tapGuestAddr(n chapi.NetConfig) string {
+	if hw, err := net.ParseMAC(n.Mac); err == nil {
+		if ip := v.seed[hw.String()]; ip != "" && checkAddr(ip) == nil {
+			return ip
+		}
+	}
+	host, err := netip.ParseAddr(n.IP)
+	if err != nil || !host.Is4() || n.Mask != "255.255.255.252" {
+		return ""
+	}
+	b := host.As4()
+	switch b[3] % 4 {
+	case 1:
+		b[3]++
+	case 2:
+		b[3]--
+	default: // the /30's network or broadcast address: no host side
+		return ""
+	}
+	return netip.AddrFrom4(b).String()
 }
 
 // tapAddr is the fake guest's address on a TAP-only NIC: the seed's static

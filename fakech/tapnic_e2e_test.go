@@ -37,6 +37,29 @@ func TestTapOnlyNICTakesItsAddressFromTheMAC(t *testing.T) {
 
 func mrandN(n int) int { return rand.IntN(n) }
 
+// TestTapNICWithHostSideAnswersAtTheGuestAddress: vmctl's tap mode passes
+// tap=,mac= and ip= the host side of the TAP (CH configures the TAP with
+// it); the guest is not there but at the address its MAC derives, where a
+// real guest configures itself, and nothing answers on the host side.
+func TestTapNICWithHostSideAnswersAtTheGuestAddress(t *testing.T) {
+	dir := vmDir(t, "VMTAPH")
+	g := newGuest(t, dir)
+	sock := filepath.Join(dir, "api.sock")
+	b := byte(1 + mrandN(250))
+	mac := fmt.Sprintf("52:54:00:7b:%02x:06", b)
+	host := fmt.Sprintf("127.123.%d.5", b)
+	startReady(t, sock, baseEnv(), "--api-socket", "path="+sock, "--firmware", "/nonexistent", "--disk", "path="+g.path,
+		"--console", "off", "--serial", "null", "--net", "tap=vtfake3,mac="+mac+",ip="+host+",mask=255.255.255.252")
+	ip := fmt.Sprintf("127.123.%d.6", b)
+	if out, _, st := g.sshRun(t, ip, "hostname"); st != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("guest at %s (from its MAC): status %d %q", ip, st, out)
+	}
+	if conn, err := net.DialTimeout("tcp", net.JoinHostPort(host, fmt.Sprint(g.img.SSHPort)), time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("the host side %s answers: the guest must answer at its own address", host)
+	}
+}
+
 // TestTapOnlyNICAnswersInsideTheVMMsNetns: run inside a network namespace
 // (as realch runs CH), the guest of a TAP-only NIC listens in that
 // namespace: a harness dialing from inside it gets the SSH banner, the host

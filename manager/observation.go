@@ -42,6 +42,18 @@ type VM struct {
 	PID     int    `json:"pid,omitempty"`     // VMM pid as recorded (0: none)
 	Address string `json:"address,omitempty"` // guest SSH address ip:port of the first NIC; "" without a NIC
 	Reason  string `json:"reason,omitempty"`  // why the record is in its state, when the manager says
+	// NICs are the record's network interfaces and Ejecting the NIC ids
+	// whose unplug the guest had not acked when the record was written
+	// (a manager that does not say leaves both empty).
+	NICs     []NIC    `json:"nics,omitempty"`
+	Ejecting []string `json:"ejecting,omitempty"`
+}
+
+// NIC is one network interface of a VM record: the id its VMM knows the
+// device by, and its MAC.
+type NIC struct {
+	ID  string `json:"id"`
+	MAC string `json:"mac"`
 }
 
 // Snapshot is one snapshot record as the manager lists it.
@@ -50,6 +62,9 @@ type Snapshot struct {
 	Name  string `json:"name"`
 	State string `json:"state"` // pending | ready
 	VMID  string `json:"vm_id,omitempty"`
+	// Dir holds the snapshot's data as the VMM wrote it (config.json,
+	// state.json); "" when the manager does not say.
+	Dir string `json:"dir,omitempty"`
 }
 
 // Violation is one broken invariant the manager's own consistency check

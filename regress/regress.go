@@ -99,6 +99,9 @@ var Bugs = []Bug{
 	{"push-server-error-done", "issue 34 registry", "nodeagent",
 		"an OCI push the registry answers with a 5xx (its storage full: ENOSPC) is taken as done, so the hibernate reports hibernated with no artifact committed under :hibernate",
 		"intent-goal"},
+	{"net-skips-eject-wait", "issue 31 fidelity", "vmctl",
+		"vm net returns once it asked the VMM to unplug a NIC, without waiting for the guest to ack the eject, so the hibernate's save captures the half-gone NIC and the wake restores it as a node no device stands behind",
+		"device-tree-consistent"},
 }
 
 var (

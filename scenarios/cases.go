@@ -352,6 +352,9 @@ func Validate(bugNames []string) error {
 				errs = append(errs, s.ID+": a fraction sweep needs the first fault's window (both ends)")
 			}
 		}
+		if s.Env.NetMode != "" && s.Env.NetMode != NetModeTap {
+			errs = append(errs, fmt.Sprintf("%s: net mode %q: want %q or none", s.ID, s.Env.NetMode, NetModeTap))
+		}
 		for _, t := range s.Targets {
 			if !known[t] {
 				errs = append(errs, fmt.Sprintf("%s: target %q is not a regress bug", s.ID, t))

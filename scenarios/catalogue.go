@@ -94,6 +94,7 @@ type Expect struct {
 	Ledger                    bool // verify the ledger after the final wake (RAM markers and boot id too)
 	Workload                  bool // the guest workload must have been judged (a consistent cut per save, hibernate → wake)
 	Adopted                   bool // VMs that existed before the fault keep their ids (adopted, never recreated)
+	MACKept                   bool // a wake (or a create after a delete) reuses the MACs the name's VM had before (tap mode: mac-kept)
 	Metrics                   []MetricExpect
 	DirectVMs                 []string      // harness-created VM names that must exist exactly once and run
 	Budget                    time.Duration // convergence budget (real time; scaled, with a floor)
@@ -107,7 +108,14 @@ type Env struct {
 	Daemon       bool          // run `vmctl daemon` as a unit
 	DaemonEvery  time.Duration // its --interval (real time)
 	Registry     string        // "oci": a real OCI registry (distribution server) for the case; "": the agent's registry dir
+	// NetMode "tap": vmctl's tap mode on the fake backend (a TAP per NIC
+	// whose MAC and id the VM's name keeps, so a wake reuses them as in
+	// the field); "": fake mode (a MAC per VM id, fresh on every clone).
+	NetMode string
 }
+
+// NetModeTap is Env.NetMode's tap mode.
+const NetModeTap = "tap"
 
 // Scenario is one catalogue entry; with Offsets or Sweep it expands to one
 // case per offset.
@@ -651,6 +659,64 @@ var chFidelityScenarios = []Scenario{
 		Act:    []Step{{Kind: StepDirectClone, VM: "direct-t"}},
 		Faults: []Fault{{Kind: "none", Trigger: "park vm.clone.restored"}},
 		Expect: Expect{DirectVMs: []string{"direct-t"}},
+	},
+	{
+		// The guest acks the eject 300 ms (real time, not scaled) after
+		// it was asked: inside vm net's eject budget, so the fixed vm net
+		// waits it out, and longer than the hibernate takes from its NIC
+		// drop to its save's pause, so a vm net that does not wait lets
+		// the save capture the half-gone NIC (issue 31, item 6).
+		ID: "ch-net-eject-wait-hibernate-wake", SeedRef: "ch14", Op: OpHibernate, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity"},
+		Title:   "the guest acks the eject of the hibernate's NIC drop late: vm net must wait for it, so the save captures no half-gone NIC and the woken VM's device tree holds no node without a device (device-tree-consistent)",
+		Act:     armedHibernate,
+		Faults:  []Fault{{Kind: "failpoint", Trigger: "at ch.eject.acked", Window: [2]string{"agent.hibernate.begin", "agent.hibernate.done"}}},
+		Env:     Env{Failpoints: "ch.eject.acked=1*sleep(300)"},
+		After:   []Step{{Kind: StepWake, VM: vmA, Wait: true}},
+		Expect:  Expect{Ledger: true},
+		Targets: []string{"net-skips-eject-wait"},
+	},
+	{
+		// The same late ack, the intent left hibernated: the snapshot the
+		// save took stays in the store, so its captured tree is judged.
+		ID: "ch-net-eject-wait-hibernate", SeedRef: "ch14", Op: OpHibernate, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity"},
+		Title:   "the guest acks the eject of the hibernate's NIC drop late: the hibernate snapshot's captured device tree must hold no NIC with its eject pending (device-tree-consistent on state.json)",
+		Act:     armedHibernate,
+		Faults:  []Fault{{Kind: "failpoint", Trigger: "at ch.eject.acked", Window: [2]string{"agent.hibernate.begin", "agent.hibernate.done"}}},
+		Env:     Env{Failpoints: "ch.eject.acked=1*sleep(300)"},
+		Targets: []string{"net-skips-eject-wait"},
+	},
+	// Tap mode on the fake backend (issue 31, item 6): the VM's name keeps
+	// its TAP slots, so a wake (a clone under the same name) and a create
+	// after a delete reuse the NIC's MAC and its MAC-derived id, as the
+	// field's hibernate → wake does; fakech's guest answers at the guest
+	// address the MAC derives from the case's loopback pool.
+	{
+		ID: "ch-tap-hibernate-wake-mac-reuse", SeedRef: "ch14", Op: OpWake, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity", "net:tap"},
+		Title:  "tap mode: hibernate → wake brings the NIC back with the same MAC and id; the woken VM's device tree holds no node of the hibernated NIC (device-tree-consistent, mac-kept)",
+		Act:    armedHibernate,
+		Faults: []Fault{{Kind: "none"}},
+		After:  []Step{{Kind: StepWake, VM: vmA, Wait: true}},
+		Env:    Env{NetMode: NetModeTap},
+		Expect: Expect{Ledger: true, MACKept: true},
+	},
+	{
+		ID: "ch-tap-net-eject-wait-hibernate-wake", SeedRef: "ch14", Op: OpHibernate, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity", "net:tap"},
+		Title:   "tap mode, the guest acks the eject of the hibernate's NIC drop late: vm net must wait for it, or the save captures the NIC and the wake, reusing its MAC, finds its id taken by a node no device stands behind",
+		Act:     armedHibernate,
+		Faults:  []Fault{{Kind: "failpoint", Trigger: "at ch.eject.acked", Window: [2]string{"agent.hibernate.begin", "agent.hibernate.done"}}},
+		Env:     Env{Failpoints: "ch.eject.acked=1*sleep(300)", NetMode: NetModeTap},
+		After:   []Step{{Kind: StepWake, VM: vmA, Wait: true}},
+		Expect:  Expect{Ledger: true, MACKept: true},
+		Targets: []string{"net-skips-eject-wait"},
+	},
+	{
+		ID: "ch-tap-recreate-mac-reuse", SeedRef: "ch14", Op: OpCreate, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity", "net:tap"},
+		Title:  "tap mode: a VM deleted and created again under its name is a clone of the base snapshot that reuses the deleted VM's MAC and NIC id (device-tree-consistent, mac-kept)",
+		Setup:  []Step{createA},
+		Act:    []Step{{Kind: StepDelete, VM: vmA, Wait: true}, createA},
+		Faults: []Fault{{Kind: "none"}},
+		Env:    Env{NetMode: NetModeTap},
+		Expect: Expect{MACKept: true},
 	},
 	{
 		ID: "ch-kill9-mid-snapshot", SeedRef: "ch14", Op: OpSave, Speed: "fast", Backends: []string{"fake"}, Labels: []string{"ch:fidelity"},

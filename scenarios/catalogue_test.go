@@ -14,6 +14,19 @@ func TestCatalogueIsValid(t *testing.T) {
 	}
 }
 
+// TestValidateRefusesAnUnknownNetMode: a net mode vmctl does not have
+// would run the case in fake mode and prove nothing about tap.
+func TestValidateRefusesAnUnknownNetMode(t *testing.T) {
+	old := Catalogue
+	t.Cleanup(func() { Catalogue = old })
+	s := Catalogue[0]
+	s.ID, s.Env.NetMode = "bad-net-mode", "tun"
+	Catalogue = append(append([]Scenario(nil), old...), s)
+	if err := Validate(regress.Names()); err == nil || !strings.Contains(err.Error(), `bad-net-mode: net mode "tun"`) {
+		t.Fatalf("Validate: %v", err)
+	}
+}
+
 func TestEveryBugIsTargeted(t *testing.T) {
 	for _, b := range regress.Bugs {
 		if len(ScenariosTargeting(b.Name)) == 0 {

@@ -305,9 +305,9 @@ func decodeVM(t *testing.T, out string) *VM {
 }
 
 // TestTapModeEndToEnd runs the real vmctl in tap mode with fakech as
-// cloud-hypervisor (which takes tap= and, being fake, listens on ip=, the
-// host side; its guest is not reachable at the guest address, so this checks
-// argv, records and the VMM's config, not SSH): a cold boot with the seed,
+// cloud-hypervisor (which takes tap= and, being fake, answers at the guest
+// address its seed gives the MAC; this checks argv, records and the VMM's
+// config, not SSH): a cold boot with the seed,
 // a hibernate-shaped cycle (NIC drop, save, rm, clone under the same name)
 // that comes back on the same TAP, address and MAC, a clone under another
 // name that does not, and a wake in a second store from an exported
@@ -400,7 +400,7 @@ func TestTapModeEndToEnd(t *testing.T) {
 	s.ok("snapshot", "export", "a-hib", "-o", tarPath)
 	s2 := newStack(t, "0.05", "VMCTL_NET_MODE=tap", "VMCTL_SEED_PUBKEY="+key, "VMCTL_NET_POOL="+pool)
 	s2.ok("snapshot", "import", tarPath)
-	s.ok("vm", "rm", "--force", "a", "b") // frees the fake guest's listener on the host side
+	s.ok("vm", "rm", "--force", "a", "b") // frees the fake guest's listener on a's guest address
 	w2 := decodeVM(t, s2.ok("vm", "clone", "--name", "a", "--nics", "1", "a-hib", "-o", "json"))
 	if !reflect.DeepEqual(w2.Network, a.Network) {
 		t.Fatalf("a woken in a second store:\n got %+v\nwant %+v", w2.Network, a.Network)

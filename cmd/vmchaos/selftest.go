@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -22,6 +23,7 @@ func init() { register(newSelftestCmd) }
 type selftestOpts struct {
 	fast, list, failfast bool
 	parallel, count      int
+	bugs                 string // --bug: only these bugs (comma-separated)
 }
 
 func newSelftestCmd() *cobra.Command {
@@ -44,6 +46,7 @@ and no false positive.`,
 		Example: `  vmchaos selftest --fast --time-scale 0.05
   vmchaos selftest --fast --count 20 --parallel 4 --time-scale 0.05
   vmchaos selftest --fast --count 100 --failfast --parallel 12 --time-scale 0.05
+  vmchaos selftest --bug net-skips-eject-wait --time-scale 0.05
   vmchaos selftest --list`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,6 +55,9 @@ and no false positive.`,
 			}
 			plan, err := selftestPlan(o.fast)
 			if err != nil {
+				return err
+			}
+			if plan, err = onlyBugs(plan, o.bugs); err != nil {
 				return err
 			}
 			if o.list {
@@ -63,6 +69,7 @@ and no false positive.`,
 	f.add(c)
 	c.Flags().IntVar(&o.parallel, "parallel", 1, "with-bug cases run at once (the cases without a bug, which must pass, always run one at a time first); a with-bug case usually waits out the 20 s convergence budget, so CI runs its 12 at once")
 	c.Flags().BoolVar(&o.fast, "fast", false, "only the quickest detecting scenario per bug (what CI runs)")
+	c.Flags().StringVar(&o.bugs, "bug", "", "only these bugs of the library (comma-separated switch names, as VMCHAOS_REGRESS takes them), e.g. --bug net-skips-eject-wait; empty: every bug")
 	c.Flags().BoolVar(&o.list, "list", false, "list every bug with its seed, the invariant it breaks and the scenarios targeting it")
 	c.Flags().IntVar(&o.count, "count", 1, "run every check N times with the bug on and N times with it off, and report the detection rate k/N, the first catching run and the false positives, e.g. --count 20; 1 is one run each, the one-run table")
 	c.Flags().BoolVar(&o.failfast, "failfast", false, "with --count: stop a bug's row at its first catch (its rate is then k/runs done, marked stopped early) and a scenario's runs without a bug at their first non-pass, e.g. --count 100 --failfast (CI)")
@@ -164,6 +171,25 @@ func selftestPlan(fast bool) ([]selftestItem, error) {
 		}
 		for _, id := range ids {
 			out = append(out, selftestItem{bug: b, scenario: id})
+		}
+	}
+	return out, nil
+}
+
+// onlyBugs keeps the rows of the named bugs (all when names is empty); an
+// unknown name is an error, never an empty plan that passes.
+func onlyBugs(plan []selftestItem, names string) ([]selftestItem, error) {
+	if strings.TrimSpace(names) == "" {
+		return plan, nil
+	}
+	want, err := regress.Parse(names)
+	if err != nil {
+		return nil, fmt.Errorf("--bug: %w", err)
+	}
+	var out []selftestItem
+	for _, it := range plan {
+		if slices.Contains(want, it.bug.Name) {
+			out = append(out, it)
 		}
 	}
 	return out, nil

@@ -50,3 +50,27 @@ func TestSelftestRow(t *testing.T) {
 		t.Errorf("park row 2/3: %+v (rate %+v)", r, *r.Rate)
 	}
 }
+
+// TestOnlyBugsKeepsTheNamedRows: --bug keeps exactly the named bugs' rows
+// and refuses an unknown name rather than run an empty plan that passes.
+func TestOnlyBugsKeepsTheNamedRows(t *testing.T) {
+	plan, err := selftestPlan(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := onlyBugs(plan, "net-skips-eject-wait")
+	if err != nil || len(got) == 0 {
+		t.Fatalf("onlyBugs = %v, %v", got, err)
+	}
+	for _, it := range got {
+		if it.bug.Name != "net-skips-eject-wait" {
+			t.Fatalf("row of %s kept", it.bug.Name)
+		}
+	}
+	if all, _ := onlyBugs(plan, ""); len(all) != len(plan) {
+		t.Fatalf("no --bug kept %d of %d rows", len(all), len(plan))
+	}
+	if _, err := onlyBugs(plan, "no-such-bug"); err == nil {
+		t.Fatal("an unknown bug name was accepted")
+	}
+}

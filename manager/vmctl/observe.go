@@ -54,7 +54,10 @@ func (o *Observer) VMs(ctx context.Context) ([]manager.VM, error) {
 		if w.ID == "" {
 			return nil, fmt.Errorf("vmctl vm list: a record without an id (name %q)", w.Name)
 		}
-		v := manager.VM{ID: w.ID, Name: w.Name, State: w.State, PID: w.Pid, Reason: w.Reason}
+		v := manager.VM{ID: w.ID, Name: w.Name, State: w.State, PID: w.Pid, Reason: w.Reason, Ejecting: w.Ejecting}
+		for _, n := range w.Network {
+			v.NICs = append(v.NICs, manager.NIC{ID: n.ID, MAC: n.MAC})
+		}
 		if len(w.Network) > 0 && w.Network[0].IP != "" {
 			v.Address = w.Network[0].Address()
 		}
@@ -74,7 +77,7 @@ func (o *Observer) Snapshots(ctx context.Context) ([]manager.Snapshot, error) {
 		if w.ID == "" {
 			return nil, fmt.Errorf("vmctl snapshot list: a record without an id (name %q)", w.Name)
 		}
-		out = append(out, manager.Snapshot{ID: w.ID, Name: w.Name, State: w.State, VMID: w.VMID})
+		out = append(out, manager.Snapshot{ID: w.ID, Name: w.Name, State: w.State, VMID: w.VMID, Dir: w.Dir})
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -21,16 +22,17 @@ func canned(out map[string]string, errs map[string]error) Exec {
 
 func TestVMsReadsStatePidAndAddress(t *testing.T) {
 	o := NewObserver(canned(map[string]string{
-		"vm list -o json": `[{"id":"A1","name":"a","state":"running","pid":42,"network":[{"ip":"127.1.0.2","ssh_port":2222}]},
+		"vm list -o json": `[{"id":"A1","name":"a","state":"running","pid":42,"network":[{"id":"n1","mac":"52:54:00:00:00:01","ip":"127.1.0.2","ssh_port":2222}],"ejecting":["n0"]},
 		                     {"id":"B1","name":"b","state":"stopped (stale)","network":[]}]`,
 	}, nil), "/r", "/run")
 	vms, err := o.VMs(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []manager.VM{{ID: "A1", Name: "a", State: "running", PID: 42, Address: "127.1.0.2:2222"},
+	want := []manager.VM{{ID: "A1", Name: "a", State: "running", PID: 42, Address: "127.1.0.2:2222",
+		NICs: []manager.NIC{{ID: "n1", MAC: "52:54:00:00:00:01"}}, Ejecting: []string{"n0"}},
 		{ID: "B1", Name: "b", State: manager.StateStale}}
-	if len(vms) != 2 || vms[0] != want[0] || vms[1] != want[1] {
+	if !reflect.DeepEqual(vms, want) {
 		t.Fatalf("vms = %+v", vms)
 	}
 }

@@ -172,6 +172,10 @@ type Poll struct {
 	Pushed map[string]error
 	// Boot: ready intent → boot id its guest reported, or the error.
 	Boot map[string]BootProbe
+	// Trees: running VM id → its VMM's device tree (vm.info); Captured:
+	// ready snapshot id → the tree its state.json holds.
+	Trees    map[string]VMMTree
+	Captured map[string]CapturedTree
 }
 
 // BootProbe is one boot-id read over SSH.
@@ -279,8 +283,12 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 			p.VMMState[v.ID] = "unreachable: " + err.Error()
 		} else {
 			p.VMMState[v.ID] = info.State
+			if devTreeAsked(in) {
+				p.collectTree(v.ID, info)
+			}
 		}
 	}
+	p.collectDevTrees(ctx, in, m)
 	p.Sockets, err = m.APISockets()
 	p.got(SrcSockets, err)
 	if !in.Agentless {
@@ -532,6 +540,7 @@ var State = []StateInvariant{
 		sort.Strings(ev)
 		return ev
 	}},
+	devTreeInvariant,
 }
 
 // fromCheck turns the manager's own check report into evidence for the

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios/stack"
@@ -28,6 +29,7 @@ func clean() (*Input, *Poll) {
 		DirectVMs:  []string{"d"},
 		AdoptedIDs: map[string]string{"a": "A1"},
 		BaseName:   "base",
+		Stack:      &stack.Stack{}, // the agent catalogue on the fake backend
 		// the store before the verb: vm A1's dirs and the base snapshot's
 		Store:       func() ([]string, error) { return nil, nil },
 		StoreBefore: NewStoreListing([]string{"vms", "vms/A1", "snapshots", "snapshots/S0", "run"}, []manager.VM{{ID: "A1"}}, []manager.Snapshot{{ID: "S0"}}),
@@ -56,14 +58,24 @@ func clean() (*Input, *Poll) {
 		LeaseHolders: map[string][]manager.Holder{"S1": holder},
 		Pushed:       map[string]error{"b": nil},
 		Boot:         map[string]BootProbe{"a": {BootID: "boot-1"}},
+		// A1 is a clone of the base snapshot: its restored tree keeps the
+		// base source's NIC nb0, which the base's config had attached.
+		Trees: map[string]VMMTree{
+			"A1": vmmTree(map[string]string{"_disk0": "", "na1": macA}, "nb0"),
+			"D1": vmmTree(map[string]string{"_disk0": "", "nd1": macD}),
+		},
+		Captured: map[string]CapturedTree{"S0": {Name: "base", Devices: map[string]string{"_disk0": "", "nb0": macB},
+			Nodes: []CapturedNode{{ID: "_disk0", Kind: "disk", Slot: 3}, {ID: "nb0", Kind: "net", Slot: 4}}}},
 	}
+	p.VMs[0].NICs = []manager.NIC{{ID: "na1", MAC: macA}}
+	p.VMs[1].NICs = []manager.NIC{{ID: "nd1", MAC: macD}}
 	for _, src := range allSources {
 		p.got(src, nil)
 	}
 	return in, p
 }
 
-var allSources = []Source{SrcAgent, SrcVMs, SrcSnaps, SrcCheck, SrcProcs, SrcLocks, SrcSockets, SrcStore}
+var allSources = []Source{SrcAgent, SrcVMs, SrcSnaps, SrcCheck, SrcProcs, SrcLocks, SrcSockets, SrcStore, SrcDevTree}
 
 func byName(invs []reports.Invariant) map[string]reports.Invariant {
 	out := map[string]reports.Invariant{}
@@ -144,6 +156,15 @@ func TestStateInvariantTables(t *testing.T) {
 		{RecordsHaveData, func(in *Input, p *Poll) {
 			p.Check = violations(manager.CheckSnapshotData, "snapshot S1 ready but stat state.json: no such file")
 		}, "S1 ready but"},
+		{DeviceTreeConsistent, func(in *Input, p *Poll) {
+			p.Trees["D1"].Nodes["na1"] = chapi.DeviceNode{ID: "na1", Parent: "_virtio-pci-na1"}
+		},
+			"vm D1 (d): stale node: na1 is in the VMM's device tree, not in its config"},
+		{DeviceTreeConsistent, func(in *Input, p *Poll) {
+			s := p.Captured["S0"]
+			s.Nodes[1].Ejecting = true
+			p.Captured["S0"] = s
+		}, "the save captured net nb0 with its eject pending"},
 	}
 	in, p := clean()
 	for _, inv := range Evaluate(in, p) {
@@ -303,6 +324,8 @@ func TestNoStateInvariantPassesOnAbsentData(t *testing.T) {
 		RecordsHaveData:       {func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
 		BaseSnapshotKept:      {func(in *Input, p *Poll) { in.BaseName = "" }, func(in *Input, p *Poll) { p.Check = manager.CheckReport{} }},
 		NoLeftoverTempDirs:    {func(in *Input, p *Poll) { in.StoreBefore = nil }},
+		DeviceTreeConsistent: {func(in *Input, p *Poll) { p.Trees, p.Captured = nil, nil },
+			func(in *Input, p *Poll) { p.Trees["A1"] = VMMTree{} }},
 		VMsAdopted: {func(in *Input, p *Poll) { in.AdoptedIDs = map[string]string{} },
 			func(in *Input, p *Poll) { in.AdoptedIDs, in.AdoptedErr = nil, errors.New("vmctl vm list: exit 1") }},
 	}

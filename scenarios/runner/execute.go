@@ -494,6 +494,7 @@ func (cr *caseRun) stepIntent(ctx context.Context, step scenarios.Step, budget t
 	for _, n := range names {
 		if hib {
 			cr.cycles[n] = true
+			cr.noteMACs(ctx, n)
 		}
 		if err := cr.put(ctx, n, nodeagent.Intent{Snapshot: baseSnapshot, Hibernate: hib}); err != nil {
 			return err
@@ -515,6 +516,7 @@ func (cr *caseRun) stepIntent(ctx context.Context, step scenarios.Step, budget t
 
 // stepDelete deletes the step's intent (waiting for it with Wait).
 func (cr *caseRun) stepDelete(ctx context.Context, step scenarios.Step, budget time.Duration) error {
+	cr.noteMACs(ctx, step.VM)
 	if err := cr.st.Agent.Delete(ctx, step.VM); err != nil {
 		return err
 	}

@@ -51,6 +51,10 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 		out = append(out, cr.eventsObserved())
 	}
 
+	if ex.MACKept {
+		out = append(out, checker.MACKeptInvariant(cr.macs, cr.macsErr, func(name string) ([]string, error) { return cr.vmMACs(ctx, name) }))
+	}
+
 	if ex.NoFailedWrite {
 		out = append(out, checker.NoFailedWriteInvariant(in, events, cr.faultNs))
 	}

@@ -373,11 +373,15 @@ type caseRun struct {
 	// (stall.go)
 	unreached []string
 	vArms     map[int]victimArm // faults armed in their victim (invictim.go)
-	salt      int64
-	cut       *cutState     // what a power cut left (power-cut cases)
-	acks      []checker.Ack // intent changes the agent acknowledged
-	ff        failFast      // the convergence phase's watch for a certain verdict (failfast.go)
-	mu        sync.Mutex
+	// macs: per name, the MACs of its VM listed right before its
+	// hibernate (Expect.MACKept, macs.go), and the first listing error
+	macs    map[string][]string
+	macsErr error
+	salt    int64
+	cut     *cutState     // what a power cut left (power-cut cases)
+	acks    []checker.Ack // intent changes the agent acknowledged
+	ff      failFast      // the convergence phase's watch for a certain verdict (failfast.go)
+	mu      sync.Mutex
 }
 
 type vmmKill struct {
@@ -453,7 +457,8 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	}
 	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
 		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs, Lazy: lazy,
-		OCIRegistry: s.Env.Registry == scenarios.RegistryOCI, RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull)})
+		OCIRegistry: s.Env.Registry == scenarios.RegistryOCI, RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull),
+		NetMode: s.Env.NetMode})
 	if err != nil {
 		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}

@@ -134,4 +134,18 @@ func TestRealStackEnv(t *testing.T) {
 	if got := f.baseEnv(); !slices.Equal(got, wantFake) {
 		t.Errorf("fake env\n got %q\nwant %q", got, wantFake)
 	}
+	// A tap-mode case on the fake backend (Options.NetMode) runs vmctl in
+	// tap mode over its loopback pool; the real backend stays as realch
+	// set it.
+	f.opts.NetMode = "tap"
+	if got, _ := lastValue(f.baseEnv(), "VMCTL_NET_MODE"); got != "tap" {
+		t.Errorf("fake tap-mode stack: VMCTL_NET_MODE=%q", got)
+	}
+	if got, _ := lastValue(f.baseEnv(), "VMCTL_NET_POOL"); got != "127.200.3.0/24" {
+		t.Errorf("fake tap-mode stack: pool %q, want the case's loopback pool", got)
+	}
+	s.opts.NetMode = "tap"
+	if n := strings.Count(strings.Join(s.baseEnv(), "\n"), "VMCTL_NET_MODE="); n != 1 {
+		t.Errorf("real stack: VMCTL_NET_MODE set %d times, want realch's once", n)
+	}
 }

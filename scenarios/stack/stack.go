@@ -243,6 +243,11 @@ type Options struct {
 	// RegistryDisk puts the registry's storage on a tmpfs of its own that
 	// the harness can fill (registry-storage-full; regdisk.go): root only.
 	RegistryDisk bool
+	// NetMode is vmctl's --net-mode of the case on the fake backend ("":
+	// fake; "tap": a TAP NIC per slot of the VM's name, fakech's guest
+	// answering at the address the MAC derives from the case's loopback
+	// pool). The real backend is always tap.
+	NetMode string
 }
 
 // Stack is one case's node stack.
@@ -375,6 +380,9 @@ func (s *Stack) baseEnv() []string {
 	}
 	if s.run.Key != nil {
 		env = append(env, "VMCTL_SSH_KEY="+s.run.Key.PrivatePath(), "VMCTL_SEED_PUBKEY="+s.run.Key.AuthorizedKey())
+	}
+	if s.opts.NetMode != "" && s.run.Real == nil {
+		env = append(env, "VMCTL_NET_MODE="+s.opts.NetMode)
 	}
 	if s.run.Real != nil {
 		// later entries win (exec and systemd keep the last of a name):
@@ -544,6 +552,9 @@ func (s *Stack) StartDaemon(ctx context.Context, every time.Duration) error {
 
 // Sup is the run's supervisor.
 func (s *Stack) Sup() injector.Supervisor { return s.run.Sup }
+
+// RealBackend reports whether the stack runs real cloud-hypervisor.
+func (s *Stack) RealBackend() bool { return s.run != nil && s.run.Real != nil }
 
 // Scale is the run's time scale.
 func (s *Stack) Scale() float64 { return s.run.Scale }

@@ -22,19 +22,17 @@ func validManager(name string) error {
 	case "", ManagerVMCtl:
 		return nil
 	case ManagerCocoon:
-		// Its refusals and capability plan are in place; its command lines
-		// and JSON are not (the agent's verbs still build vmctl's argv).
-		return fmt.Errorf("--manager cocoon: not runnable yet: the agent's verbs still use vmctl's command lines and JSON (issue 33 item 1, verbs)")
+		// Its verbs go through the adapter now; its plan does not yet say
+		// which verbs it cannot do without.
+		return fmt.Errorf("--manager cocoon: not runnable yet: the agent's plan does not yet refuse a manager that lacks a verb it needs (issue 33 item 1)")
 	}
 	return fmt.Errorf("--manager %q: want %s or %s", name, ManagerVMCtl, ManagerCocoon)
 }
 
-// agentAdapter is what the agent uses of an adapter: its capability table
-// (through manager.CapabilitiesOf) and its typed refusals.
-type agentAdapter interface {
-	manager.Manager
-	manager.Classifier
-}
+// agentAdapter is what the agent uses of an adapter: its argv per verb, its
+// capability table (through manager.CapabilitiesOf), its typed refusals and
+// the decoders of its read verbs.
+type agentAdapter = manager.Embedder
 
 // adapter is the manager adapter of --manager for --manager-bin: the agent
 // learns a child's outcome only through it (manager.Classifier, issue 33

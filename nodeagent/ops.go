@@ -405,7 +405,22 @@ func (a *Agent) guestExec(ctx context.Context, name, id string, argv ...string) 
 }
 
 // waitReady is the post-clone readiness check: the guest answers a command.
+// A manager without guest exec is trusted on its own state instead (the
+// plan's insteadNoGuestExec): the VM must still be listed running.
 func (a *Agent) waitReady(ctx context.Context, name, id string) error {
+	if ok, why := a.plan.has(manager.FeatureGuestExec); !ok {
+		a.log.Info("readiness from the manager's state", "vm", name, "id", id, "reason", why)
+		vm, err := a.inspectVM(ctx, name, id)
+		switch {
+		case err != nil:
+			return err
+		case vm == nil:
+			return fmt.Errorf("vm %s (%s) gone before it was ready", name, id)
+		case vm.State != manager.StateRunning:
+			return fmt.Errorf("vm %s (%s) is %s, not running, after the clone", name, id, vm.State)
+		}
+		return nil
+	}
 	return a.guestExec(ctx, name, id, "hostname")
 }
 
@@ -543,7 +558,14 @@ func (a *Agent) hibernateDetach(ctx context.Context, name, vmID string, order in
 		a.log.Warn("hibernate: no NIC drop or DHCP release", "vm", name, "reason", why, "instead", insteadNoNIC)
 		return nil
 	}
-	if order < hibernateOrder[stepDHCPReleased] {
+	release := true
+	if ok, why := a.plan.has(manager.FeatureGuestExec); !ok {
+		// The NIC still goes; only the lease is not released, as an
+		// embedder without a guest channel does.
+		a.log.Warn("hibernate: no DHCP release", "vm", name, "reason", why, "instead", insteadNoGuestExec)
+		release = false
+	}
+	if release && order < hibernateOrder[stepDHCPReleased] {
 		if err := a.guestExec(ctx, name, vmID, "dhclient", "-r"); err != nil {
 			a.metrics.inc(mHibernate, "dhcp_release", "failed")
 			return opErr("dhcp_release", err)

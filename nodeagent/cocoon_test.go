@@ -1,0 +1,167 @@
+package nodeagent_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/fakech/guestimg"
+	"github.com/vmchaos/vmchaos/internal/needs"
+	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/manager/cocoon"
+	"github.com/vmchaos/vmchaos/nodeagent"
+	"github.com/vmchaos/vmchaos/stackbin"
+)
+
+// cocoonStack is a node whose agent drives a real cocoon (VMCHAOS_COCOON)
+// over fakech installed as cloud-hypervisor, the store set up the way the
+// manager-level runner sets one up (the adapter's Setup: dirs, firmware
+// fixture, the fake guest imported as a qcow2 image), with a base snapshot
+// saved from a `vm run --nics 0` VM.
+type cocoonStack struct {
+	*stack
+	ad  *cocoon.Adapter
+	bin string
+}
+
+func newCocoonStack(t *testing.T) *cocoonStack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: end-to-end, real processes; run without -short")
+	}
+	cbin := needs.Binary(t, "VMCHAOS_COCOON", "cocoon",
+		"build github.com/cocoonstack/cocoon beside the project and set VMCHAOS_COCOON to the binary (docs/manager.md)")
+	bin, err := stackbin.Dir()
+	if err != nil {
+		t.Fatalf("stack binaries: %v", err)
+	}
+	d, err := os.MkdirTemp("", "nac")
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := filepath.Join(d, "guest.img")
+	if _, err := guestimg.Build(image, guestimg.Options{Hostname: "vmchaos-guest"}); err != nil {
+		t.Fatal(err)
+	}
+	ad := cocoon.New(manager.Options{Bin: cbin, Dir: filepath.Join(d, "store"), VMMDir: bin, Image: image})
+	s := &stack{t: t, bin: bin, dir: d, root: filepath.Join(d, "store", "root"), state: filepath.Join(d, "state"),
+		registry: filepath.Join(d, "registry"), ctl: filepath.Join(d, "ctl"), base: "base-snap"}
+	for _, p := range []string{s.ctl, s.registry} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// VMCTL_ROOT_DIR is no cocoon variable: it marks every process of this
+	// stack (stackPids) so cleanup finds the VMMs cocoon launched; with
+	// VMCTL_RUN_DIR it also keeps the cleanup's `vmctl gc` inside the stack.
+	s.env = append(ad.Env(), "VMCTL_ROOT_DIR="+s.root, "VMCTL_RUN_DIR="+filepath.Join(d, "vmctl-run"), "VMCHAOS_TIME_SCALE="+testScale, "VMCHAOS_FAILPOINT_CTL="+s.ctl)
+	s.flags = []string{"--manager", nodeagent.ManagerCocoon, "--manager-bin", cbin, "--nics", "0"}
+	t.Cleanup(s.cleanup)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := ad.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cs := &cocoonStack{stack: s, ad: ad, bin: cbin}
+	cs.verb(manager.Call{Verb: manager.VerbCreate, Name: "base"})
+	cs.verb(manager.Call{Verb: manager.VerbSnapshotSave, VM: "base", Name: s.base})
+	cs.verb(manager.Call{Verb: manager.VerbRm, VM: "base"})
+	return cs
+}
+
+// verb runs one cocoon verb in the stack's environment.
+func (c *cocoonStack) verb(call manager.Call) string {
+	c.t.Helper()
+	argv, err := c.ad.Command(call)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = c.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, tail(string(out), 3000))
+	}
+	return string(out)
+}
+
+// vmsNamed lists cocoon's records of name.
+func (c *cocoonStack) vmsNamed(name string) []manager.VM {
+	c.t.Helper()
+	vms, err := c.ad.VMs(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []manager.VM
+	for _, v := range vms {
+		if v.Name == name {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// TestAgentOverRealCocoon: the bundled agent over a real cocoon build
+// (issue 33): create, hibernate (no NIC drop: cocoon has no `vm net`), wake
+// from the pushed snapshot, an agent SIGKILL and restart in between, and
+// delete, each judged on cocoon's own lists.
+func TestAgentOverRealCocoon(t *testing.T) {
+	c := newCocoonStack(t)
+	c.startAgent(nil)
+	c.waitAPI()
+	b, err := os.ReadFile(filepath.Join(c.state, nodeagent.PlanFile))
+	if err != nil || !strings.Contains(string(b), `"manager": "cocoon"`) || strings.Contains(string(b), `"refused"`) {
+		t.Fatalf("plan: %v %s", err, b)
+	}
+
+	c.put("web", nodeagent.Intent{Snapshot: c.base})
+	v := c.waitGoal("web", nodeagent.LifecycleReady, budget)
+	if got := c.vmsNamed("web"); len(got) != 1 || got[0].ID != v.Status.VMID || got[0].State != manager.StateRunning {
+		t.Fatalf("after create: cocoon lists %+v, agent bound %s", got, v.Status.VMID)
+	}
+
+	c.put("web", nodeagent.Intent{Snapshot: c.base, Hibernate: true})
+	c.waitGoal("web", nodeagent.LifecycleHibernated, budget)
+	if got := c.vmsNamed("web"); len(got) != 0 {
+		t.Fatalf("after hibernate: cocoon still lists %+v", got)
+	}
+	// The hibernate's snapshot is cocoon's (saved, then exported into the
+	// registry dir by the agent's push).
+	snaps, err := c.ad.Snapshots(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved string
+	for _, sn := range snaps {
+		if sn.Name == "web" {
+			saved = sn.ID
+		}
+	}
+	m, err := os.ReadFile(filepath.Join(c.registry, "web.json"))
+	if saved == "" || err != nil || !strings.Contains(string(m), saved) {
+		t.Fatalf("after hibernate: cocoon snapshots %+v, registry manifest %s (%v)", snaps, m, err)
+	}
+	// Drop the local snapshot, so the wake must import the pushed archive.
+	c.verb(manager.Call{Verb: manager.VerbSnapshotRm, Snapshot: saved})
+
+	c.killAgent()
+	c.startAgent(nil)
+	c.waitAPI()
+	c.put("web", nodeagent.Intent{Snapshot: c.base})
+	v = c.waitGoal("web", nodeagent.LifecycleReady, budget)
+	if got := c.vmsNamed("web"); len(got) != 1 || got[0].ID != v.Status.VMID || got[0].State != manager.StateRunning {
+		t.Fatalf("after wake: cocoon lists %+v, agent bound %s", got, v.Status.VMID)
+	}
+
+	if code, b, err := c.api("DELETE", "/v1/vms/web", nil); err != nil || code/100 != 2 {
+		t.Fatalf("DELETE: %d %s %v", code, b, err)
+	}
+	c.waitGone("web", budget)
+	if got := c.vmsNamed("web"); len(got) != 0 {
+		t.Fatalf("after delete: cocoon still lists %+v", got)
+	}
+}

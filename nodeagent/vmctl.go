@@ -16,10 +16,13 @@ import (
 
 // ChildError is a manager child that did not exit 0.
 type ChildError struct {
-	Argv   []string
-	Code   int    // exit status; -1 when killed by a signal or not started
-	Stderr string // the child's stderr (trimmed)
-	Err    error
+	// Manager is the adapter's name ("vmctl", "cocoon"), the word the
+	// message starts with.
+	Manager string
+	Argv    []string
+	Code    int    // exit status; -1 when killed by a signal or not started
+	Stderr  string // the child's stderr (trimmed)
+	Err     error
 	// Refusal is the outcome the manager's adapter typed from Stderr
 	// (manager.Classifier), nil when it is none the agent branches on. The
 	// agent branches on it and never on the text (issue 33 item 1,
@@ -28,11 +31,14 @@ type ChildError struct {
 }
 
 func (e *ChildError) Error() string {
-	msg := lastLine(e.Stderr)
-	if msg == "" {
-		return fmt.Sprintf("vmctl %s: %v", strings.Join(e.Argv, " "), e.Err)
+	msg, mgr := lastLine(e.Stderr), e.Manager
+	if mgr == "" {
+		mgr = "vmctl"
 	}
-	return fmt.Sprintf("vmctl %s: %v (output: %s)", strings.Join(e.Argv, " "), e.Err, msg)
+	if msg == "" {
+		return fmt.Sprintf("%s %s: %v", mgr, strings.Join(e.Argv, " "), e.Err)
+	}
+	return fmt.Sprintf("%s %s: %v (output: %s)", mgr, strings.Join(e.Argv, " "), e.Err, msg)
 }
 
 // Unwrap exposes both the exit error (context cancellation, signals) and
@@ -73,7 +79,7 @@ func (a *Agent) vmctl(ctx context.Context, vm string, args ...string) (childOutp
 	// Wait from returning after vmctl itself exited.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		return childOutput{}, &ChildError{Argv: args, Code: -1, Err: err}
+		return childOutput{}, &ChildError{Manager: a.adapter().Name(), Argv: args, Code: -1, Err: err}
 	}
 	pid := cmd.Process.Pid
 	a.children.add(pid, args)
@@ -100,7 +106,8 @@ func (a *Agent) vmctl(ctx context.Context, vm string, args ...string) (childOutp
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
 		stderr := strings.TrimSpace(errb.String())
-		return res, &ChildError{Argv: args, Code: code, Stderr: stderr, Err: err, Refusal: a.adapter().Classify(stderr)}
+		ad := a.adapter()
+		return res, &ChildError{Manager: ad.Name(), Argv: args, Code: code, Stderr: stderr, Err: err, Refusal: ad.Classify(stderr)}
 	}
 	return res, nil
 }

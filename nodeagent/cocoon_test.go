@@ -2,13 +2,16 @@ package nodeagent_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vmchaos/vmchaos/chapi"
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/manager"
@@ -164,4 +167,124 @@ func TestAgentOverRealCocoon(t *testing.T) {
 	if got := c.vmsNamed("web"); len(got) != 0 {
 		t.Fatalf("after delete: cocoon still lists %+v", got)
 	}
+}
+
+// killMidVerb starts the agent with every VMM born parked at point (fakech's
+// failpoint, inherited through cocoon), applies the intent, and once the
+// VMM is parked there SIGKILLs the agent and its in-flight cocoon child
+// whose argv holds word, then releases the VMM, which finishes the request
+// of its dead client. It returns the killed child's pid.
+func (c *cocoonStack) killMidVerb(point, word, name string, in nodeagent.Intent) int {
+	c.t.Helper()
+	c.startAgent(fp(point + "=pause"))
+	c.waitAPI()
+	agent := c.agent.cmd.Process.Pid
+	c.put(name, in)
+	c.parked(point)
+	child := childWith(agent, word)
+	if child == 0 {
+		c.t.Fatalf("no cocoon %s child of the agent while the VMM is parked at %s", word, point)
+	}
+	c.killAgent()
+	_ = syscall.Kill(child, syscall.SIGKILL)
+	c.waitDead(child, "killed cocoon "+word)
+	c.release(point)
+	return child
+}
+
+// waitFailed waits until name's intent failed with a message holding every
+// one of words, and returns its view.
+func (c *cocoonStack) waitFailed(name string, words ...string) nodeagent.VMView {
+	c.t.Helper()
+	var v nodeagent.VMView
+	c.eventually(name+" failed", budget, func() error {
+		var ok bool
+		if v, ok = c.get(name); !ok {
+			return fmt.Errorf("unknown")
+		}
+		if v.Status.Lifecycle != nodeagent.LifecycleFailed {
+			return fmt.Errorf("lifecycle %q msg %q", v.Status.Lifecycle, v.Status.Message)
+		}
+		for _, w := range words {
+			if !strings.Contains(v.Status.Message, w) {
+				return fmt.Errorf("message %q lacks %q", v.Status.Message, w)
+			}
+		}
+		return nil
+	})
+	return v
+}
+
+// TestCocoonKilledCloneHoldsTheName (seed 001 #1, 002, under the agent):
+// the agent and its `vm clone` child are SIGKILLed while the VMM restores.
+// Manager layer: cocoon keeps the dead clone's `creating` record, which
+// holds the name (no stale-create verb; its gc skips creating records for
+// 24 h). Agent layer, by its plan: the restarted agent neither removes nor
+// adopts that record; the create fails closed naming the missing verb.
+func TestCocoonKilledCloneHoldsTheName(t *testing.T) {
+	c := newCocoonStack(t)
+	c.killMidVerb("ch.restore.begin", "clone", "web", nodeagent.Intent{Snapshot: c.base})
+	held := c.vmsNamed("web")
+	if len(held) != 1 || held[0].State != manager.StateCreating {
+		t.Fatalf("fault did not land: cocoon lists %+v for web, want one creating record", held)
+	}
+	c.startAgent(nil)
+	c.waitAPI()
+	c.waitFailed("web", "failing closed", "recover-stale")
+	if now := c.vmsNamed("web"); len(now) != 1 || now[0].ID != held[0].ID || now[0].State != manager.StateCreating {
+		t.Fatalf("the agent touched the creating record: before %+v, now %+v", held, now)
+	}
+}
+
+// TestCocoonKilledSaveLeavesVMMPaused (seed 001 #2, under the agent): the
+// agent and its `snapshot save` child are SIGKILLed after the VMM wrote the
+// memory. Manager layer: the VMM stays Paused while cocoon lists the VM
+// running, and cocoon's `vm start` (the agent's first hibernate step) does
+// not resume it, so every save is refused with cloud-hypervisor's
+// InvalidStateTransition(Paused, Paused). Agent layer: it retries and ends
+// failed with that refusal (no plan: cocoon has no verb that resumes a VMM).
+func TestCocoonKilledSaveLeavesVMMPaused(t *testing.T) {
+	c := newCocoonStack(t)
+	point := "ch.snapshot.memory-written"
+	c.startAgent(fp(point + "=pause")) // the VMM is born with it; it parks at the save
+	c.waitAPI()
+	agent := c.agent.cmd.Process.Pid
+	c.put("web", nodeagent.Intent{Snapshot: c.base})
+	v := c.waitGoal("web", nodeagent.LifecycleReady, budget)
+	c.put("web", nodeagent.Intent{Snapshot: c.base, Hibernate: true})
+	c.parked(point)
+	child := childWith(agent, "save")
+	if child == 0 {
+		t.Fatal("no cocoon save child of the agent while the VMM is parked")
+	}
+	c.killAgent()
+	_ = syscall.Kill(child, syscall.SIGKILL)
+	c.waitDead(child, "killed cocoon save")
+	c.release(point)
+	sock := c.ad.APISocket(v.Status.VMID)
+	c.eventually("VMM left Paused", 10*time.Second, func() error {
+		if st := vmmStateAt(sock); st != chapi.StatePaused {
+			return fmt.Errorf("VMM state %q", st)
+		}
+		return nil
+	})
+	if l := c.vmsNamed("web"); len(l) != 1 || l[0].State != manager.StateRunning {
+		t.Fatalf("cocoon lists %+v", l)
+	}
+	c.startAgent(nil)
+	c.waitAPI()
+	c.waitFailed("web", "InvalidStateTransition(Paused")
+	if st := vmmStateAt(sock); st != chapi.StatePaused {
+		t.Fatalf("VMM state %q after the agent gave up, want still Paused", st)
+	}
+}
+
+func vmmStateAt(sock string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := chapi.New(sock).Info(ctx)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return info.State
 }

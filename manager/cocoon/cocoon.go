@@ -105,7 +105,7 @@ func (a *Adapter) Capabilities(ctx context.Context) (manager.Capabilities, error
 	// A present verb's form is the very argv Command gives it here, so the
 	// table shows what a case will run.
 	for i, it := range caps.Items {
-		argv, err := a.Command(manager.Call{Verb: manager.Verb(it.Name), VM: "VM", Snapshot: "SNAP", Name: "NAME"})
+		argv, err := a.Command(manager.Call{Verb: manager.Verb(it.Name), VM: "VM", Snapshot: "SNAP", Name: "NAME", File: "FILE"})
 		switch {
 		case it.Present && err == nil:
 			caps.Items[i].How = shown(argv)

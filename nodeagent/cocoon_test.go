@@ -288,3 +288,68 @@ func vmmStateAt(sock string) string {
 	}
 	return info.State
 }
+
+// TestCocoonVMMKilledIsRestarted (seed 000, under the agent): kill -9 of a
+// ready VM's VMM. The agent's only death signal is the manager's event
+// stream, as an embedder's is. From cocoon v0.2.8 on the stream reports the
+// death and the agent starts the VM again. Before it (23e26df, "event
+// stream misses VM death after kill -9") the stream stays silent: manager
+// layer; the agent then keeps reporting ready over the dead VMM, which this
+// test asserts as the finding on such a build.
+func TestCocoonVMMKilledIsRestarted(t *testing.T) {
+	c := newCocoonStack(t)
+	c.startAgent(nil)
+	c.waitAPI()
+	c.put("web", nodeagent.Intent{Snapshot: c.base})
+	v := c.waitGoal("web", nodeagent.LifecycleReady, budget)
+	before := c.vmsNamed("web")
+	if len(before) != 1 || before[0].PID <= 0 {
+		t.Fatalf("cocoon lists %+v", before)
+	}
+	if err := syscall.Kill(before[0].PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	c.waitDead(before[0].PID, "killed VMM")
+	if c.before(0, 2, 8) {
+		// The stream polls every second; ten of them without a restart
+		// is the finding (the manager-level mgr-vmm-kill9 waits as long).
+		time.Sleep(10 * time.Second)
+		now := c.vmsNamed("web")
+		if len(now) != 1 || now[0].PID != before[0].PID {
+			t.Fatalf("cocoon before v0.2.8: the VMM was restarted (%+v): its event stream reports kill -9 now", now)
+		}
+		if g, _ := c.get("web"); g.Status.Lifecycle != nodeagent.LifecycleReady {
+			t.Fatalf("cocoon before v0.2.8: lifecycle %q", g.Status.Lifecycle)
+		}
+		t.Logf("finding (manager layer): cocoon %s never reports the kill -9; the agent reports web ready over a dead VMM", c.version())
+		return
+	}
+	c.eventually("web's VMM running again", budget, func() error {
+		now := c.vmsNamed("web")
+		if len(now) != 1 || now[0].ID != v.Status.VMID || now[0].PID == before[0].PID || now[0].PID <= 0 || !alive(now[0].PID) {
+			return fmt.Errorf("cocoon lists %+v", now)
+		}
+		return nil
+	})
+	c.waitGoal("web", nodeagent.LifecycleReady, budget)
+}
+
+// version is the build's version as its capability table gives it.
+func (c *cocoonStack) version() string {
+	c.t.Helper()
+	caps, err := c.ad.Capabilities(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return caps.Version
+}
+
+// before reports whether the build is older than major.minor.patch.
+func (c *cocoonStack) before(major, minor, patch int) bool {
+	c.t.Helper()
+	var a, b, p int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(c.version(), "v"), "%d.%d.%d", &a, &b, &p); err != nil {
+		c.t.Fatalf("cocoon version %q: %v", c.version(), err)
+	}
+	return a < major || a == major && (b < minor || b == minor && p < patch)
+}

@@ -353,3 +353,45 @@ func (c *cocoonStack) before(major, minor, patch int) bool {
 	}
 	return a < major || a == major && (b < minor || b == minor && p < patch)
 }
+
+// TestCocoonFinishedHolderIsReplaced: a finished snapshot already holds
+// the VM's name when its hibernate saves (a save that completed after its
+// agent died, here made by hand). cocoon refuses `snapshot name "web"
+// already exists` without the holder's id; the agent looks the name up,
+// removes that holder by its id and saves again, as it does over vmctl,
+// whose refusal names the id. Before, it failed the hibernate for good
+// (agent layer: it dropped a refusal without an id).
+func TestCocoonFinishedHolderIsReplaced(t *testing.T) {
+	c := newCocoonStack(t)
+	c.startAgent(nil)
+	c.waitAPI()
+	c.put("web", nodeagent.Intent{Snapshot: c.base})
+	v := c.waitGoal("web", nodeagent.LifecycleReady, budget)
+	c.verb(manager.Call{Verb: manager.VerbSnapshotSave, VM: v.Status.VMID, Name: "web"})
+	old := c.snapshotID("web")
+	if old == "" {
+		t.Fatal("fault did not land: no snapshot web before the hibernate")
+	}
+	c.put("web", nodeagent.Intent{Snapshot: c.base, Hibernate: true})
+	c.waitGoal("web", nodeagent.LifecycleHibernated, budget)
+	now := c.snapshotID("web")
+	m, err := os.ReadFile(filepath.Join(c.registry, "web.json"))
+	if now == "" || now == old || err != nil || !strings.Contains(string(m), now) {
+		t.Fatalf("holder %s, snapshot web now %q, registry manifest %s (%v)", old, now, m, err)
+	}
+}
+
+// snapshotID is the id of cocoon's snapshot name ("" when none).
+func (c *cocoonStack) snapshotID(name string) string {
+	c.t.Helper()
+	snaps, err := c.ad.Snapshots(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, s := range snaps {
+		if s.Name == name {
+			return s.ID
+		}
+	}
+	return ""
+}

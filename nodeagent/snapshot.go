@@ -48,13 +48,26 @@ func (a *Agent) saveSnapshot(ctx context.Context, name, vmID string) (string, er
 		if onlyExists && held && h.Pending {
 			held = false // the historical bug: a pending holder's rejection is not recognised
 		}
-		if held && h.Holder == "" {
-			held = false // a manager that does not name the holder (cocoon's finished one): no rm by id
+		holder := ""
+		if held {
+			holder = h.Holder
+		}
+		if held && holder == "" && attempt < 1 && ctx.Err() == nil {
+			// A manager that does not name a finished holder (cocoon's
+			// `snapshot name %q already exists`): the refusal leaves the
+			// lookup to the embedder, so the holder is found by its name
+			// among the finished records and removed by its id like any
+			// other (found nowhere: nothing to remove, the refusal stands).
+			id, lerr := a.readySnapshotID(ctx, name)
+			if lerr != nil {
+				return "", fmt.Errorf("snapshot name %q held; looking its holder up: %w", name, lerr)
+			}
+			holder, held = id, id != ""
 		}
 		if !held || attempt >= 1 || ctx.Err() != nil {
 			return "", err
 		}
-		holder, target := h.Holder, h.Holder
+		target := holder
 		if regress.On("save-rm-by-name") {
 			// The historical recovery resolved the name through a lookup
 			// that skips pending records, so a half-committed holder is

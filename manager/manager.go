@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -31,6 +32,23 @@ const (
 	VerbRecoverStale Verb = "recover-stale"
 )
 
+// Verbs an embedder runs besides the catalogue's (issue 33: the bundled
+// agent drives its manager only through Command). They are no rows of the
+// catalogue's verb list; the capability table carries the optional ones as
+// features of the same name (FeatureNIC, FeatureGuestExec, FeatureInspect,
+// FeatureExport, FeatureImport, FeatureEvents), and an adapter without one
+// returns ErrNotSupported.
+const (
+	VerbInspect      Verb = "inspect"         // one VM by Call.VM (id or name), as JSON (Embedder.ParseVM)
+	VerbList         Verb = "list"            // every VM, as JSON (Embedder.ParseVMs)
+	VerbSnapshotList Verb = "snapshot-list"   // every snapshot, as JSON (Embedder.ParseSnapshots)
+	VerbNIC          Verb = "nic-change"      // set Call.VM's NIC count to *Call.NICs
+	VerbExec         Verb = "guest-exec"      // run Call.Argv in Call.VM's guest
+	VerbExport       Verb = "snapshot-export" // export Call.Snapshot into the file Call.File
+	VerbImport       Verb = "snapshot-import" // import the file Call.File as snapshot Call.Name
+	VerbEvents       Verb = "events"          // the event stream, polling every Call.Interval
+)
+
 // Call is one invocation of a verb. VM and Snapshot name existing objects
 // (by name or id); Name is the name of the object the verb creates.
 type Call struct {
@@ -38,16 +56,60 @@ type Call struct {
 	VM       string
 	Snapshot string
 	Name     string
+	// NICs is the NIC count of VerbNIC, and of a VerbClone that sets one
+	// (nil: the manager's default; the catalogue's clone sets none).
+	NICs *int
+	// Argv is the guest command of VerbExec.
+	Argv []string
+	// File is the archive of VerbExport and VerbImport.
+	File string
+	// Interval is VerbEvents' poll interval, as the embedder writes it in
+	// seconds ("1", "0.5"); the adapter turns it into its manager's form.
+	Interval string
 }
 
 func (c Call) String() string {
 	s := string(c.Verb)
-	for _, kv := range [][2]string{{"vm", c.VM}, {"snapshot", c.Snapshot}, {"name", c.Name}} {
+	kvs := [][2]string{{"vm", c.VM}, {"snapshot", c.Snapshot}, {"name", c.Name}, {"file", c.File}, {"interval", c.Interval}}
+	if c.NICs != nil {
+		kvs = append(kvs, [2]string{"nics", strconv.Itoa(*c.NICs)})
+	}
+	if len(c.Argv) > 0 {
+		kvs = append(kvs, [2]string{"argv", strings.Join(c.Argv, " ")})
+	}
+	for _, kv := range kvs {
 		if kv[1] != "" {
 			s += " " + kv[0] + "=" + kv[1]
 		}
 	}
 	return s
+}
+
+// Outcomes of VerbRecoverStale (Embedder.ParseRecoverStale).
+const (
+	StaleBusy        = "busy"         // the owner is alive: the create is in flight
+	StaleNotFound    = "not-found"    // no such record
+	StaleNotCreating = "not-creating" // the record left creating
+	StaleCollected   = "collected"    // the owner was dead: the record is gone
+)
+
+// Embedder is what an embedder (the bundled agent, docs/architecture.md
+// §6) needs of an adapter besides Manager: its refusals typed, and the JSON
+// of its read verbs decoded. The embedder runs every argv itself, as a
+// child it tracks, and hands the stdout to these parsers; it never decodes
+// a manager's output on its own.
+type Embedder interface {
+	Manager
+	Classifier
+	// ParseVM decodes VerbInspect's stdout.
+	ParseVM(b []byte) (VM, error)
+	// ParseVMs decodes VerbList's stdout.
+	ParseVMs(b []byte) ([]VM, error)
+	// ParseSnapshots decodes VerbSnapshotList's stdout.
+	ParseSnapshots(b []byte) ([]Snapshot, error)
+	// ParseRecoverStale decodes VerbRecoverStale's stdout into a Stale*
+	// outcome.
+	ParseRecoverStale(b []byte) (string, error)
 }
 
 // Event is one line of the manager's event stream, reduced to what the
@@ -127,13 +189,20 @@ const (
 	FeatureGuestExec = "guest-exec"
 	// FeatureCheck: the manager's own consistency check (Observer.Check).
 	FeatureCheck = "check"
+	// FeatureInspect: one VM by id or name as JSON (VerbInspect).
+	FeatureInspect = string(VerbInspect)
+	// FeatureExport, FeatureImport: a snapshot to and from a portable
+	// archive file (VerbExport, VerbImport: the agent's registry push and
+	// pull).
+	FeatureExport = string(VerbExport)
+	FeatureImport = string(VerbImport)
 )
 
 // CapabilityNames is every row of a capability table, in its order: the
 // verbs of the catalogue, then the features. Every adapter reports each one,
 // present or missing, so tables of two managers line up.
 var CapabilityNames = append(verbNames(), FeatureVerbJSON, FeatureListJSON, FeatureEvents, FeatureCNIDirs,
-	FeatureNIC, FeatureGuestExec, FeatureCheck)
+	FeatureNIC, FeatureGuestExec, FeatureCheck, FeatureInspect, FeatureExport, FeatureImport)
 
 // verbs are the catalogue's verbs, the first rows of every table.
 var verbs = []Verb{VerbCreate, VerbClone, VerbSnapshotSave, VerbSnapshotRm, VerbRestore, VerbStart, VerbStop, VerbRm,

@@ -95,8 +95,10 @@ func (c Config) Validate() error {
 	if c.RetryAttempts < 0 {
 		return fmt.Errorf("--retry-attempts must be >= 0")
 	}
-	if c.NICs < 1 {
-		return fmt.Errorf("--nics must be >= 1")
+	// cocoon's clone reads --nics 0 as "the snapshot's own NICs", so 0 is
+	// a count only there; vmctl's clone would make a VM without a NIC.
+	if c.NICs < 1 && !(c.Manager == ManagerCocoon && c.NICs == 0) {
+		return fmt.Errorf("--nics must be >= 1 (0 only with --manager cocoon: the snapshot's own NICs)")
 	}
 	return nil
 }

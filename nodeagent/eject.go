@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/timescale"
@@ -23,7 +22,7 @@ func isEjectPending(err error) bool { return manager.Is(err, manager.OutcomeEjec
 // starts again from the NIC change.
 func (a *Agent) netNICs(ctx context.Context, name, vmID string, n int) error {
 	for attempt := 1; ; attempt++ {
-		_, err := a.vmctl(ctx, name, "vm", "net", vmID, "--nics", strconv.Itoa(n))
+		_, err := a.call(ctx, name, manager.Call{Verb: manager.VerbNIC, VM: vmID, NICs: &n})
 		if err == nil || !isEjectPending(err) || attempt >= ejectRetries {
 			return err
 		}

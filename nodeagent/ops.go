@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
-	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // doCreate runs create (clone from the intent's snapshot) or wake (clone from
@@ -147,7 +145,7 @@ func (a *Agent) cloneForCreate(ctx context.Context, rec *record, isWake bool) (*
 	}
 	if rec, err = a.setStatus(name, func(r *record) {
 		r.Status.VMID = vm.ID
-		r.Status.Address = vm.GuestAddress()
+		r.Status.Address = vm.Address
 		r.Status.PostClone = PostCloneRunning
 		r.Step = stepCloned
 		r.NICDropped = false
@@ -214,7 +212,7 @@ func (a *Agent) finishCreate(ctx context.Context, rec *record, isWake bool) erro
 
 // checkPostClone waits for the running VM's guest to answer and records the
 // post_clone outcome.
-func (a *Agent) checkPostClone(ctx context.Context, rec *record, vm *vmctl.VM, isWake bool) (*record, error) {
+func (a *Agent) checkPostClone(ctx context.Context, rec *record, vm *manager.VM, isWake bool) (*record, error) {
 	name := rec.Name
 	// Readiness is checked on every pass through this step, even with a
 	// post_clone done marker: the marker belongs to one VM incarnation, and a
@@ -230,14 +228,14 @@ func (a *Agent) checkPostClone(ctx context.Context, rec *record, vm *vmctl.VM, i
 	}
 	return a.setStatus(name, func(r *record) {
 		r.Status.PostClone = PostCloneDone
-		r.Status.Address = vm.GuestAddress()
+		r.Status.Address = vm.Address
 	})
 }
 
 // cloneOrAdopt returns the running VM named name, cloning it from source if
 // no VM holds the name. A creating record is resolved through
 // reconcile-stale-create (never a blocking rm: seed 002).
-func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*vmctl.VM, error) {
+func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*manager.VM, error) {
 	var lastErr error
 	for i := 0; i < 6; i++ {
 		vm, err := a.inspectVM(ctx, name, name)
@@ -246,15 +244,15 @@ func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*vmctl.V
 		}
 		if vm != nil {
 			switch vm.State {
-			case vmctl.StateRunning:
+			case manager.StateRunning:
 				a.log.Info("adopting running VM", "vm", name, "id", vm.ID)
 				return vm, nil
-			case vmctl.StateStopped, vmctl.StateStale:
-				if _, err := a.vmctl(ctx, name, "vm", "start", vm.ID); err != nil {
+			case manager.StateStopped, manager.StateStale:
+				if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbStart, VM: vm.ID}); err != nil {
 					return nil, err
 				}
 				continue
-			case vmctl.StateCreating:
+			case manager.StateCreating:
 				adopted, err := a.watchStaleCreate(ctx, name, vm.ID)
 				if err != nil {
 					return nil, err
@@ -263,7 +261,7 @@ func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*vmctl.V
 					return adopted, nil
 				}
 				continue
-			case vmctl.StateCreated:
+			case manager.StateCreated:
 				// created is an operation in flight, not debris: a `vm run`
 				// commits created, lets the ops lock go and takes it again
 				// to start (as the field's manager does). vm start finishes
@@ -271,12 +269,12 @@ func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*vmctl.V
 				// and adopts its VMM, or boots a create nobody is starting.
 				// Removing it would kill the run between its two halves.
 				a.log.Info("vm is created (a create in flight); starting it", "vm", name, "id", vm.ID)
-				if _, err := a.vmctl(ctx, name, "vm", "start", vm.ID); err != nil && !isNotFound(err) {
+				if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbStart, VM: vm.ID}); err != nil && !isNotFound(err) {
 					return nil, err
 				}
 				continue
 			default: // error: not worth adopting
-				if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", vm.ID); err != nil && !isNotFound(err) {
+				if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbRm, VM: vm.ID}); err != nil && !isNotFound(err) {
 					return nil, err
 				}
 				continue
@@ -307,7 +305,7 @@ func (a *Agent) cloneOrAdopt(ctx context.Context, name, source string) (*vmctl.V
 // owner is gone (collected/not-found), and adopts a record that reaches
 // running whatever the verb answers. Only the verb can tell "owner alive" from
 // "owner died" (seed 001 #1). It gives up only at --busy-create-budget.
-func (a *Agent) watchStaleCreate(ctx context.Context, name, id string) (*vmctl.VM, error) {
+func (a *Agent) watchStaleCreate(ctx context.Context, name, id string) (*manager.VM, error) {
 	deadline := time.Now().Add(a.cfg.BusyCreateBudget)
 	tick := a.cfg.BusyCreateTick
 	a.mu.Lock()
@@ -324,7 +322,7 @@ func (a *Agent) watchStaleCreate(ctx context.Context, name, id string) (*vmctl.V
 				return nil, err
 			}
 			a.log.Info("reconcile-stale-create", "vm", name, "id", id, "outcome", outcome)
-			if outcome == vmctl.OutcomeCollected || outcome == vmctl.OutcomeNotFound {
+			if outcome == manager.StaleCollected || outcome == manager.StaleNotFound {
 				return nil, nil
 			}
 		}
@@ -335,11 +333,11 @@ func (a *Agent) watchStaleCreate(ctx context.Context, name, id string) (*vmctl.V
 		if vm == nil {
 			return nil, nil
 		}
-		if vm.State == vmctl.StateRunning {
+		if vm.State == manager.StateRunning {
 			a.log.Info("in-flight create committed; adopting", "vm", name, "id", id)
 			return vm, nil
 		}
-		if vm.State != vmctl.StateCreating {
+		if vm.State != manager.StateCreating {
 			return nil, nil
 		}
 		if time.Now().After(deadline) {
@@ -356,7 +354,7 @@ func (a *Agent) watchStaleCreate(ctx context.Context, name, id string) (*vmctl.V
 
 // ensureRunning returns the VM id running (starting it if stopped), or nil
 // when the VM no longer exists.
-func (a *Agent) ensureRunning(ctx context.Context, name, id string) (*vmctl.VM, error) {
+func (a *Agent) ensureRunning(ctx context.Context, name, id string) (*manager.VM, error) {
 	if id == "" {
 		return nil, nil
 	}
@@ -366,9 +364,9 @@ func (a *Agent) ensureRunning(ctx context.Context, name, id string) (*vmctl.VM, 
 			return nil, err
 		}
 		switch vm.State {
-		case vmctl.StateRunning:
+		case manager.StateRunning:
 			return vm, nil
-		case vmctl.StateCreating:
+		case manager.StateCreating:
 			adopted, err := a.watchStaleCreate(ctx, name, id)
 			if err != nil || adopted == nil {
 				return nil, err
@@ -376,7 +374,7 @@ func (a *Agent) ensureRunning(ctx context.Context, name, id string) (*vmctl.VM, 
 			return adopted, nil
 		default:
 			a.log.Warn("bound VM is not running; starting it", "vm", name, "id", id, "state", vm.State)
-			if _, err := a.vmctl(ctx, name, "vm", "start", id); err != nil {
+			if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbStart, VM: id}); err != nil {
 				return nil, err
 			}
 		}
@@ -388,9 +386,9 @@ func (a *Agent) ensureRunning(ctx context.Context, name, id string) (*vmctl.VM, 
 // guest may still be booting or restoring.
 func (a *Agent) guestExec(ctx context.Context, name, id string, argv ...string) error {
 	deadline := time.Now().Add(a.cfg.ReadyBudget)
-	args := append([]string{"vm", "exec", id, "--"}, argv...)
+	c := manager.Call{Verb: manager.VerbExec, VM: id, Argv: argv}
 	for {
-		_, err := a.vmctl(ctx, name, args...)
+		_, err := a.call(ctx, name, c)
 		if err == nil {
 			return nil
 		}
@@ -407,7 +405,22 @@ func (a *Agent) guestExec(ctx context.Context, name, id string, argv ...string) 
 }
 
 // waitReady is the post-clone readiness check: the guest answers a command.
+// A manager without guest exec is trusted on its own state instead (the
+// plan's insteadNoGuestExec): the VM must still be listed running.
 func (a *Agent) waitReady(ctx context.Context, name, id string) error {
+	if ok, why := a.plan.has(manager.FeatureGuestExec); !ok {
+		a.log.Info("readiness from the manager's state", "vm", name, "id", id, "reason", why)
+		vm, err := a.inspectVM(ctx, name, id)
+		switch {
+		case err != nil:
+			return err
+		case vm == nil:
+			return fmt.Errorf("vm %s (%s) gone before it was ready", name, id)
+		case vm.State != manager.StateRunning:
+			return fmt.Errorf("vm %s (%s) is %s, not running, after the clone", name, id, vm.State)
+		}
+		return nil
+	}
 	return a.guestExec(ctx, name, id, "hostname")
 }
 
@@ -523,10 +536,10 @@ func (a *Agent) hibernateStart(ctx context.Context, rec *record, resumed bool) e
 		a.mu.Lock()
 		listed := a.listed[vmID]
 		a.mu.Unlock()
-		needStart = (resumed || rec.Status.FailedAttempts > 0) && listed == vmctl.StateStopped
+		needStart = (resumed || rec.Status.FailedAttempts > 0) && listed == manager.StateStopped
 	}
 	if needStart {
-		if _, err := a.vmctl(ctx, name, "vm", "start", vmID); err != nil {
+		if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbStart, VM: vmID}); err != nil {
 			a.metrics.inc(mHibernate, "start", "failed")
 			return opErr("start", err)
 		}
@@ -545,7 +558,14 @@ func (a *Agent) hibernateDetach(ctx context.Context, name, vmID string, order in
 		a.log.Warn("hibernate: no NIC drop or DHCP release", "vm", name, "reason", why, "instead", insteadNoNIC)
 		return nil
 	}
-	if order < hibernateOrder[stepDHCPReleased] {
+	release := true
+	if ok, why := a.plan.has(manager.FeatureGuestExec); !ok {
+		// The NIC still goes; only the lease is not released, as an
+		// embedder without a guest channel does.
+		a.log.Warn("hibernate: no DHCP release", "vm", name, "reason", why, "instead", insteadNoGuestExec)
+		release = false
+	}
+	if release && order < hibernateOrder[stepDHCPReleased] {
 		if err := a.guestExec(ctx, name, vmID, "dhclient", "-r"); err != nil {
 			a.metrics.inc(mHibernate, "dhcp_release", "failed")
 			return opErr("dhcp_release", err)
@@ -630,7 +650,7 @@ func (a *Agent) hibernateRemove(ctx context.Context, rec *record) error {
 // delete, so an rm always runs, never skipped on "not found".
 func (a *Agent) removeVM(ctx context.Context, name, id string) error {
 	if id != "" {
-		if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", id); err != nil && !isNotFound(err) {
+		if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbRm, VM: id}); err != nil && !isNotFound(err) {
 			return err
 		}
 	}
@@ -645,18 +665,18 @@ func (a *Agent) removeVM(ctx context.Context, name, id string) error {
 		// No id was bound: the rm by name rolls forward a delete of the
 		// name's last VM. A record holding the name is handled below
 		// instead (a creating one must never be collected by a blocking rm).
-		if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", name); err != nil && !isNotFound(err) {
+		if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbRm, VM: name}); err != nil && !isNotFound(err) {
 			return err
 		}
 		return nil
 	}
-	if vm.State == vmctl.StateCreating {
+	if vm.State == manager.StateCreating {
 		adopted, err := a.watchStaleCreate(ctx, name, vm.ID)
 		if err != nil || adopted == nil {
 			return err
 		}
 	}
-	if _, err := a.vmctl(ctx, name, "vm", "rm", "--force", vm.ID); err != nil && !isNotFound(err) {
+	if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbRm, VM: vm.ID}); err != nil && !isNotFound(err) {
 		return err
 	}
 	return nil
@@ -670,7 +690,7 @@ func (a *Agent) doUnhibernate(ctx context.Context, rec *record) error {
 		_, err := a.store.update(name, func(r *record) error { r.Op, r.Step, r.EvidenceChecked = opCreate, stepNone, false; return nil })
 		return err
 	}
-	if _, err := a.vmctl(ctx, name, "vm", "start", vmID); err != nil {
+	if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbStart, VM: vmID}); err != nil {
 		return opErr("start", err)
 	}
 	if rec.NICDropped {
@@ -747,7 +767,7 @@ func (a *Agent) doDelete(ctx context.Context, rec *record) error {
 func (a *Agent) cloneLeaseWait(ctx context.Context, name, source string) (childOutput, error) {
 	deadline := time.Now().Add(a.cfg.LeaseWait)
 	for {
-		out, err := a.vmctl(ctx, name, "vm", "clone", "--name", name, "--nics", strconv.Itoa(a.cfg.NICs), source)
+		out, err := a.call(ctx, name, manager.Call{Verb: manager.VerbClone, Name: name, Snapshot: source, NICs: &a.cfg.NICs})
 		if err == nil || !isLeaseHeld(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return out, err
 		}

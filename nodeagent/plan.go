@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/manager"
@@ -26,6 +27,9 @@ type Plan struct {
 	// Instead says, per missing row the agent would use, what it does
 	// instead.
 	Instead []PlanStep `json:"instead,omitempty"`
+	// Refused are the missing rows no plan replaces (needed): the agent
+	// does not start over such a manager, and says which and why.
+	Refused []manager.Capability `json:"refused,omitempty"`
 }
 
 // PlanStep is one replaced step.
@@ -38,10 +42,12 @@ type PlanStep struct {
 const (
 	insteadNoNIC = "hibernate keeps the VM's NICs: no NIC drop and no DHCP release before the save " +
 		"(the snapshot carries the NIC; wake does not re-add one)"
-	// Not planned around yet: readiness probes run `vm exec`, so a create
-	// or wake over such a manager fails at its readiness step.
-	insteadNoGuestExec = "nothing yet: readiness probes need it, so creates and wakes fail at their readiness step"
-	insteadNoStale     = "a `creating` record whose owner died is not recovered: the operation fails closed with this reason " +
+	// What an embedder without a guest channel does: trust the manager's
+	// own state, re-read after the clone (vk-cocoon's readiness is cocoon's
+	// `running`).
+	insteadNoGuestExec = "readiness is the manager's own state: the VM is ready when `inspect` lists it running after the clone " +
+		"(no command answered by the guest; no DHCP release before a hibernate)"
+	insteadNoStale = "a `creating` record whose owner died is not recovered: the operation fails closed with this reason " +
 		"(the manager's own gc is the only collector)"
 )
 
@@ -51,7 +57,17 @@ var insteadOf = map[string]string{
 	string(manager.VerbRecoverStale): insteadNoStale,
 }
 
-// newPlan derives the plan from a capability table.
+// needed are the rows the agent has no plan without: every operation
+// clones, starts, inspects, lists, saves or removes; the watcher is the
+// event stream; hibernate pushes an export and wake imports it.
+var needed = []string{
+	string(manager.VerbClone), string(manager.VerbSnapshotSave), string(manager.VerbSnapshotRm),
+	string(manager.VerbStart), string(manager.VerbRm), manager.FeatureInspect, manager.FeatureListJSON,
+	manager.FeatureEvents, manager.FeatureExport, manager.FeatureImport,
+}
+
+// newPlan derives the plan from a capability table. A needed row the table
+// lacks (or does not report: an unknown is never a yes) is refused.
 func newPlan(c manager.Capabilities) *Plan {
 	p := &Plan{Manager: c.Manager, Version: c.Version, Missing: c.Missing()}
 	for _, m := range p.Missing {
@@ -59,7 +75,26 @@ func newPlan(c manager.Capabilities) *Plan {
 			p.Instead = append(p.Instead, PlanStep{Capability: m.Name, Instead: s})
 		}
 	}
+	for _, n := range needed {
+		if ok, why := c.Supports(n); !ok {
+			p.Refused = append(p.Refused, manager.Capability{Name: n, Reason: strings.TrimPrefix(why, manager.NotSupportedPrefix)})
+		}
+	}
 	return p
+}
+
+// refusal is why the agent cannot run over the plan's manager (nil when it
+// can).
+func (p *Plan) refusal() error {
+	if p == nil || len(p.Refused) == 0 {
+		return nil
+	}
+	var why []string
+	for _, r := range p.Refused {
+		why = append(why, r.Reason)
+	}
+	return fmt.Errorf("--manager %s: the agent needs what this manager lacks, and no plan replaces it: %s",
+		p.Manager, strings.Join(why, "; "))
 }
 
 // has reports whether the manager has row name, and the reason when not.
@@ -90,6 +125,9 @@ func (a *Agent) managerPlan(ctx context.Context) (*Plan, error) {
 	}
 	if err := durable.WriteFile(filepath.Join(a.cfg.StateDir, PlanFile), b, 0o644); err != nil {
 		return nil, fmt.Errorf("record manager plan: %w", err)
+	}
+	if err := p.refusal(); err != nil {
+		return nil, err // recorded in PlanFile first, so the reason is on disk too
 	}
 	for _, s := range p.Instead {
 		a.log.Warn("manager lacks a capability; planning around it", "manager", p.Manager, "capability", s.Capability, "instead", s.Instead)

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/manager"
@@ -19,6 +21,9 @@ import (
 func cocoonTable() manager.Capabilities {
 	return manager.Capabilities{Manager: "cocoon", Version: "34c6c4a", Items: []manager.Capability{
 		{Name: "clone", Present: true, How: "cocoon vm clone"},
+		{Name: "snapshot-save", Present: true}, {Name: "snapshot-rm", Present: true}, {Name: "start", Present: true},
+		{Name: "rm", Present: true}, {Name: manager.FeatureInspect, Present: true}, {Name: manager.FeatureListJSON, Present: true},
+		{Name: manager.FeatureEvents, Present: true}, {Name: manager.FeatureExport, Present: true}, {Name: manager.FeatureImport, Present: true},
 		{Name: string(manager.VerbRecoverStale), Reason: "cocoon has no verb for a `creating` record whose owner died"},
 		{Name: manager.FeatureNIC, Reason: "vm net: not in `cocoon vm --help`"},
 		{Name: manager.FeatureGuestExec, Reason: "vm exec: not in `cocoon vm --help`"},
@@ -181,5 +186,130 @@ func TestManagerPlanRecordedCocoon(t *testing.T) {
 	}
 	if p.Manager != "cocoon" || strings.Join(got, " ") != "recover-stale nic-change guest-exec" {
 		t.Errorf("cocoon plan: %+v", p)
+	}
+}
+
+// fakeCocoon is a manager binary that answers `cocoon PATH --help` and
+// `cocoon version` with the recorded pages of cocoon 34c6c4a
+// (manager/cocoon/testdata/help/head), less the commands in drop (removed
+// from `cocoon vm --help`), and fails every other verb.
+func fakeCocoon(t *testing.T, drop ...string) string {
+	t.Helper()
+	src := filepath.Join("..", "manager", "cocoon", "testdata", "help", "head")
+	dir := t.TempDir()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == "vm.txt" {
+			var keep []string
+			for _, line := range strings.Split(string(b), "\n") {
+				f := strings.Fields(line)
+				if len(f) > 0 && slices.Contains(drop, f[0]) && strings.HasPrefix(line, "  ") {
+					continue
+				}
+				keep = append(keep, line)
+			}
+			b = []byte(strings.Join(keep, "\n"))
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "cocoon")
+	script := `#!/bin/sh
+d=$(dirname "$0")
+if [ "$1" = version ]; then exec cat "$d/version.txt"; fi
+p=""
+for w in "$@"; do
+  if [ "$w" = --help ]; then f="${p:-root}"; exec cat "$d/$f.txt"; fi
+  p="${p:+$p-}$w"
+done
+echo 'Error: boom' >&2
+exit 1
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestCocoonPlanStarts: over cocoon 34c6c4a (its recorded --help pages
+// behind a fake binary) every verb the agent needs is present or planned
+// around, so the agent starts: the plan replaces the three rows cocoon
+// lacks and refuses nothing.
+func TestCocoonPlanStarts(t *testing.T) {
+	a, _ := planAgent(t, nil)
+	a.cfg.Manager, a.cfg.VMCtl, a.cfg.RegistryDir = ManagerCocoon, fakeCocoon(t), t.TempDir()
+	if err := a.cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	p := readPlan(t, a)
+	var got []string
+	for _, s := range p.Instead {
+		got = append(got, s.Capability)
+	}
+	if p.Manager != "cocoon" || strings.Join(got, " ") != "recover-stale nic-change guest-exec" || len(p.Refused) != 0 {
+		t.Errorf("cocoon plan: %+v", p)
+	}
+}
+
+// TestCocoonWithoutNeededVerbIsRefused: a cocoon without `vm inspect` has
+// no plan (the agent reads every VM through it), so the agent refuses to
+// start and says why, in its error and in the plan file.
+func TestCocoonWithoutNeededVerbIsRefused(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StateDir, cfg.RegistryDir, cfg.Manager, cfg.VMCtl = t.TempDir(), t.TempDir(), ManagerCocoon, fakeCocoon(t, "inspect")
+	// The deadline is a safety net: an agent that starts runs until it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "no plan replaces it") || !strings.Contains(err.Error(), "vm inspect: not in `cocoon vm --help`") {
+		t.Fatalf("Run: %v", err)
+	}
+	b, rerr := os.ReadFile(filepath.Join(cfg.StateDir, PlanFile))
+	if rerr != nil || !strings.Contains(string(b), `"refused"`) || !strings.Contains(string(b), "vm inspect: not in") {
+		t.Fatalf("plan file: %v %s", rerr, b)
+	}
+}
+
+// TestReadinessWithoutGuestExec: without guest-exec the readiness check is
+// the manager's own state (one inspect, no `vm exec`): a running VM is
+// ready, a stopped one is not; with vmctl's plan the guest is asked.
+func TestReadinessWithoutGuestExec(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		state string
+		ok    bool
+	}{{"running", true}, {"stopped", false}} {
+		a, _ := planAgent(t, newPlan(cocoonTable()))
+		dir := t.TempDir()
+		bin, calls := filepath.Join(dir, "mgr"), filepath.Join(dir, "calls")
+		script := "#!/bin/sh\necho \"$*\" >>" + calls + "\n" +
+			"case \"$1 $2\" in 'vm inspect') echo '{\"id\":\"ID1\",\"name\":\"w\",\"state\":\"" + tc.state + "\"}'; exit 0;; esac\n" +
+			"echo 'Error: boom' >&2\nexit 1\n"
+		if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		a.cfg.VMCtl = bin
+		err := a.waitReady(ctx, "w", "ID1")
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: waitReady = %v", tc.state, err)
+		}
+		if c := callsOf(t, calls); c != "vm inspect ID1 -o json" {
+			t.Errorf("%s: calls %q", tc.state, c)
+		}
+	}
+	a, calls := planAgent(t, nil)
+	if err := a.waitReady(ctx, "w", "ID1"); err == nil {
+		t.Fatal("vmctl plan: the failing guest exec was not run")
+	}
+	if c := callsOf(t, calls); c != "vm exec ID1 -- hostname" {
+		t.Errorf("vmctl plan calls %q", c)
 	}
 }

@@ -38,7 +38,7 @@ func (a *Agent) saveSnapshot(ctx context.Context, name, vmID string) (string, er
 			if err != nil {
 				return "", err
 			}
-			if s == nil || s.State != vmctl.SnapReady {
+			if s == nil || s.State != manager.SnapReady {
 				return "", fmt.Errorf("snapshot save %s: no ready snapshot named %s after save", vmID, name)
 			}
 			return s.ID, nil
@@ -48,13 +48,26 @@ func (a *Agent) saveSnapshot(ctx context.Context, name, vmID string) (string, er
 		if onlyExists && held && h.Pending {
 			held = false // the historical bug: a pending holder's rejection is not recognised
 		}
-		if held && h.Holder == "" {
-			held = false // a manager that does not name the holder (cocoon's finished one): no rm by id
+		holder := ""
+		if held {
+			holder = h.Holder
+		}
+		if held && holder == "" && attempt < 1 && ctx.Err() == nil {
+			// A manager that does not name a finished holder (cocoon's
+			// `snapshot name %q already exists`): the refusal leaves the
+			// lookup to the embedder, so the holder is found by its name
+			// among the finished records and removed by its id like any
+			// other (found nowhere: nothing to remove, the refusal stands).
+			id, lerr := a.readySnapshotID(ctx, name)
+			if lerr != nil {
+				return "", fmt.Errorf("snapshot name %q held; looking its holder up: %w", name, lerr)
+			}
+			holder, held = id, id != ""
 		}
 		if !held || attempt >= 1 || ctx.Err() != nil {
 			return "", err
 		}
-		holder, target := h.Holder, h.Holder
+		target := holder
 		if regress.On("save-rm-by-name") {
 			// The historical recovery resolved the name through a lookup
 			// that skips pending records, so a half-committed holder is
@@ -82,7 +95,7 @@ func (a *Agent) readySnapshotID(ctx context.Context, name string) (string, error
 		return "", err
 	}
 	for _, s := range snaps {
-		if s.Name == name && s.State == vmctl.SnapReady {
+		if s.Name == name && s.State == manager.SnapReady {
 			return s.ID, nil
 		}
 	}
@@ -174,7 +187,7 @@ func (a *Agent) push(ctx context.Context, name, snapID, image string) error {
 	a.dropStaging(name)
 	tmp := filepath.Join(a.cfg.RegistryDir, fmt.Sprintf(".%s.push-%d", name, time.Now().UnixNano()))
 	defer os.Remove(tmp)
-	if _, err := a.vmctl(ctx, name, "snapshot", "export", snapID, "-o", tmp); err != nil {
+	if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbExport, Snapshot: snapID, File: tmp}); err != nil {
 		return err
 	}
 	if a.cfg.RegistryURL != "" {
@@ -253,7 +266,7 @@ func (a *Agent) ensureLocalSnapshot(ctx context.Context, rec *record) (string, e
 	if err != nil {
 		return "", err
 	}
-	if local != nil && local.State == vmctl.SnapReady {
+	if local != nil && local.State == manager.SnapReady {
 		known := rec.SnapshotID == "" && m == nil
 		if local.ID == rec.SnapshotID || (m != nil && local.ID == m.SnapshotID) || known {
 			return local.ID, nil
@@ -274,14 +287,14 @@ func (a *Agent) ensureLocalSnapshot(ctx context.Context, rec *record) (string, e
 			return "", fmt.Errorf("pull %s: unverified local snapshot %s: %w", name, local.ID, err)
 		}
 	}
-	if _, err := a.vmctl(ctx, name, "snapshot", "import", "--name", name, file); err != nil {
+	if _, err := a.call(ctx, name, manager.Call{Verb: manager.VerbImport, Name: name, File: file}); err != nil {
 		return "", fmt.Errorf("pull %s: %w", name, err)
 	}
 	s, err := a.snapshotByName(ctx, name)
 	if err != nil {
 		return "", err
 	}
-	if s == nil || s.State != vmctl.SnapReady {
+	if s == nil || s.State != manager.SnapReady {
 		return "", fmt.Errorf("pull %s: imported snapshot not found", name)
 	}
 	return s.ID, nil

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
-	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // startup converges after a restart, in the order of docs/architecture.md §6:
@@ -35,7 +35,7 @@ func (a *Agent) startup(ctx context.Context, sem chan struct{}) error {
 // startupListing lists the VMs, with retries. A listing that still fails is
 // no error (haveListing false): workers inspect by name themselves, so a
 // broken listing only loses the adoption shortcut, never an intent.
-func (a *Agent) startupListing(ctx context.Context) (vms []vmctl.VM, haveListing bool, _ error) {
+func (a *Agent) startupListing(ctx context.Context) (vms []manager.VM, haveListing bool, _ error) {
 	var err error
 	for i := 0; i < 3; i++ {
 		if vms, err = a.listVMs(ctx); err == nil {
@@ -59,11 +59,11 @@ func (a *Agent) startupListing(ctx context.Context) (vms []vmctl.VM, haveListing
 // startupReconcile records a listed VM's state, reports a VM no intent owns,
 // and resolves a creating record with reconcile-stale-create; a busy one
 // nobody here owns is watched until its owner is gone.
-func (a *Agent) startupReconcile(ctx context.Context, vm vmctl.VM, names map[string]bool) {
+func (a *Agent) startupReconcile(ctx context.Context, vm manager.VM, names map[string]bool) {
 	a.mu.Lock()
 	a.listed[vm.ID] = vm.State
 	a.mu.Unlock()
-	if vm.State != vmctl.StateCreating {
+	if vm.State != manager.StateCreating {
 		if !names[vm.Name] {
 			a.metrics.orphan(vm.ID)
 			a.log.Warn("startup: VM owned by no intent (left alone)", "vm", vm.Name, "id", vm.ID)
@@ -76,7 +76,7 @@ func (a *Agent) startupReconcile(ctx context.Context, vm vmctl.VM, names map[str
 		return
 	}
 	a.log.Info("startup: reconcile-stale-create", "vm", vm.Name, "id", vm.ID, "outcome", outcome)
-	if outcome != vmctl.OutcomeBusy {
+	if outcome != manager.StaleBusy {
 		return
 	}
 	a.mu.Lock()
@@ -97,9 +97,9 @@ func (a *Agent) startupReconcile(ctx context.Context, vm vmctl.VM, names map[str
 
 // startupResume derives each intent's owed work from its durable markers and
 // dispatches it; it returns how many interrupted operations it resumed.
-func (a *Agent) startupResume(ctx context.Context, vms []vmctl.VM, haveListing bool, sem chan struct{}) int {
-	byName := map[string]vmctl.VM{}
-	byID := map[string]vmctl.VM{}
+func (a *Agent) startupResume(ctx context.Context, vms []manager.VM, haveListing bool, sem chan struct{}) int {
+	byName := map[string]manager.VM{}
+	byID := map[string]manager.VM{}
 	for _, vm := range vms {
 		byName[vm.Name] = vm
 		byID[vm.ID] = vm
@@ -117,7 +117,7 @@ func (a *Agent) startupResume(ctx context.Context, vms []vmctl.VM, haveListing b
 		// watcher reports changes from now on, so check it against the
 		// listing once (only when there is a listing to trust).
 		if haveListing && rec.Op == "" && !rec.Deleted && rec.Status.Lifecycle == LifecycleReady && rec.Status.VMID != "" {
-			if vm, ok := byID[rec.Status.VMID]; !ok || vm.State != vmctl.StateRunning {
+			if vm, ok := byID[rec.Status.VMID]; !ok || vm.State != manager.StateRunning {
 				a.log.Warn("startup: the ready VM is not running; verifying it", "vm", n, "id", rec.Status.VMID, "state", vm.State)
 				a.mu.Lock()
 				a.died[n] = rec.Status.VMID

@@ -3,7 +3,6 @@ package nodeagent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -13,15 +12,17 @@ import (
 
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/manager"
-	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // ChildError is a manager child that did not exit 0.
 type ChildError struct {
-	Argv   []string
-	Code   int    // exit status; -1 when killed by a signal or not started
-	Stderr string // the child's stderr (trimmed)
-	Err    error
+	// Manager is the adapter's name ("vmctl", "cocoon"), the word the
+	// message starts with.
+	Manager string
+	Argv    []string
+	Code    int    // exit status; -1 when killed by a signal or not started
+	Stderr  string // the child's stderr (trimmed)
+	Err     error
 	// Refusal is the outcome the manager's adapter typed from Stderr
 	// (manager.Classifier), nil when it is none the agent branches on. The
 	// agent branches on it and never on the text (issue 33 item 1,
@@ -30,11 +31,14 @@ type ChildError struct {
 }
 
 func (e *ChildError) Error() string {
-	msg := lastLine(e.Stderr)
-	if msg == "" {
-		return fmt.Sprintf("vmctl %s: %v", strings.Join(e.Argv, " "), e.Err)
+	msg, mgr := lastLine(e.Stderr), e.Manager
+	if mgr == "" {
+		mgr = "vmctl"
 	}
-	return fmt.Sprintf("vmctl %s: %v (output: %s)", strings.Join(e.Argv, " "), e.Err, msg)
+	if msg == "" {
+		return fmt.Sprintf("%s %s: %v", mgr, strings.Join(e.Argv, " "), e.Err)
+	}
+	return fmt.Sprintf("%s %s: %v (output: %s)", mgr, strings.Join(e.Argv, " "), e.Err, msg)
 }
 
 // Unwrap exposes both the exit error (context cancellation, signals) and
@@ -75,7 +79,7 @@ func (a *Agent) vmctl(ctx context.Context, vm string, args ...string) (childOutp
 	// Wait from returning after vmctl itself exited.
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
-		return childOutput{}, &ChildError{Argv: args, Code: -1, Err: err}
+		return childOutput{}, &ChildError{Manager: a.adapter().Name(), Argv: args, Code: -1, Err: err}
 	}
 	pid := cmd.Process.Pid
 	a.children.add(pid, args)
@@ -102,7 +106,8 @@ func (a *Agent) vmctl(ctx context.Context, vm string, args ...string) (childOutp
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
 		stderr := strings.TrimSpace(errb.String())
-		return res, &ChildError{Argv: args, Code: code, Stderr: stderr, Err: err, Refusal: a.adapter().Classify(stderr)}
+		ad := a.adapter()
+		return res, &ChildError{Manager: ad.Name(), Argv: args, Code: code, Stderr: stderr, Err: err, Refusal: ad.Classify(stderr)}
 	}
 	return res, nil
 }
@@ -124,48 +129,41 @@ func nameHolder(err error, object string) (*manager.Refusal, bool) {
 	return r, true
 }
 
-// inspectVM returns the VM by id or name, or nil when vmctl says not found.
-func (a *Agent) inspectVM(ctx context.Context, name, ref string) (*vmctl.VM, error) {
-	out, err := a.vmctl(ctx, name, "vm", "inspect", ref, "-o", "json")
+// inspectVM returns the VM by id or name, or nil when the manager says not
+// found.
+func (a *Agent) inspectVM(ctx context.Context, name, ref string) (*manager.VM, error) {
+	out, err := a.call(ctx, name, manager.Call{Verb: manager.VerbInspect, VM: ref})
 	if err != nil {
 		if isNotFound(err) {
 			return nil, nil
 		}
 		return nil, err
 	}
-	var vm vmctl.VM
-	if err := json.Unmarshal(out.Stdout, &vm); err != nil {
-		return nil, fmt.Errorf("vm inspect %s: bad json: %w", ref, err)
+	vm, err := a.adapter().ParseVM(out.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("vm inspect %s: %w", ref, err)
 	}
 	return &vm, nil
 }
 
-func (a *Agent) listVMs(ctx context.Context) ([]vmctl.VM, error) {
-	out, err := a.vmctl(ctx, "", "vm", "list", "-o", "json")
+func (a *Agent) listVMs(ctx context.Context) ([]manager.VM, error) {
+	out, err := a.call(ctx, "", manager.Call{Verb: manager.VerbList})
 	if err != nil {
 		return nil, err
 	}
-	var vms []vmctl.VM
-	if err := json.Unmarshal(out.Stdout, &vms); err != nil {
-		return nil, fmt.Errorf("vm list: bad json: %w", err)
-	}
-	return vms, nil
+	return a.adapter().ParseVMs(out.Stdout)
 }
 
-func (a *Agent) listSnapshots(ctx context.Context, name string) ([]vmctl.Snapshot, error) {
-	out, err := a.vmctl(ctx, name, "snapshot", "list", "-o", "json")
+func (a *Agent) listSnapshots(ctx context.Context, name string) ([]manager.Snapshot, error) {
+	out, err := a.call(ctx, name, manager.Call{Verb: manager.VerbSnapshotList})
 	if err != nil {
 		return nil, err
 	}
-	var s []vmctl.Snapshot
-	if err := json.Unmarshal(out.Stdout, &s); err != nil {
-		return nil, fmt.Errorf("snapshot list: bad json: %w", err)
-	}
-	return s, nil
+	return a.adapter().ParseSnapshots(out.Stdout)
 }
 
 // snapshotByName finds the record holding name, pending records included.
-func (a *Agent) snapshotByName(ctx context.Context, name string) (*vmctl.Snapshot, error) {
+func (a *Agent) snapshotByName(ctx context.Context, name string) (*manager.Snapshot, error) {
 	snaps, err := a.listSnapshots(ctx, name)
 	if err != nil {
 		return nil, err
@@ -189,15 +187,10 @@ func (a *Agent) reconcileStaleCreate(ctx context.Context, name, id string) (stri
 	if err != nil {
 		return "", err
 	}
-	var r vmctl.StaleCreateResult
-	if err := json.Unmarshal(out.Stdout, &r); err != nil {
-		return "", fmt.Errorf("reconcile-stale-create %s: bad json: %w", id, err)
+	outcome, err := a.adapter().ParseRecoverStale(out.Stdout)
+	if err != nil {
+		return "", fmt.Errorf("reconcile-stale-create %s: %w", id, err)
 	}
-	switch r.Outcome {
-	case vmctl.OutcomeBusy, vmctl.OutcomeCollected, vmctl.OutcomeNotCreating, vmctl.OutcomeNotFound:
-	default:
-		return "", fmt.Errorf("reconcile-stale-create %s: unknown outcome %q", id, r.Outcome)
-	}
-	a.metrics.inc(mStaleCreate, r.Outcome)
-	return r.Outcome, nil
+	a.metrics.inc(mStaleCreate, outcome)
+	return outcome, nil
 }

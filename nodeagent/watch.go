@@ -3,7 +3,6 @@ package nodeagent
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os/exec"
@@ -12,9 +11,9 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/timescale"
-	vmctl "github.com/vmchaos/vmchaos/vmctl/api" // the agent reads vmctl only through its output
 )
 
 // watch runs `vm status --event --format json` as a long-lived child and
@@ -32,8 +31,15 @@ func (a *Agent) watch(ctx context.Context) {
 }
 
 func (a *Agent) watchOnce(ctx context.Context) error {
-	secs := fmt.Sprintf("%g", a.watchN)
-	args := []string{"vm", "status", "--event", "--format", "json", "-n", secs}
+	ad := a.adapter()
+	argv, err := ad.Command(manager.Call{Verb: manager.VerbEvents, Interval: fmt.Sprintf("%g", a.watchN)})
+	if err != nil {
+		return fmt.Errorf("watcher: %w", err)
+	}
+	if len(argv) == 0 || argv[0] != a.cfg.VMCtl {
+		return fmt.Errorf("watcher: the adapter's argv %q does not run %s", argv, a.cfg.VMCtl)
+	}
+	args := argv[1:]
 	cmd := exec.CommandContext(ctx, a.cfg.VMCtl, args...)
 	// Unlike operation children, the watcher writes only when a VM changes,
 	// so after a SIGKILL of the agent it could wait forever for the write
@@ -58,9 +64,9 @@ func (a *Agent) watchOnce(ctx context.Context) error {
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64*1024), 4<<20)
 	for sc.Scan() {
-		var ev vmctl.StatusEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			continue // a non-JSON line (vmctl prints none; be tolerant)
+		ev, err := ad.ParseEvent(sc.Bytes())
+		if err != nil {
+			continue // a line that is no event (a log line of an old cocoon; vmctl prints none)
 		}
 		a.onEvent(ctx, ev)
 	}
@@ -75,29 +81,29 @@ func (a *Agent) watchOnce(ctx context.Context) error {
 // noted (by VM id), and the worker verifies the VM once the operation made
 // it ready — a wake whose VMM died after its readiness check would
 // otherwise report ready over a dead VM, and the event is not sent again.
-func (a *Agent) onEvent(ctx context.Context, ev vmctl.StatusEvent) {
-	rec := a.store.get(ev.VM.Name)
+func (a *Agent) onEvent(ctx context.Context, ev manager.Event) {
+	rec := a.store.get(ev.Name)
 	if rec == nil || rec.Deleted {
 		return
 	}
-	dead := ev.Event == "DELETED"
-	switch ev.VM.State {
-	case vmctl.StateStopped, vmctl.StateStale, vmctl.StateError:
+	dead := ev.Type == "DELETED"
+	switch ev.State {
+	case manager.StateStopped, manager.StateStale, manager.StateError:
 		dead = true
 	}
 	if !dead {
 		return
 	}
-	_ = failpoint.Hit(ctx, "agent.child.vm-died", failpoint.Attrs{"vm": rec.Name, "id": ev.VM.ID, "op": rec.Op})
-	ready := rec.Op == "" && rec.Status.Lifecycle == LifecycleReady && rec.Status.VMID == ev.VM.ID
+	_ = failpoint.Hit(ctx, "agent.child.vm-died", failpoint.Attrs{"vm": rec.Name, "id": ev.ID, "op": rec.Op})
+	ready := rec.Op == "" && rec.Status.Lifecycle == LifecycleReady && rec.Status.VMID == ev.ID
 	// died-in-flight-dropped: the historical watcher ignored a death while
 	// an operation owned the VM, so a wake could end ready over a dead VMM
 	if !ready && regress.On("died-in-flight-dropped") {
 		return
 	}
-	a.log.Warn("watcher: VM died", "vm", rec.Name, "id", ev.VM.ID, "event", ev.Event, "state", ev.VM.State, "op_in_flight", rec.Op)
+	a.log.Warn("watcher: VM died", "vm", rec.Name, "id", ev.ID, "event", ev.Type, "state", ev.State, "op_in_flight", rec.Op)
 	a.mu.Lock()
-	a.died[rec.Name] = ev.VM.ID
+	a.died[rec.Name] = ev.ID
 	a.mu.Unlock()
 	if ready {
 		a.kick(ctx, rec.Name, false, nil)

@@ -58,10 +58,11 @@ func TestManagerProbePrintsV02Table(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		"version  v0.2.7-1-g21800e2 (git 21800e2e38d4)",
-		"create         yes      cocoon vm run --name NAME --nics 0 --cpu 1 --memory 512M vmchaos-guest\n",
-		"verb-json      no       vm run: no JSON output flag (-o/--output/--format json) in `cocoon vm run --help`",
-		"nic-change     no       vm net: not in `cocoon vm --help`",
-		"12 of 17 present",
+		"create           yes      cocoon vm run --name NAME --nics 0 --cpu 1 --memory 512M vmchaos-guest\n",
+		"verb-json        no       vm run: no JSON output flag (-o/--output/--format json) in `cocoon vm run --help`",
+		"nic-change       no       vm net: not in `cocoon vm --help`",
+		"snapshot-export  yes      cocoon snapshot export SNAP --output FILE\n",
+		"15 of 20 present",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)

@@ -12,10 +12,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,7 +57,7 @@ type Adapter struct {
 }
 
 var (
-	_ manager.Manager            = (*Adapter)(nil)
+	_ manager.Embedder           = (*Adapter)(nil)
 	_ manager.CapabilityReporter = (*Adapter)(nil)
 )
 
@@ -103,7 +105,7 @@ func (a *Adapter) Capabilities(ctx context.Context) (manager.Capabilities, error
 	// A present verb's form is the very argv Command gives it here, so the
 	// table shows what a case will run.
 	for i, it := range caps.Items {
-		argv, err := a.Command(manager.Call{Verb: manager.Verb(it.Name), VM: "VM", Snapshot: "SNAP", Name: "NAME"})
+		argv, err := a.Command(manager.Call{Verb: manager.Verb(it.Name), VM: "VM", Snapshot: "SNAP", Name: "NAME", File: "FILE"})
 		switch {
 		case it.Present && err == nil:
 			caps.Items[i].How = shown(argv)
@@ -196,7 +198,7 @@ func (a *Adapter) Command(c manager.Call) ([]string, error) {
 	if err := cli.Err(); err != nil {
 		return nil, fmt.Errorf("cocoon %s: %w", c.Verb, err)
 	}
-	it, ok := cli.Caps.Get(string(c.Verb))
+	it, ok := cli.Caps.Get(capabilityOf(c.Verb))
 	if !ok {
 		return nil, fmt.Errorf("cocoon: %s: %w", c.Verb, manager.ErrNotSupported)
 	}
@@ -208,7 +210,11 @@ func (a *Adapter) Command(c manager.Call) ([]string, error) {
 	case manager.VerbCreate:
 		args = append(a.withJSON(cli, "vm run", "--name", c.Name, "--nics", "0", "--cpu", "1", "--memory", "512M"), a.ImageRef())
 	case manager.VerbClone:
-		args = append(a.withJSON(cli, "vm clone", "--name", c.Name), c.Snapshot)
+		flags := []string{"--name", c.Name}
+		if c.NICs != nil {
+			flags = append(flags, "--nics", strconv.Itoa(*c.NICs))
+		}
+		args = append(a.withJSON(cli, "vm clone", flags...), c.Snapshot)
 	case manager.VerbSnapshotSave:
 		args = []string{"snapshot", "save", "--name", c.Name, c.VM}
 	case manager.VerbSnapshotRm:
@@ -223,10 +229,44 @@ func (a *Adapter) Command(c manager.Call) ([]string, error) {
 		args = []string{"vm", "rm", "--force", c.VM}
 	case manager.VerbGC:
 		args = []string{"gc"}
+	case manager.VerbInspect:
+		args = []string{"vm", "inspect", c.VM}
+	case manager.VerbList:
+		args = []string{"vm", "list", a.jsonFlag("vm list"), "json"}
+	case manager.VerbSnapshotList:
+		args = []string{"snapshot", "list", a.jsonFlag("snapshot list"), "json"}
+	case manager.VerbExport:
+		args = []string{"snapshot", "export", c.Snapshot, "--output", c.File}
+	case manager.VerbImport:
+		args = []string{"snapshot", "import", "--name", c.Name, c.File}
+	case manager.VerbEvents:
+		args = []string{"vm", "status", "--event", a.jsonFlag("vm status"), "json", "--interval", wholeSeconds(c.Interval)}
 	default:
 		return nil, fmt.Errorf("cocoon: %s: %w", c.Verb, manager.ErrNotSupported)
 	}
 	return append(a.argv0(), args...), nil
+}
+
+// capabilityOf is the table row that says whether the build has verb: the
+// lists and the event stream are features, every other verb its own row.
+func capabilityOf(v manager.Verb) string {
+	switch v {
+	case manager.VerbList, manager.VerbSnapshotList:
+		return manager.FeatureListJSON
+	case manager.VerbEvents:
+		return manager.FeatureEvents
+	}
+	return string(v)
+}
+
+// wholeSeconds is an interval in cocoon's form: `vm status --interval` is an
+// int, so a fraction rounds up and nothing goes below 1.
+func wholeSeconds(s string) string {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f <= 1 {
+		return "1"
+	}
+	return strconv.Itoa(int(math.Ceil(f)))
 }
 
 // withJSON is path's words and flags, with its JSON output flag when the

@@ -49,7 +49,8 @@ type need struct {
 // instead (a v0.2.x `vm run` has no -o: issue 32).
 var needs = []need{
 	{cap: string(manager.VerbCreate), paths: []string{"vm run"}, flags: map[string][]string{"vm run": {"name", "nics", "cpu", "memory"}}},
-	{cap: string(manager.VerbClone), paths: []string{"vm clone"}, flags: map[string][]string{"vm clone": {"name"}}},
+	// --nics: the agent's clone sets the NIC count (manager.Call.NICs).
+	{cap: string(manager.VerbClone), paths: []string{"vm clone"}, flags: map[string][]string{"vm clone": {"name", "nics"}}},
 	{cap: string(manager.VerbSnapshotSave), paths: []string{"snapshot save"}, flags: map[string][]string{"snapshot save": {"name"}}},
 	{cap: string(manager.VerbSnapshotRm), paths: []string{"snapshot rm"}},
 	{cap: string(manager.VerbRestore), paths: []string{"vm restore"}},
@@ -64,6 +65,11 @@ var needs = []need{
 	{cap: manager.FeatureNIC, paths: []string{"vm net"}},
 	{cap: manager.FeatureGuestExec, paths: []string{"vm exec"}},
 	{cap: manager.FeatureCheck, paths: []string{"check"}},
+	// The embedder's verbs (the bundled agent): `vm inspect` prints JSON
+	// without a flag (its help: "Show detailed VM info (JSON)").
+	{cap: manager.FeatureInspect, paths: []string{"vm inspect"}},
+	{cap: manager.FeatureExport, paths: []string{"snapshot export"}, flags: map[string][]string{"snapshot export": {"output"}}},
+	{cap: manager.FeatureImport, paths: []string{"snapshot import"}, flags: map[string][]string{"snapshot import": {"name"}}},
 }
 
 // Probe reads the binary's CLI. A page that cannot be read makes only the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,7 +27,7 @@ type Adapter struct {
 	firmware string
 }
 
-var _ manager.Manager = (*Adapter)(nil)
+var _ manager.Embedder = (*Adapter)(nil)
 
 // New returns the adapter of the store under o.Dir; Setup creates it.
 func New(o manager.Options) *Adapter {
@@ -77,7 +78,12 @@ func (a *Adapter) Command(c manager.Call) ([]string, error) {
 	case manager.VerbCreate:
 		args = []string{"vm", "run", "--name", c.Name, "--nics", "0", "-o", "json", a.ImageRef()}
 	case manager.VerbClone:
-		args = []string{"vm", "clone", "--name", c.Name, "-o", "json", c.Snapshot}
+		if c.NICs != nil {
+			// The agent's clone: NICs set, the result read from inspect.
+			args = []string{"vm", "clone", "--name", c.Name, "--nics", strconv.Itoa(*c.NICs), c.Snapshot}
+		} else {
+			args = []string{"vm", "clone", "--name", c.Name, "-o", "json", c.Snapshot}
+		}
 	case manager.VerbSnapshotSave:
 		args = []string{"snapshot", "save", "--name", c.Name, c.VM}
 	case manager.VerbSnapshotRm:
@@ -92,6 +98,25 @@ func (a *Adapter) Command(c manager.Call) ([]string, error) {
 		args = []string{"gc"}
 	case manager.VerbRecoverStale:
 		args = []string{"vm", "reconcile-stale-create", c.VM, "-o", "json"}
+	case manager.VerbInspect:
+		args = []string{"vm", "inspect", c.VM, "-o", "json"}
+	case manager.VerbList:
+		args = []string{"vm", "list", "-o", "json"}
+	case manager.VerbSnapshotList:
+		args = []string{"snapshot", "list", "-o", "json"}
+	case manager.VerbNIC:
+		if c.NICs == nil {
+			return nil, fmt.Errorf("vmctl: %s: no NIC count", c)
+		}
+		args = []string{"vm", "net", c.VM, "--nics", strconv.Itoa(*c.NICs)}
+	case manager.VerbExec:
+		args = append([]string{"vm", "exec", c.VM, "--"}, c.Argv...)
+	case manager.VerbExport:
+		args = []string{"snapshot", "export", c.Snapshot, "-o", c.File}
+	case manager.VerbImport:
+		args = []string{"snapshot", "import", "--name", c.Name, c.File}
+	case manager.VerbEvents:
+		args = []string{"vm", "status", "--event", "--format", "json", "-n", c.Interval}
 	default:
 		return nil, fmt.Errorf("vmctl: %s: %w", c.Verb, manager.ErrNotSupported)
 	}

@@ -21,6 +21,9 @@ var features = []manager.Capability{
 	{Name: manager.FeatureNIC, Present: true, How: "vmctl vm net VM --nics N"},
 	{Name: manager.FeatureGuestExec, Present: true, How: "vmctl vm exec VM -- ARGV"},
 	{Name: manager.FeatureCheck, Present: true, How: "vmctl check -o json"},
+	{Name: manager.FeatureInspect, Present: true, How: "vmctl vm inspect VM -o json"},
+	{Name: manager.FeatureExport, Present: true, How: "vmctl snapshot export SNAP -o FILE"},
+	{Name: manager.FeatureImport, Present: true, How: "vmctl snapshot import --name NAME FILE"},
 }
 
 // Capabilities is vmctl's full table: every verb Command maps (restore is

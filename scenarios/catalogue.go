@@ -502,7 +502,15 @@ const fineFracs = "5%..85%/5%"
 // (load average 15-28) a run's window came out down to 59% of the shorter of
 // its two calibrations, and at 60% 2 of 90 last-fraction runs landed after
 // the end. The fine sweeps (speed:slow) and the park cases cover the rest.
-const coarseFracs = "10%,30%,50%"
+//
+// One fraction per sweep (issue 37, CI stays fast): 10% and 30% were the
+// same fault kind on the same operation from the same trigger point as 50%,
+// and at 10% it landed where fast park cases already are (sigkill-main at
+// agent.create.begin: s001-obs-evidence-resumed). 50% lands deepest into the
+// operation, past the points the fast park cases hold, and keeps the
+// window's headroom under test in CI and `make stability`; 10% and 30% stay
+// in `make chaos` as part of the fine sweep.
+const coarseFracs = "50%"
 
 // sweep builds an offset sweep over one operation: the fault fires OFFSET
 // after the operation's first point and must land before its last (else the

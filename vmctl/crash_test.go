@@ -77,6 +77,10 @@ func TestCrashCasesCoverEveryVMCtlPoint(t *testing.T) {
 func TestCrashSafetyAtEveryPoint(t *testing.T) {
 	for _, c := range crashCases {
 		t.Run(c.op+"/"+c.point, func(t *testing.T) {
+			// each point has its own stack and the kill lands at the point
+			// itself (no clock): two at a time (go test -parallel), as the
+			// points mostly wait on the processes they start (issue 37)
+			t.Parallel()
 			s := newStack(t, "0.02")
 			a := s.runVM("a")
 			s.ok("snapshot", "save", "--name", "base", "a")

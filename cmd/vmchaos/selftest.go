@@ -15,6 +15,7 @@ import (
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/scenarios/runner"
+	"github.com/vmchaos/vmchaos/scenarios/suite"
 )
 
 func init() { register(newSelftestCmd) }
@@ -24,6 +25,8 @@ type selftestOpts struct {
 	fast, list, failfast bool
 	parallel, count      int
 	bugs                 string // --bug: only these bugs (comma-separated)
+	cleanParallel        string // the runs without a bug: auto or N (suite.ParseParallel)
+	cleanWorkers         int    // cleanParallel resolved
 }
 
 func newSelftestCmd() *cobra.Command {
@@ -67,7 +70,8 @@ and no false positive.`,
 		},
 	}
 	f.add(c)
-	c.Flags().IntVar(&o.parallel, "parallel", 1, "with-bug cases run at once (the cases without a bug, which must pass, always run one at a time first); a with-bug case usually waits out the 20 s convergence budget, so CI runs its 12 at once")
+	c.Flags().IntVar(&o.parallel, "parallel", 1, "with-bug cases run at once (after the cases without a bug, which must pass); a with-bug case usually waits out the 20 s convergence budget, so CI runs its 12 at once")
+	c.Flags().StringVar(&o.cleanParallel, "clean-parallel", "auto", "the cases without a bug, which run first and must pass, are scheduled as run --parallel schedules the catalogue: cases with timed faults or a window calibration alone, the rest (park, steady state) auto (from the CPUs and the load, as run's) or N at a time; 1: one at a time")
 	c.Flags().BoolVar(&o.fast, "fast", false, "only the quickest detecting scenario per bug (what CI runs)")
 	c.Flags().StringVar(&o.bugs, "bug", "", "only these bugs of the library (comma-separated switch names, as VMCHAOS_REGRESS takes them), e.g. --bug net-skips-eject-wait; empty: every bug")
 	c.Flags().BoolVar(&o.list, "list", false, "list every bug with its seed, the invariant it breaks and the scenarios targeting it")
@@ -91,6 +95,12 @@ func listSelftest(cmd *cobra.Command) error {
 func runSelftest(cmd *cobra.Command, f *runFlags, plan []selftestItem, o selftestOpts) error {
 	ctx, cancel := signalContext()
 	defer cancel()
+	n, how, err := suite.ParseParallel(o.cleanParallel)
+	if err != nil {
+		return err
+	}
+	o.cleanWorkers = n
+	fmt.Fprintf(os.Stderr, "vmchaos selftest: cases without a bug %s at a time (timed ones alone), with a bug %d at a time\n", how, o.parallel)
 	dir := f.dir("selftest")
 	r, err := f.runner(ctx, dir, os.Stderr, nil)
 	if err != nil {
@@ -294,17 +304,40 @@ func runSelftestPlan(ctx context.Context, r *runner.Runner, plan []selftestItem,
 			runs.without[p.scenario] = make([]reports.Case, o.count)
 		}
 	}
-	for k := 0; k < o.count; k++ {
-		for i, p := range plan {
-			done := runs.without[p.scenario]
-			if ctx.Err() != nil || done[k].ID != "" || (o.failfast && anyNot(done, reports.Pass)) {
-				continue
-			}
-			done[k] = r.RunCaseWith(ctx, nthRun(cases[i], k, o.count), nil)
-		}
+	for k := 0; k < o.count && ctx.Err() == nil; k++ {
+		runClean(ctx, r, plan, cases, runs.without, k, o)
 	}
 	runWithBugs(ctx, r, plan, cases, runs.with, o)
 	return runs, nil
+}
+
+// runClean does run k of every plan scenario without a bug (once per
+// scenario, however many bugs it catches) through the catalogue's
+// scheduler: a case whose fault lands by the clock or that calibrates a
+// window runs alone (that timing is what the catalogue was calibrated on),
+// park and steady-state cases o.cleanWorkers at a time (issue 37: one at a
+// time they were half of selftest-fast's wall time). With --failfast a
+// scenario whose earlier runs did not all pass is not run again.
+func runClean(ctx context.Context, r *runner.Runner, plan []selftestItem, cases []scenarios.Case, without map[string][]reports.Case, k int, o selftestOpts) {
+	var todo []int // plan indexes, one per scenario
+	seen := map[string]bool{}
+	for i, p := range plan {
+		if seen[p.scenario] || (o.failfast && anyNot(without[p.scenario], reports.Pass)) {
+			continue
+		}
+		seen[p.scenario] = true
+		todo = append(todo, i)
+	}
+	classes := make([]suite.Class, len(todo))
+	for j, i := range todo {
+		classes[j], _ = suite.Classify(cases[i])
+	}
+	suite.Schedule(ctx, classes, o.cleanWorkers, func(ctx context.Context, j int) {
+		i := todo[j]
+		// each scenario's slot k is written by this call only, and read
+		// once Schedule has returned
+		without[plan[i].scenario][k] = r.RunCaseWith(ctx, nthRun(cases[i], k, o.count), nil)
+	})
 }
 
 // anyNot says whether a run done had another verdict than v.

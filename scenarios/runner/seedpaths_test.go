@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -96,27 +95,29 @@ func TestStalledAgentShowsItsWedge(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts the whole stack; run without -short")
 	}
+	t.Parallel() // waits out budgets, see runSideBySide
 	c, err := scenarios.CaseFor("s001-h-post-clone-running", 0, false, "fake")
 	if err != nil {
 		t.Fatal(err)
 	}
 	stalled := withScenario(c, func(s *scenarios.Scenario) { s.Env.Failpoints = "agent.create.begin=pause@vm=vm-a" })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	r, err := New(ctx, Options{ReportDir: t.TempDir(), Supervisor: "builtin", Scale: 0.05, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for _, tc := range []struct {
+	cases := []struct {
 		bugs []string
 		ok   bool
 		want string
 	}{
 		{nil, true, "reported (no_progress)"},
 		{[]string{"wedge-log-only"}, false, "no wedge event on the agent's API names it"},
-	} {
-		rc := r.RunCaseWith(ctx, stalled, tc.bugs)
+	}
+	// both wait out the 20 s budget: side by side (a park, no clock); the
+	// bug names tell their case dirs apart
+	ctx, r := newTestRunner(t, 5*time.Minute)
+	runs := make([]caseRunArgs, len(cases))
+	for i, tc := range cases {
+		runs[i] = caseRunArgs{c: stalled, bugs: tc.bugs}
+	}
+	for i, rc := range runSideBySide(ctx, r, runs) {
+		tc := cases[i]
 		inv, ok := invariant(rc, checker.WedgeVisible)
 		if rc.Verdict != reports.Fail || !ok || inv.OK != tc.ok || !strings.Contains(inv.Evidence, tc.want) {
 			t.Fatalf("bugs %v: %s (%s), %s %+v; want a product fail with %s ok=%v naming %q",

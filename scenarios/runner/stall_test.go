@@ -3,6 +3,7 @@ package runner
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
@@ -20,6 +21,7 @@ func TestStalledAgentFailsAsProduct(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts the whole stack; run without -short")
 	}
+	t.Parallel() // waits out budgets, see runSideBySide
 	c, err := scenarios.CaseFor("s001-h-post-clone-running", 0, false, "fake")
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +32,16 @@ func TestStalledAgentFailsAsProduct(t *testing.T) {
 	}
 
 	stalled := withScenario(c, func(s *scenarios.Scenario) { s.Env.Failpoints = "agent.create.begin=pause@vm=vm-a" })
-	rc := runOneCase(t, stalled)
+	otherPath := withScenario(c, func(s *scenarios.Scenario) {
+		s.Faults = append([]scenarios.Fault(nil), s.Faults...)
+		s.Faults[0].Trigger = "park agent.wake.begin" // never on a create's path
+	})
+	otherPath.ID += "-other-path" // its own case dir beside the stalled run's
+	// both wait out the 20 s budget: side by side (park triggers, no clock)
+	ctx, r := newTestRunner(t, 5*time.Minute)
+	rcs := runSideBySide(ctx, r, []caseRunArgs{{c: stalled}, {c: otherPath}})
+
+	rc := rcs[0]
 	inv, ok := invariant(rc, OperationProgressed)
 	if rc.Verdict != reports.Fail || rc.Culprit != "product" || !strings.HasPrefix(rc.Reason, "product: ") ||
 		!ok || inv.OK || !strings.Contains(inv.Evidence, trigger) || !strings.Contains(inv.Evidence, "creating") {
@@ -39,11 +50,7 @@ func TestStalledAgentFailsAsProduct(t *testing.T) {
 	}
 	t.Logf("stalled: %s", rc.Reason)
 
-	otherPath := withScenario(c, func(s *scenarios.Scenario) {
-		s.Faults = append([]scenarios.Fault(nil), s.Faults...)
-		s.Faults[0].Trigger = "park agent.wake.begin" // never on a create's path
-	})
-	rc = runOneCase(t, otherPath)
+	rc = rcs[1]
 	if rc.Verdict != reports.Inconclusive || rc.Culprit != "landing" || !strings.Contains(rc.Reason, "agent.wake.begin") {
 		t.Fatalf("goal reached without the trigger point: %s [%s] (%s), want inconclusive (landing)", rc.Verdict, rc.Culprit, rc.Reason)
 	}

@@ -445,7 +445,6 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	cctx, cancel := context.WithTimeout(ctx, budget+90*time.Second)
 	defer cancel()
 
-	rs := r.scale(orDefault(s.Env.RestartDelay, 5*time.Second))
 	lazy, noLazy := lazyStack(s, r.opts.Lazyfs)
 	if noLazy != "" {
 		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(errors.New(noLazy))})
@@ -455,10 +454,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(err)})
 		return rc
 	}
-	st, err := r.run.New(cctx, stack.Options{CaseDir: caseDir, RestartDelay: rs, AgentFlags: r.agentFlags(s),
-		Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs, Lazy: lazy,
-		OCIRegistry: s.Env.Registry == scenarios.RegistryOCI, RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull),
-		NetMode: s.Env.NetMode})
+	st, err := r.run.New(cctx, r.stackOptions(s, caseDir, bugs, lazy))
 	if err != nil {
 		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}
@@ -475,28 +471,42 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		// that (sources cut off, a converge cut short) is no evidence
 		o.Err = harnessErr(fmt.Errorf("run interrupted: %w", ctx.Err()))
 	}
+	o.TeardownErr = cr.teardown(caseDir)
+	cr.judge(o)
+	return rc
+}
+
+// stackOptions is the node stack a scenario needs.
+func (r *Runner) stackOptions(s *scenarios.Scenario, caseDir string, bugs []string, lazy stack.LazyMount) stack.Options {
+	return stack.Options{CaseDir: caseDir, RestartDelay: r.scale(orDefault(s.Env.RestartDelay, 5*time.Second)),
+		AgentFlags: r.agentFlags(s), Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs,
+		Lazy: lazy, OCIRegistry: s.Env.Registry == scenarios.RegistryOCI,
+		RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull), NetMode: s.Env.NetMode}
+}
+
+// teardown stops what the case started and closes its stack, then fills in
+// the record's logs, timeline and workload. Teardown is part of the verdict:
+// a case that leaves processes behind is a harness error (the error returned).
+func (cr *caseRun) teardown(caseDir string) error {
 	cr.stopWorkloads()
-	// teardown is part of the verdict: a case that leaves processes behind
-	// is a harness error
 	if cr.scraper != nil {
 		cr.scraper.Stop()
 	}
 	cr.releaseAll()
 	tctx, tcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer tcancel()
-	closeErr := st.Close(tctx)
+	closeErr := cr.st.Close(tctx)
+	rc := cr.rc
 	rc.Logs = stack.LogRel(caseDir)
 	for k, v := range rc.Logs {
 		rc.Logs[k] = filepath.Join("cases", filepath.Base(caseDir), v)
 	}
-	rc.Timeline = timeline(st.Trace.Sorted(), rc.Injections, rc.ConvergeMs, cr.faultNs)
+	rc.Timeline = timeline(cr.st.Trace.Sorted(), rc.Injections, rc.ConvergeMs, cr.faultNs)
 	if cr.healNs > 0 {
 		rc.Timeline = withHeal(rc.Timeline, cr.healNs)
 	}
 	rc.Workload = cr.workloadReport()
-	o.TeardownErr = closeErr
-	cr.judge(o)
-	return rc
+	return closeErr
 }
 
 // harnessFailed is a case the harness could not even set up: error.

@@ -239,8 +239,17 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 	for _, i := range idx {
 		rec := cr.parkedFault(ctx, i, trig, t, hit, pid)
 		cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
+		// What the fault caused is what the release waits for. ActualNs is
+		// stamped after the signal syscall returned: a harness thread
+		// preempted there stamps it after the victim's death was already
+		// reported (agent.child.vm-died before ActualNs, seen under load),
+		// and the release then waited out the whole budget. RequestedNs is
+		// taken before the signal, so nothing the fault caused precedes it.
 		if firstNs == 0 {
-			firstNs = rec.ActualNs
+			firstNs = rec.RequestedNs
+			if firstNs == 0 {
+				firstNs = rec.ActualNs
+			}
 		}
 		out = append(out, rec)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -214,7 +216,7 @@ func checkDeviceTrees(_ *Input, p *Poll) []string {
 		return false
 	}
 	var ev []string
-	for _, id := range sortedKeys(p.Captured) {
+	for _, id := range slices.Sorted(maps.Keys(p.Captured)) {
 		ev = append(ev, capturedEvidence(id, p.Captured[id], explained)...)
 	}
 	for _, v := range p.VMs {
@@ -261,7 +263,7 @@ func vmmEvidence(v manager.VM, t VMMTree, explained func(dev string) bool) []str
 	var ev []string
 	what := fmt.Sprintf("vm %s (%s)", v.ID, v.Name)
 	bdfs := map[string]string{}
-	for _, id := range sortedKeys(t.Nodes) {
+	for _, id := range slices.Sorted(maps.Keys(t.Nodes)) {
 		n := t.Nodes[id]
 		if n.PciBdf != "" {
 			if o, dup := bdfs[n.PciBdf]; dup {
@@ -303,15 +305,6 @@ func vmmEvidence(v manager.VM, t VMMTree, explained func(dev string) bool) []str
 	return ev
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // MACKept is the invariant of a VM brought back under its name (a wake, or a
 // create after a delete) that must reuse its NICs' MACs (tap mode: the
 // name keeps its slots): the VM has the MACs the name's VM had before.
@@ -329,7 +322,7 @@ func MACKeptInvariant(before map[string][]string, beforeErr error, now func(name
 	if len(before) == 0 && beforeErr == nil {
 		ev = append(ev, "no VM's NICs were listed before a hibernate or delete: no MAC to keep")
 	}
-	for _, name := range sortedKeys(before) {
+	for _, name := range slices.Sorted(maps.Keys(before)) {
 		want := before[name]
 		got, err := now(name)
 		switch {

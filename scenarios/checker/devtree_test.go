@@ -3,8 +3,10 @@ package checker
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,7 +32,7 @@ func vmmTree(devices map[string]string, orphans ...string) VMMTree {
 		t.Nodes[pci] = chapi.DeviceNode{ID: pci, Children: []string{id}, PciBdf: fmt.Sprintf("0000:00:%02x.0", slot)}
 		slot++
 	}
-	for _, id := range sortedKeys(devices) {
+	for _, id := range slices.Sorted(maps.Keys(devices)) {
 		add(id)
 	}
 	for _, id := range orphans {

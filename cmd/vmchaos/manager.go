@@ -36,6 +36,13 @@ func (m *managerFlags) selected(filter string) bool {
 	return m.name != ""
 }
 
+// agentCases: `--manager cocoon` with a label filter that selects no
+// manager-verb case runs the agent cases with their agent over cocoon
+// (issue 33 item 3); without a filter it runs the manager-verb cases.
+func (m *managerFlags) agentCases(filter string) bool {
+	return m.name == "cocoon" && m.bin != "" && filter != "" && !scenarios.WantsManager(filter)
+}
+
 // run is `vmchaos run` for the manager-verb cases: the one runner (its
 // manager mode), the one filter, the one Ginkgo suite, the same reports and
 // gate as the agent catalogue.

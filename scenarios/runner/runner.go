@@ -49,6 +49,9 @@ type Options struct {
 	// cocoon; ManagerBin is its binary (vmctl: default the bundled one),
 	// ManagerConfig its own config file.
 	Manager, ManagerBin, ManagerConfig string
+	// AgentCocoon, when set, runs the agent cases with their nodeagent over
+	// this cocoon binary (agentcocoon.go; CocoonAgentCases picks the cases).
+	AgentCocoon string
 }
 
 // preflight, binDir and newRun are realch.Preflight, stackbin.Dir and
@@ -478,10 +481,14 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 
 // stackOptions is the node stack a scenario needs.
 func (r *Runner) stackOptions(s *scenarios.Scenario, caseDir string, bugs []string, lazy stack.LazyMount) stack.Options {
-	return stack.Options{CaseDir: caseDir, RestartDelay: r.scale(orDefault(s.Env.RestartDelay, 5*time.Second)),
+	o := stack.Options{CaseDir: caseDir, RestartDelay: r.scale(orDefault(s.Env.RestartDelay, 5*time.Second)),
 		AgentFlags: r.agentFlags(s), Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs,
 		Lazy: lazy, OCIRegistry: s.Env.Registry == scenarios.RegistryOCI,
 		RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull), NetMode: s.Env.NetMode}
+	if r.opts.AgentCocoon != "" {
+		o.Cocoon = &stack.CocoonOptions{Bin: r.opts.AgentCocoon}
+	}
+	return o
 }
 
 // teardown stops what the case started and closes its stack, then fills in

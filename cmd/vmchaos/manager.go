@@ -22,7 +22,7 @@ type managerFlags struct {
 }
 
 func (m *managerFlags) add(c *cobra.Command) {
-	c.Flags().StringVar(&m.name, "manager", "", "run the manager-verb cases (layer:manager) against this manager: vmctl (bundled) or cocoon (needs --manager-bin); default: the agent catalogue, or vmctl when --label-filter names layer:manager, op:mgr-… or case:mgr-…")
+	c.Flags().StringVar(&m.name, "manager", "", "run the manager-verb cases (layer:manager) against this manager: vmctl (bundled) or cocoon (needs --manager-bin); default: the agent catalogue, or vmctl when --label-filter names layer:manager, op:mgr-… or case:mgr-…; cocoon with a filter that selects agent cases runs those with their agent over cocoon (docs/manager.md)")
 	c.Flags().StringVar(&m.bin, "manager-bin", "", "the manager binary to test (cocoon: the one you built; vmctl: default the bundled one), e.g. /usr/local/bin/cocoon")
 	c.Flags().StringVar(&m.config, "manager-config", "", "the manager's own config file, passed to every verb (cocoon: --config FILE)")
 }

@@ -124,6 +124,9 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if o.Manager != "" {
 		return newManagerRunner(ctx, o)
 	}
+	if o.AgentCocoon != "" && o.Backend != "fake" {
+		return nil, fmt.Errorf("the agent over cocoon runs on the fake backend only (fakech installed as cloud-hypervisor)")
+	}
 	supNote, snapSkip := "", ""
 	var backendNeed, snapNeed need
 	switch o.Backend {
@@ -174,6 +177,10 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(), Host: host, Backend: o.Backend,
 		Supervisor: withNote(run.Sup.Kind(), supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress,
 	}}
+	if o.AgentCocoon != "" {
+		// the header says what the agent drove: these are not vmctl's results
+		r.res.Supervisor += ", agent over cocoon " + o.AgentCocoon
+	}
 	return r, nil
 }
 

@@ -22,7 +22,7 @@ type managerFlags struct {
 }
 
 func (m *managerFlags) add(c *cobra.Command) {
-	c.Flags().StringVar(&m.name, "manager", "", "run the manager-verb cases (layer:manager) against this manager: vmctl (bundled) or cocoon (needs --manager-bin); default: the agent catalogue, or vmctl when --label-filter names layer:manager, op:mgr-… or case:mgr-…")
+	c.Flags().StringVar(&m.name, "manager", "", "run the manager-verb cases (layer:manager) against this manager: vmctl (bundled) or cocoon (needs --manager-bin); default: the agent catalogue, or vmctl when --label-filter names layer:manager, op:mgr-… or case:mgr-…; cocoon with a filter that selects agent cases runs those with their agent over cocoon (docs/manager.md)")
 	c.Flags().StringVar(&m.bin, "manager-bin", "", "the manager binary to test (cocoon: the one you built; vmctl: default the bundled one), e.g. /usr/local/bin/cocoon")
 	c.Flags().StringVar(&m.config, "manager-config", "", "the manager's own config file, passed to every verb (cocoon: --config FILE)")
 }
@@ -34,6 +34,13 @@ func (m *managerFlags) selected(filter string) bool {
 		m.name = "vmctl"
 	}
 	return m.name != ""
+}
+
+// agentCases: `--manager cocoon` with a label filter that selects no
+// manager-verb case runs the agent cases with their agent over cocoon
+// (issue 33 item 3); without a filter it runs the manager-verb cases.
+func (m *managerFlags) agentCases(filter string) bool {
+	return m.name == "cocoon" && m.bin != "" && filter != "" && !scenarios.WantsManager(filter)
 }
 
 // run is `vmchaos run` for the manager-verb cases: the one runner (its

@@ -30,10 +30,13 @@ type runFlags struct {
 	supervisor string
 	scale      float64
 	seed       int64
-	reportDir  string
-	repeat     int             // run only: --repeat
-	lazyfs     bool            // every case's durable dirs on lazyfs (overhead figure)
-	meter      *progress.Meter // made by runner(); Start/Stop around the cases
+	// agentCocoon: the agent cases run with their agent over this cocoon
+	// binary (`--manager cocoon --manager-bin P` and an agent-case filter)
+	agentCocoon string
+	reportDir   string
+	repeat      int             // run only: --repeat
+	lazyfs      bool            // every case's durable dirs on lazyfs (overhead figure)
+	meter       *progress.Meter // made by runner(); Start/Stop around the cases
 }
 
 func (f *runFlags) add(c *cobra.Command) {
@@ -64,7 +67,7 @@ func (f *runFlags) runner(ctx context.Context, dir string, out io.Writer, bugs [
 	f.meter = progress.New(out)
 	return runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Supervisor: f.supervisor,
 		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: f.meter, Done: f.meter.Case, Repeat: f.repeat,
-		Lazyfs: f.lazyfs})
+		Lazyfs: f.lazyfs, AgentCocoon: f.agentCocoon})
 }
 
 // signalContext cancels on SIGINT/SIGTERM so a run tears its stacks down.
@@ -130,7 +133,12 @@ func (o *runCmd) add(c *cobra.Command) {
 // the reports and returns the gate's verdict as the exit status.
 func (o *runCmd) run(cmd *cobra.Command) error {
 	f := &o.f
-	if o.mf.selected(o.filter) {
+	if o.mf.agentCases(o.filter) {
+		if o.sf.set() || o.shard != "" || f.backend != "fake" {
+			return fmt.Errorf("the agent cases over cocoon run on the fake backend, without --shard, --replay, --check-determinism or --repro-check")
+		}
+		f.agentCocoon = o.mf.bin
+	} else if o.mf.selected(o.filter) {
 		if o.sf.set() {
 			return fmt.Errorf("--replay, --check-determinism and --repro-check run the agent catalogue's cases; the manager-verb cases of --manager/layer:manager record no schedule yet")
 		}
@@ -182,6 +190,12 @@ func (o *runCmd) run(cmd *cobra.Command) error {
 	hog := runner.StartLoad(ctx, hogs)
 	defer hog.Stop()
 	r.Results().Parallel = how
+	if f.agentCocoon != "" {
+		if cases = r.CocoonAgentCases(cases); len(cases) == 0 {
+			_, _ = o.writeReports(cmd, r, dir)
+			return fmt.Errorf("no case of --label-filter %q can run with its agent over cocoon: see not_supported in %s/results.json", o.filter, dir)
+		}
+	}
 	if r.Results().Schedule, err = o.schedule(r, cases, workers); err != nil {
 		_ = r.Close()
 		return runInfraError{err}

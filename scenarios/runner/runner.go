@@ -49,6 +49,9 @@ type Options struct {
 	// cocoon; ManagerBin is its binary (vmctl: default the bundled one),
 	// ManagerConfig its own config file.
 	Manager, ManagerBin, ManagerConfig string
+	// AgentCocoon, when set, runs the agent cases with their nodeagent over
+	// this cocoon binary (agentcocoon.go; CocoonAgentCases picks the cases).
+	AgentCocoon string
 }
 
 // preflight, binDir and newRun are realch.Preflight, stackbin.Dir and
@@ -121,6 +124,9 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if o.Manager != "" {
 		return newManagerRunner(ctx, o)
 	}
+	if o.AgentCocoon != "" && o.Backend != "fake" {
+		return nil, fmt.Errorf("the agent over cocoon runs on the fake backend only (fakech installed as cloud-hypervisor)")
+	}
 	supNote, snapSkip := "", ""
 	var backendNeed, snapNeed need
 	switch o.Backend {
@@ -171,6 +177,10 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(), Host: host, Backend: o.Backend,
 		Supervisor: withNote(run.Sup.Kind(), supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress,
 	}}
+	if o.AgentCocoon != "" {
+		// the header says what the agent drove: these are not vmctl's results
+		r.res.Supervisor += ", agent over cocoon " + o.AgentCocoon
+	}
 	return r, nil
 }
 
@@ -478,10 +488,14 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 
 // stackOptions is the node stack a scenario needs.
 func (r *Runner) stackOptions(s *scenarios.Scenario, caseDir string, bugs []string, lazy stack.LazyMount) stack.Options {
-	return stack.Options{CaseDir: caseDir, RestartDelay: r.scale(orDefault(s.Env.RestartDelay, 5*time.Second)),
+	o := stack.Options{CaseDir: caseDir, RestartDelay: r.scale(orDefault(s.Env.RestartDelay, 5*time.Second)),
 		AgentFlags: r.agentFlags(s), Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs,
 		Lazy: lazy, OCIRegistry: s.Env.Registry == scenarios.RegistryOCI,
 		RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull), NetMode: s.Env.NetMode}
+	if r.opts.AgentCocoon != "" {
+		o.Cocoon = &stack.CocoonOptions{Bin: r.opts.AgentCocoon}
+	}
+	return o
 }
 
 // teardown stops what the case started and closes its stack, then fills in

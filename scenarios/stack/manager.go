@@ -13,6 +13,11 @@ import (
 // through the vmctl binary's JSON verbs (run like every harness vmctl, in the
 // stack's pid namespace, without trace, failpoints or regress switches).
 func (s *Stack) ManagerObserver() manager.Observer {
+	if s.Cocoon != nil {
+		// the agent drives cocoon: vmctl's store is empty, and an empty
+		// list must never stand in for cocoon's
+		return s.Cocoon
+	}
 	return mvmctl.NewObserver(s.Vmctl, s.Root, s.RunDir)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/manager/cocoon"
 	agentapi "github.com/vmchaos/vmchaos/nodeagent/api"
 	"github.com/vmchaos/vmchaos/realch"
 	vmctlapi "github.com/vmchaos/vmchaos/vmctl/api"
@@ -248,6 +249,9 @@ type Options struct {
 	// answering at the address the MAC derives from the case's loopback
 	// pool). The real backend is always tap.
 	NetMode string
+	// Cocoon, when set, runs the agent over a real cocoon instead of the
+	// bundled vmctl (cocoon.go).
+	Cocoon *CocoonOptions
 }
 
 // Stack is one case's node stack.
@@ -287,7 +291,10 @@ type Stack struct {
 	harnessFPs string
 	Observer   *Observer
 	Lazy       Unmounter // the lazy filesystems of Options.Lazy (nil without)
-	built      bool      // New finished (else it unmounts Lazy again)
+	// Cocoon is the adapter of the case's cocoon store (Options.Cocoon;
+	// nil: the agent drives vmctl).
+	Cocoon *cocoon.Adapter
+	built  bool // New finished (else it unmounts Lazy again)
 }
 
 // New builds a case stack: dirs, trace, imported base snapshot, ledger.
@@ -334,7 +341,12 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 	if s.Trace, err = injector.ListenTrace(filepath.Join(dir, "trace.sock")); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	if _, err := s.Vmctl(ctx, "snapshot", "import", "--name", "base", r.BaseExport); err != nil {
+	if o.Cocoon != nil {
+		if err := s.setupCocoon(ctx); err != nil {
+			s.Trace.Close()
+			return nil, err
+		}
+	} else if _, err := s.Vmctl(ctx, "snapshot", "import", "--name", "base", r.BaseExport); err != nil {
 		s.Trace.Close()
 		return nil, fmt.Errorf("stack: import base snapshot: %w", err)
 	}
@@ -383,6 +395,10 @@ func (s *Stack) baseEnv() []string {
 	}
 	if s.opts.NetMode != "" && s.run.Real == nil {
 		env = append(env, "VMCTL_NET_MODE="+s.opts.NetMode)
+	}
+	if s.Cocoon != nil {
+		// later entries win: cocoon's dirs, fakech first on PATH
+		env = append(env, s.Cocoon.Env()...)
 	}
 	if s.run.Real != nil {
 		// later entries win (exec and systemd keep the last of a name):
@@ -489,8 +505,9 @@ func (s *Stack) VMByName(ctx context.Context, name string) (vmctlapi.VM, bool, e
 // agentSpec is the nodeagent unit of this stack.
 func (s *Stack) agentSpec(failpoints string) injector.UnitSpec {
 	argv := []string{filepath.Join(s.run.BinDir, "nodeagent"),
-		"--state-dir", s.State, "--vmctl", filepath.Join(s.run.BinDir, "vmctl"),
-		"--registry-dir", s.Registry, "--metrics-addr", "127.0.0.1:0"}
+		"--state-dir", s.State}
+	argv = append(argv, s.managerArgs()...)
+	argv = append(argv, "--registry-dir", s.Registry, "--metrics-addr", "127.0.0.1:0")
 	if s.RegistryURL != "" {
 		argv = append(argv, "--registry", s.RegistryURL)
 	}

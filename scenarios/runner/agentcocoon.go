@@ -1,0 +1,88 @@
+package runner
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+)
+
+// The agent cases over cocoon (issue 33 item 3): the case's nodeagent runs
+// as `--manager cocoon --manager-bin P` (stack.Options.Cocoon) and the
+// checker reads cocoon's store through its adapter. A case that needs what
+// that stack lacks is not generated: it is listed under not_supported with
+// the reason, never run, never counted as a pass.
+
+// cocoonSteps are the steps an agent case over cocoon can take: intents
+// through the agent API only (the other steps run vmctl verbs, signal
+// vmctl's children or write into a guest over its NIC; cocoon's VMs have
+// none: no `vm net`).
+var cocoonSteps = map[string]bool{scenarios.StepCreate: true, scenarios.StepHibernate: true,
+	scenarios.StepWake: true, scenarios.StepDelete: true}
+
+// cocoonFaults are the fault kinds that touch only the agent's unit.
+var cocoonFaults = map[string]bool{"sigkill-main": true, "stop": true, "restart": true, "none": true}
+
+// pointName is a failpoint name inside a trigger or window.
+var pointName = regexp.MustCompile(`[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+`)
+
+// cocoonUnsupported says why the agent case c cannot run over cocoon ("":
+// it can).
+func (r *Runner) cocoonUnsupported(c scenarios.Case) string {
+	s := c.Scenario
+	for _, steps := range [][]scenarios.Step{s.Setup, s.Act, s.WhileStopped, s.After} {
+		for _, st := range steps {
+			if !cocoonSteps[st.Kind] {
+				return fmt.Sprintf("step %s: needs vmctl's verbs or a guest NIC (cocoon has no `vm net`)", st.Kind)
+			}
+		}
+	}
+	switch {
+	case s.Env.Failpoints != "":
+		return "failpoint actions " + s.Env.Failpoints + ": vmctl's or the agent's points armed by name, not checked against cocoon"
+	case s.Env.Daemon:
+		return "runs `vmctl daemon`"
+	case s.Env.Registry != "":
+		return "an OCI registry case: its checks read vmctl's snapshot layout"
+	case s.Env.NetMode != "":
+		return "net mode " + s.Env.NetMode + ": vmctl's NICs"
+	case s.Expect.Ledger || s.Expect.Workload || s.Expect.MACKept || s.Expect.Events || s.Expect.Adopted || len(s.Expect.DirectVMs) > 0:
+		return "its expectations need a guest NIC, vmctl's event stream or vmctl's list read by the harness"
+	}
+	for i, f := range s.Faults {
+		if !cocoonFaults[f.Kind] || (f.Unit != "" && f.Unit != "agent") {
+			return "fault " + f.Kind + ": not the agent unit's own (vmctl's children, VMMs, power cuts)"
+		}
+		for _, t := range []string{r.triggerString(c, i), f.Window[0], f.Window[1], f.ReleaseAfter} {
+			for _, p := range pointName.FindAllString(t, -1) {
+				if !strings.HasPrefix(p, "agent.") {
+					return "failpoint " + p + ": vmctl's point, cocoon has no such point"
+				}
+			}
+		}
+		if f.ReleaseAfterChild != "" {
+			return "release after the agent's " + f.ReleaseAfterChild + " child: a vmctl child"
+		}
+	}
+	return ""
+}
+
+// CocoonAgentCases keeps the agent cases that can run over cocoon and lists
+// the others under not_supported (results.json), one row each.
+func (r *Runner) CocoonAgentCases(cases []scenarios.Case) []scenarios.Case {
+	var out []scenarios.Case
+	for _, c := range cases {
+		why := r.cocoonUnsupported(c)
+		if why == "" {
+			out = append(out, c)
+			continue
+		}
+		r.mu.Lock()
+		r.res.NotSupported = append(r.res.NotSupported, reports.NotRun{Case: c.ID,
+			Reason: "not supported by the agent over cocoon: " + why, Missing: "cocoon", Kind: reports.MissingManagerVerb})
+		r.mu.Unlock()
+	}
+	return out
+}

@@ -1,0 +1,125 @@
+package runner
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmchaos/vmchaos/internal/needs"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/stackbin"
+)
+
+// TestCocoonAgentCasesListsTheRest: every agent case a filter selects is
+// either kept for the agent over cocoon or listed under not_supported with
+// its reason, exactly once (never dropped silently): a trigger on vmctl's
+// point, a power cut and a child kill are listed, an agent-only case is kept.
+func TestCocoonAgentCasesListsTheRest(t *testing.T) {
+	all, err := scenarios.Expand("fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := scenarios.Filter(all, "speed:fast && op:create")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{opts: Options{Scale: 1}, res: &reports.Results{}}
+	kept := map[string]bool{}
+	for _, c := range r.CocoonAgentCases(cases) {
+		kept[c.ID] = true
+	}
+	listed := map[string]string{}
+	for _, ns := range r.res.NotSupported {
+		if _, dup := listed[ns.Case]; dup || kept[ns.Case] || ns.Kind != reports.MissingManagerVerb {
+			t.Errorf("not_supported row %+v: listed twice, also kept, or of another kind", ns)
+		}
+		listed[ns.Case] = ns.Reason
+	}
+	for _, c := range cases {
+		if !kept[c.ID] && listed[c.ID] == "" {
+			t.Errorf("%s: neither run nor listed", c.ID)
+		}
+	}
+	for id, want := range map[string]string{"s001-1-busy-create-orphan": "vm.clone.reserved",
+		"powercut-create-agent-create-begin": "power-cut", "s002-clone-sigkill-59ms-agent@59ms": "sigkill-child"} {
+		if !strings.Contains(listed[id], want) {
+			t.Errorf("%s: not_supported reason %q, want it to name %s", id, listed[id], want)
+		}
+	}
+	if !kept["s001-obs-evidence-resumed"] {
+		t.Errorf("s001-obs-evidence-resumed (agent points only) not kept: %s", listed["s001-obs-evidence-resumed"])
+	}
+}
+
+// TestAgentCaseOverCocoon runs one agent case through the runner with its
+// agent over a real cocoon (VMCHAOS_COCOON): the fault lands, the intent
+// reaches ready (the only intent-goal complaint left is the guest that no
+// NIC lets answer), the metric expectation holds, and the invariants that
+// need what cocoon cannot show (per-VM ops locks, snapshot dirs) fail with
+// nothing proven: none of them passes on a store it cannot read.
+func TestAgentCaseOverCocoon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: end-to-end, real processes; run without -short")
+	}
+	cbin := needs.Binary(t, EnvCocoon, "cocoon",
+		"build cocoon beside the project (go build in a checkout of github.com/cocoonstack/cocoon) and export "+EnvCocoon+"=/path/to/cocoon, or put it on PATH")
+	bin, err := stackbin.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r, err := New(ctx, Options{ReportDir: t.TempDir(), Scale: 0.1, Seed: 1, BinDir: bin, Supervisor: "builtin", AgentCocoon: cbin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	all, err := scenarios.Expand("fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []scenarios.Case
+	for _, c := range all {
+		if c.ID == "s001-obs-evidence-resumed" {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) != 1 {
+		t.Fatalf("cases: %d", len(cs))
+	}
+	if kept := r.CocoonAgentCases(cs); len(kept) != 1 {
+		t.Fatalf("case not kept for cocoon: %+v", r.res.NotSupported)
+	}
+	rc := r.RunCase(ctx, cs[0])
+	t.Logf("%s: %s %s", rc.ID, rc.Verdict, rc.Reason)
+	byName := map[string]reports.Invariant{}
+	for _, inv := range rc.Invariants {
+		byName[inv.Name] = inv
+	}
+	for _, name := range []string{"fault-landed", "one-vm-per-name", "metric-expectations"} {
+		if inv, ok := byName[name]; !ok || !inv.OK {
+			t.Errorf("%s: %+v (present %v), want held", name, inv, ok)
+		}
+	}
+	if inv := byName["intent-goal"]; !inv.OK && !onlyNoGuestAddress(inv.Evidence) {
+		t.Errorf("intent-goal: %s, want ready (the guest without NIC aside)", inv.Evidence)
+	}
+	for _, name := range []string{"no-orphan-creating", "no-orphan-vmm", "no-pending-without-lease", "device-tree-consistent"} {
+		if inv, ok := byName[name]; !ok || inv.OK || !strings.Contains(inv.Evidence, "nothing proven") {
+			t.Errorf("%s: %+v (present %v), want failed with nothing proven on cocoon's store", name, inv, ok)
+		}
+	}
+}
+
+// onlyNoGuestAddress: every complaint of evidence is a ready VM whose guest
+// has no address (cocoon's VMs have no NIC).
+func onlyNoGuestAddress(evidence string) bool {
+	for _, part := range strings.Split(evidence, "; ") {
+		if !strings.Contains(part, "ready but its guest does not answer over SSH") || !strings.Contains(part, "has no guest address") {
+			return false
+		}
+	}
+	return evidence != ""
+}

@@ -133,32 +133,9 @@ func (o *runCmd) add(c *cobra.Command) {
 // the reports and returns the gate's verdict as the exit status.
 func (o *runCmd) run(cmd *cobra.Command) error {
 	f := &o.f
-	if o.mf.agentCases(o.filter) {
-		if o.sf.set() || o.shard != "" || f.backend != "fake" {
-			return fmt.Errorf("the agent cases over cocoon run on the fake backend, without --shard, --replay, --check-determinism or --repro-check")
-		}
-		f.agentCocoon = o.mf.bin
-	} else if o.mf.selected(o.filter) {
-		if o.sf.set() {
-			return fmt.Errorf("--replay, --check-determinism and --repro-check run the agent catalogue's cases; the manager-verb cases of --manager/layer:manager record no schedule yet")
-		}
-		return o.mf.run(cmd, o)
-	}
-	var cases []scenarios.Case
-	var err error
-	if o.sf.replay != "" {
-		cases, err = o.applyReplay(cmd)
-	} else {
-		cases, err = selectCases(f.backend, o.filter, o.shard)
-	}
-	if err != nil {
+	cases, handled, err := o.routeAndSelect(cmd)
+	if handled || err != nil {
 		return err
-	}
-	if o.list {
-		return listCases(cmd.OutOrStdout(), cases)
-	}
-	if len(cases) == 0 {
-		return fmt.Errorf("no case matches --label-filter %q (shard %q)", o.filter, o.shard)
 	}
 	if code, done := inPrivateMountNS(f, cases); done {
 		os.Exit(code)
@@ -217,6 +194,39 @@ func (o *runCmd) run(cmd *cobra.Command) error {
 	gopt := reports.DefaultGateOptions()
 	gopt.MaxInjectionError = o.maxInjErr
 	return reports.Gate(res, nil, gopt).Err()
+}
+
+// routeAndSelect sends a manager-verb run to the manager runner (handled),
+// marks agent cases over cocoon, and selects the run's cases (from --replay
+// or the filter); with --list it prints them (handled).
+func (o *runCmd) routeAndSelect(cmd *cobra.Command) (cases []scenarios.Case, handled bool, err error) {
+	f := &o.f
+	if o.mf.agentCases(o.filter) {
+		if o.sf.set() || o.shard != "" || f.backend != "fake" {
+			return nil, true, fmt.Errorf("the agent cases over cocoon run on the fake backend, without --shard, --replay, --check-determinism or --repro-check")
+		}
+		f.agentCocoon = o.mf.bin
+	} else if o.mf.selected(o.filter) {
+		if o.sf.set() {
+			return nil, true, fmt.Errorf("--replay, --check-determinism and --repro-check run the agent catalogue's cases; the manager-verb cases of --manager/layer:manager record no schedule yet")
+		}
+		return nil, true, o.mf.run(cmd, o)
+	}
+	if o.sf.replay != "" {
+		cases, err = o.applyReplay(cmd)
+	} else {
+		cases, err = selectCases(f.backend, o.filter, o.shard)
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	if o.list {
+		return nil, true, listCases(cmd.OutOrStdout(), cases)
+	}
+	if len(cases) == 0 {
+		return nil, true, fmt.Errorf("no case matches --label-filter %q (shard %q)", o.filter, o.shard)
+	}
+	return cases, false, nil
 }
 
 // runCases announces the run on stderr and runs the cases through the suite:

@@ -104,6 +104,22 @@ func TestJudgeLandingTable(t *testing.T) {
 	}
 }
 
+// TestParkedAgentReportedWedgedHasNotMovedOn: an agent parked at its own
+// point past the wedge budget reports agent.wedged from its detector; the
+// parked operation is still where it was parked.
+func TestParkedAgentReportedWedgedHasNotMovedOn(t *testing.T) {
+	ms := int64(time.Millisecond)
+	evs := []failpoint.Event{
+		{TsNs: 10 * ms, Pid: 1, Point: "agent.started"},
+		{TsNs: 100 * ms, Pid: 1, Point: "agent.hibernate.begin"},
+		{TsNs: 9100 * ms, Pid: 1, Point: "agent.wedged"},
+	}
+	l := judgeLanding(evs, phaseWindow{Open: "agent.hibernate.begin"}, 50*ms, 9500*ms, 1)
+	if !l.Landed || l.Phase != "agent.hibernate.begin" {
+		t.Fatalf("landed %v in %q (%s), want landed at the park agent.hibernate.begin", l.Landed, l.Phase, l.Why)
+	}
+}
+
 // TestCrashLoopingAgentIsCounted: the agent starts the faults explain pass;
 // one more (a crash loop after the restart) is the violation the verdict
 // table turns into fail, exit 1.

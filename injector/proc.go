@@ -233,8 +233,7 @@ func cmdline(pid int) []string {
 // kernel installs the new mm before it sets the mm's env range (fs/exec.c
 // begin_new_exec, then create_elf_tables), and /proc/PID/environ reads nothing
 // while env_end is 0. A scan that met a unit's child then would miss it, so an
-// empty environ of a live user process is read again for a while. Kernel
-// threads and zombies have none for good and are not waited for.
+// empty environ is read again while the process is in that window (midExec).
 func environHas(pid int, kv string) bool {
 	path := "/proc/" + strconv.Itoa(pid) + "/environ"
 	b, err := os.ReadFile(path)
@@ -256,9 +255,15 @@ func environHas(pid int, kv string) bool {
 // pfKthread is PF_KTHREAD from include/linux/sched.h.
 const pfKthread = 0x00200000
 
-// midExec reports whether pid, whose environ just read empty, is a live user
-// process: one that has an environment, only not yet readable.
+// midExec reports whether pid, whose environ just read empty, is in the
+// execve window: its cmdline reads empty too (fs/proc/base.c get_mm_cmdline
+// returns nothing while env_end is 0), and it is a live user process. A
+// process that truly has no environment (a PID 1 started with none) still has
+// its argv, so it is answered at once; so are kernel threads and zombies.
 func midExec(pid int) bool {
+	if len(cmdline(pid)) > 0 {
+		return false
+	}
 	st, err := readStat(pid)
 	return err == nil && st.flags&pfKthread == 0 && st.state != 'Z' && st.state != 'X'
 }

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -265,6 +266,9 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 	harness := s.HarnessPIDs()
 	for _, pr := range procs {
 		if id, ok := m.VMMOf(pr.Argv); ok {
+			// a manager in the sandbox's pid namespace records its VMM's
+			// pid as seen there
+			pr.NSPID = stack.NSLocal(pr.PID)
 			p.VMMs[id] = append(p.VMMs[id], pr)
 		} else if pr.Name() == "vmctl" && !harness[pr.PID] {
 			p.Vmctls = append(p.Vmctls, pr)
@@ -443,15 +447,8 @@ var State = []StateInvariant{
 		}},
 	{NoOrphanVMM, "every VMM process is the only one of its VM, and its VM's record owns it",
 		[]Source{SrcVMs, SrcProcs, SrcLocks}, readIsEvidence, checkOrphanVMM},
-	{NoRunningWithDeadVMM, "a running record has a live VMM", []Source{SrcVMs, SrcProcs}, readIsEvidence, func(in *Input, p *Poll) []string {
-		var ev []string
-		for _, v := range p.VMs {
-			if v.State == manager.StateStale || (v.State == manager.StateRunning && !alive(p, v.ID)) {
-				ev = append(ev, fmt.Sprintf("vm %s (%s) reads %q and its VMM is dead", v.ID, v.Name, v.State))
-			}
-		}
-		return ev
-	}},
+	{NoRunningWithDeadVMM, "a running record has a live VMM, and where the record names its VMM's pid, that pid is the live one",
+		[]Source{SrcVMs, SrcProcs}, readIsEvidence, checkRunningWithDeadVMM},
 	{NoPausedRunning, "no VMM Paused while its record says running (an orphaned pause of a dead capture)",
 		[]Source{SrcVMs, SrcProcs}, readIsEvidence, func(in *Input, p *Poll) []string {
 			var ev []string
@@ -595,16 +592,16 @@ func checkOrphanVMM(in *Input, p *Poll) []string {
 			continue
 		}
 		if len(vmms) > 1 {
-			var w []string
-			for _, pr := range vmms {
-				w = append(w, pr.String())
-			}
-			ev = append(ev, fmt.Sprintf("vm %s has %d VMM processes: %s", id, len(vmms), strings.Join(w, "; ")))
+			ev = append(ev, fmt.Sprintf("vm %s has %d VMM processes: %s", id, len(vmms), procList(vmms)))
 		}
 		v, ok := recs[id]
 		switch {
 		case !ok:
 			ev = append(ev, fmt.Sprintf("VMM %s for vm %s has no record", vmms[0], id))
+		case v.State == manager.StateRunning && v.PID > 0 && len(vmms) == 1 && !vmms[0].Is(v.PID):
+			// the record names another (dead) VMM: nothing will ever stop
+			// or reach this one through the record
+			ev = append(ev, fmt.Sprintf("VMM %s runs under vm %s (%s) whose record names VMM pid %d", vmms[0], id, v.Name, v.PID))
 		case in.Quiescent && v.State != manager.StateRunning:
 			// every verb has exited: nothing will ever stop it
 			ev = append(ev, fmt.Sprintf("VMM %s runs under vm %s (%s) whose record is %q with every verb of the case exited", vmms[0], id, v.Name, v.State))
@@ -618,6 +615,33 @@ func checkOrphanVMM(in *Input, p *Poll) []string {
 }
 
 func alive(p *Poll, id string) bool { return len(p.VMMs[id]) > 0 }
+
+// checkRunningWithDeadVMM: a running (or stale) record whose VM has no live
+// VMM, or whose recorded VMM pid is dead while another VMM of the VM lives.
+// The second is what a verb killed between starting its VMM and recording
+// its pid leaves when the next start launches a VMM beside the orphan (cocoon
+// writes ch.pid after exec, hypervisor/cloudhypervisor/start.go
+// launchProcess): any live VMM would otherwise vouch for a dead record.
+func checkRunningWithDeadVMM(in *Input, p *Poll) []string {
+	var ev []string
+	for _, v := range p.VMs {
+		switch {
+		case v.State == manager.StateStale || (v.State == manager.StateRunning && !alive(p, v.ID)):
+			ev = append(ev, fmt.Sprintf("vm %s (%s) reads %q and its VMM is dead", v.ID, v.Name, v.State))
+		case v.State == manager.StateRunning && v.PID > 0 && !slices.ContainsFunc(p.VMMs[v.ID], func(pr stack.Proc) bool { return pr.Is(v.PID) }):
+			ev = append(ev, fmt.Sprintf("vm %s (%s) reads running under VMM pid %d, which is dead; the VM's live VMM is another: %s", v.ID, v.Name, v.PID, procList(p.VMMs[v.ID])))
+		}
+	}
+	return ev
+}
+
+func procList(ps []stack.Proc) string {
+	w := make([]string, 0, len(ps))
+	for _, pr := range ps {
+		w = append(w, pr.String())
+	}
+	return strings.Join(w, "; ")
+}
 
 func isWatcher(argv []string) bool {
 	return len(argv) > 2 && argv[1] == "vm" && argv[2] == "status"

@@ -43,8 +43,8 @@ func clean() (*Input, *Poll) {
 			"b": {Name: "b", Lifecycle: GoalHibernated},
 		},
 		VMs: []manager.VM{
-			{ID: "A1", Name: "a", State: manager.StateRunning, Address: "127.0.0.2:22"},
-			{ID: "D1", Name: "d", State: manager.StateRunning},
+			{ID: "A1", Name: "a", State: manager.StateRunning, Address: "127.0.0.2:22", PID: 11},
+			{ID: "D1", Name: "d", State: manager.StateRunning, PID: 12},
 		},
 		Snaps: []manager.Snapshot{
 			{ID: "S0", Name: "base", State: manager.SnapReady},
@@ -122,6 +122,10 @@ func TestStateInvariantTables(t *testing.T) {
 		{NoOrphanVMM, func(in *Input, p *Poll) { p.VMs[1].State = manager.StateStopped }, `record is "stopped" and no operation holds its ops lock`},
 		{NoRunningWithDeadVMM, func(in *Input, p *Poll) { p.VMs[1].State = manager.StateStale }, `reads "stopped (stale)"`},
 		{NoRunningWithDeadVMM, func(in *Input, p *Poll) { delete(p.VMMs, "D1") }, "vm D1 (d) reads \"running\" and its VMM is dead"},
+		// a start killed between launching its VMM and recording its pid:
+		// the next start's VMM (pid 77, recorded) died beside the orphan
+		{NoRunningWithDeadVMM, func(in *Input, p *Poll) { p.VMs[1].PID = 77 }, "vm D1 (d) reads running under VMM pid 77, which is dead; the VM's live VMM is another: pid 12"},
+		{NoOrphanVMM, func(in *Input, p *Poll) { p.VMs[1].PID = 77 }, "VMM pid 12  runs under vm D1 (d) whose record names VMM pid 77"},
 		{NoPausedRunning, func(in *Input, p *Poll) { p.VMMState["A1"] = "Paused" }, "vm A1: record running, VMM says Paused"},
 		{NoPendingWithoutLease, func(in *Input, p *Poll) { delete(p.LeaseHolders, "S1") }, "snapshot S1 (b) is pending and its lease is free"},
 		{NoPendingWithoutLease, func(in *Input, p *Poll) {
@@ -366,5 +370,25 @@ func TestNoStateInvariantPassesOnAbsentData(t *testing.T) {
 	in.Goals = nil
 	if got, ok := byName(Evaluate(in, p))[IntentGoal]; ok {
 		t.Errorf("intent-goal of a case with direct VMs only was judged: %+v", got)
+	}
+}
+
+// TestRecordedVMMPidInTheSandboxNamespace: a manager inside the sandbox's
+// pid namespace records its VMM's pid as seen there; that pid names the
+// live VMM, and a pid neither host nor namespace pid does not.
+func TestRecordedVMMPidInTheSandboxNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		recorded int
+		ok       bool
+	}{{12, true}, {5, true}, {0, true}, {6, false}} {
+		in, p := clean()
+		p.VMMs["D1"] = []stack.Proc{{PID: 12, NSPID: 5}}
+		p.VMs[1].PID = tc.recorded
+		got := byName(Evaluate(in, p))
+		for _, name := range []string{NoRunningWithDeadVMM, NoOrphanVMM} {
+			if got[name].OK != tc.ok {
+				t.Errorf("record pid %d: %s ok=%v, want %v (%s)", tc.recorded, name, got[name].OK, tc.ok, got[name].Evidence)
+			}
+		}
 	}
 }

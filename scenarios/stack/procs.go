@@ -20,7 +20,15 @@ type Proc struct {
 	PPID  int
 	Start uint64
 	Argv  []string
+	// NSPID is the pid as the process's own pid namespace sees it (the
+	// innermost NSpid; what a manager inside a sandbox records), where
+	// read: 0 when not asked for.
+	NSPID int
 }
+
+// Is reports whether pid, as a manager recorded it, names this process: its
+// host pid, or its pid in its own namespace.
+func (p Proc) Is(pid int) bool { return pid > 0 && (pid == p.PID || pid == p.NSPID) }
 
 func (p Proc) String() string { return fmt.Sprintf("pid %d %s", p.PID, strings.Join(p.Argv, " ")) }
 

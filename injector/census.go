@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/vmchaos/vmchaos/internal/ownedtemp"
 )
 
 // Census counts what vmchaos runs left on this host: what belongs to no
@@ -194,7 +196,7 @@ func censusTemp(c *Census, o CensusOptions, lv liveRuns) []string {
 	}
 	var out []string
 	for _, d := range dirs {
-		if _, err := os.Lstat(d); err != nil || d == defaultRegistry || (o.RunID == "" && lv.owns(d)) {
+		if _, err := os.Lstat(d); err != nil || d == defaultRegistry || (o.RunID == "" && (lv.owns(d) || ownedtemp.Of(d) == ownedtemp.Live)) {
 			continue
 		}
 		n := diskBytes(d)

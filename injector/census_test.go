@@ -3,6 +3,7 @@ package injector
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmchaos/vmchaos/internal/ownedtemp"
 )
 
 // isolateRegistries gives the test a private registry and registry index,
@@ -263,5 +266,43 @@ func TestCensusCountsWhatADeadRunLeft(t *testing.T) {
 	var seen Census
 	if b, err := json.Marshal(c); err != nil || json.Unmarshal(b, &seen) != nil {
 		t.Fatalf("census json: %v", err)
+	}
+}
+
+// TestCensusSkipsALiveOwnersTempDirAndCountsADeadOnes: stackbin's build
+// dir of a `go test` run that still runs is no leak; the same dir of a
+// killed one is, and `doctor --clean` (ownedtemp.CleanDead) removes it.
+func TestCensusSkipsALiveOwnersTempDirAndCountsADeadOnes(t *testing.T) {
+	reg := isolateRegistries(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	live, err := ownedtemp.Mkdir("vmchaos-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := CensusOptions{Registry: reg, TempDirs: []string{tmp}}
+	if c := TakeCensus(opts); c.TempDirs != 0 {
+		t.Fatalf("a live owner's dir %s counted as a leak:\n%s", live, c.Table())
+	}
+	dead := exec.Command("/bin/true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(tmp, "vmchaos-bin-gone")
+	if err := os.Mkdir(gone, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// the owner file as ownedtemp writes it, of a process that exited
+	if err := os.WriteFile(filepath.Join(gone, ".vmchaos-owner"), fmt.Appendf(nil, "%d 1\n", dead.Process.Pid), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c := TakeCensus(opts); c.TempDirs != 1 {
+		t.Fatalf("a dead owner's dir not counted once:\n%s", c.Table())
+	}
+	if removed, err := ownedtemp.CleanDead([]string{tmp}); err != nil || len(removed) != 1 || removed[0] != gone {
+		t.Fatalf("CleanDead = %v, %v; want [%s]", removed, err, gone)
+	}
+	if c := TakeCensus(opts); c.TempDirs != 0 {
+		t.Fatalf("after the clean:\n%s", c.Table())
 	}
 }

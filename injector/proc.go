@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vmchaos/vmchaos/internal/procstat"
 )
 
 // Proc identifies one process for its whole life: a pid alone may be reused
@@ -48,35 +50,10 @@ func readStat(pid int) (procStat, error) {
 	return parseStat(b)
 }
 
-// parseStat parses /proc/PID/stat; comm may hold spaces and parentheses, so
-// the fields after it are found from the last ')'.
+// parseStat parses /proc/PID/stat (internal/procstat).
 func parseStat(b []byte) (procStat, error) {
-	var st procStat
-	open, close := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || close < open {
-		return st, fmt.Errorf("proc stat: malformed")
-	}
-	st.comm = string(b[open+1 : close])
-	f := strings.Fields(string(b[close+1:]))
-	// f[0] is field 3 (state); field N is f[N-3].
-	if len(f) < 20 || len(f[0]) != 1 {
-		return st, fmt.Errorf("proc stat: short")
-	}
-	st.state = f[0][0]
-	var err error
-	if st.ppid, err = strconv.Atoi(f[1]); err != nil {
-		return st, fmt.Errorf("proc stat: ppid: %w", err)
-	}
-	if st.sid, err = strconv.Atoi(f[3]); err != nil {
-		return st, fmt.Errorf("proc stat: sid: %w", err)
-	}
-	if st.flags, err = strconv.ParseUint(f[6], 10, 64); err != nil {
-		return st, fmt.Errorf("proc stat: flags: %w", err)
-	}
-	if st.start, err = strconv.ParseUint(f[19], 10, 64); err != nil {
-		return st, fmt.Errorf("proc stat: starttime: %w", err)
-	}
-	return st, nil
+	st, err := procstat.Parse(b)
+	return procStat{comm: st.Comm, state: st.State, ppid: st.PPID, sid: st.SID, flags: st.Flags, start: st.Start}, err
 }
 
 // Stat is the part of /proc/PID/stat other packages need (the stack's

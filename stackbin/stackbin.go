@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/vmchaos/vmchaos/internal/ownedtemp"
 )
 
 // Env names a directory that already holds the built binaries (make sets it).
@@ -79,7 +81,9 @@ func build() (string, error) {
 	if err != nil || mod == "" || mod == os.DevNull {
 		return "", fmt.Errorf("stack binaries: set %s or run from the vmchaos module", Env)
 	}
-	d, err := os.MkdirTemp("", "vmchaos-bin-")
+	// owned by this test binary: a killed `go test` leaves it for
+	// `vmchaos doctor --clean`, which removes it once this process is gone
+	d, err := ownedtemp.Mkdir("vmchaos-bin-")
 	if err != nil {
 		return "", err
 	}

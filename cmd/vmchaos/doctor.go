@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/internal/ownedtemp"
 	"github.com/vmchaos/vmchaos/lazyfs"
 )
 
@@ -30,6 +31,9 @@ type doctorReport struct {
 	// every registry indexed under injector.RegistryIndex().
 	Registries []string        `json:"registries"`
 	Census     injector.Census `json:"census"`
+	// OwnedTempRemoved are the temp dirs --clean removed because the
+	// process that owned them (a killed `go test`'s stack binaries) is gone.
+	OwnedTempRemoved []string `json:"owned_temp_removed,omitempty"`
 }
 
 // censusLeaks makes `doctor --census` exit 1 when the census is not zero.
@@ -111,6 +115,9 @@ func runDoctor(cmd *cobra.Command, f doctorFlags) error {
 	if f.clean {
 		rep.Leftovers, err = injector.CleanAllLeftovers(ctx, f.registry)
 		rep.Cleaned = true
+		if err == nil {
+			rep.OwnedTempRemoved, err = ownedtemp.CleanDead(f.census.TempDirs)
+		}
 	} else {
 		rep.Leftovers, err = injector.FindAllLeftovers(f.registry)
 	}
@@ -162,7 +169,7 @@ func printDoctor(cmd *cobra.Command, f doctorFlags, rep doctorReport) error {
 	}
 	w.Flush()
 	fmt.Fprintf(out, "\nleftovers (records in %s):\n", strings.Join(rep.Registries, " "))
-	if len(rep.Leftovers) == 0 {
+	if len(rep.Leftovers) == 0 && len(rep.OwnedTempRemoved) == 0 {
 		fmt.Fprintln(out, "  none")
 	}
 	for _, l := range rep.Leftovers {
@@ -171,6 +178,9 @@ func printDoctor(cmd *cobra.Command, f doctorFlags, rep doctorReport) error {
 			verb = "cleaned"
 		}
 		fmt.Fprintf(out, "  %s: %s\n", verb, l)
+	}
+	for _, d := range rep.OwnedTempRemoved {
+		fmt.Fprintf(out, "  cleaned: %s (its owner process is gone)\n", d)
 	}
 	fmt.Fprintf(out, "\ncensus (what no live vmchaos run owns):\n%s", rep.Census.Table())
 	return nil

@@ -174,6 +174,9 @@ type Invariant struct {
 	// nothing proven either way, a harness error unless the product failed
 	// elsewhere.
 	HarnessError bool `json:"harness_error,omitempty"`
+	// Layer is the layer a failed invariant is attributed to: manager,
+	// agent, guest-data, stack or harness (reports/layers.go).
+	Layer string `json:"layer,omitempty"`
 }
 
 // LedgerVerdict is the ledger outcome for one guest.

@@ -6,6 +6,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -31,9 +32,33 @@ checks that the stack converges by itself with nothing lost. See README.md.`,
 	for _, f := range subcommands {
 		root.AddCommand(f())
 	}
-	if err := root.Execute(); err != nil {
+	stopProfile := startCPUProfile(os.Getenv("VMCHAOS_CPUPROFILE"))
+	err := root.Execute()
+	stopProfile()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
 		os.Exit(exitCode(err))
+	}
+}
+
+// startCPUProfile writes the harness's own CPU profile to path (go tool
+// pprof), for the developer who asks where a run's CPU goes
+// (docs/figures.md); "" profiles nothing.
+func startCPUProfile(path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "warning: VMCHAOS_CPUPROFILE:", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}
 }
 

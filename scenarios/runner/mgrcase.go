@@ -92,6 +92,7 @@ func (r *Runner) runMgrCase(ctx context.Context, c scenarios.Case, bugs []string
 	if ce, ok := o.Err.(*caseError); ok && ce.who == byProduct {
 		rc.Invariants = append(rc.Invariants, reports.Invariant{Name: ce.invariant, Evidence: ce.err.Error()})
 	}
+	reports.AttributeLayers(rc.Invariants)
 	rc.Verdict, rc.Reason, rc.Culprit = verdictOf(o)
 	rc.Logs = mgrLogFiles(r.opts.ReportDir, mc.caseDir)
 	rc.Timeline = mc.buildTimeline()

@@ -409,6 +409,7 @@ func (cr *caseRun) judge(o outcome) {
 		cr.rc.Invariants = append(cr.rc.Invariants, reports.Invariant{Name: ce.invariant, OK: false,
 			Evidence: strings.TrimSpace(ce.err.Error() + "\n" + ce.evidence)})
 	}
+	reports.AttributeLayers(cr.rc.Invariants)
 	cr.rc.Verdict, cr.rc.Reason, cr.rc.Culprit = verdictOf(o)
 }
 

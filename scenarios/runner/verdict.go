@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,6 +171,8 @@ func judgeInvariants(o outcome) (string, string, string) {
 		case !o.Converged:
 			r += fmt.Sprintf(" (not converged within %s)", o.Budget)
 		}
+		// which layer broke, e.g. [manager: no-orphan-vmm; agent: intent-goal]
+		r += " [" + reports.AttributeLayers(slices.Clone(o.Invariants)) + "]"
 		return reports.Fail, r, byProduct.String()
 	}
 	if len(unread) > 0 {

@@ -34,8 +34,13 @@ fi
 exec "$real" "$@"
 `
 
-// doubleBinDir is the stack's bin dir with vmctl replaced by the double.
-func doubleBinDir(t *testing.T) string {
+// doubleBinDir is the stack's bin dir with vmctl replaced by the late-disk
+// double.
+func doubleBinDir(t *testing.T) string { return doubleBinDirWith(t, lateDiskVmctl) }
+
+// doubleBinDirWith is the stack's bin dir with vmctl replaced by script
+// (%REAL% the real bin dir).
+func doubleBinDirWith(t *testing.T, script string) string {
 	t.Helper()
 	real, err := stackbin.Dir()
 	if err != nil {
@@ -54,11 +59,72 @@ func doubleBinDir(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	script := strings.ReplaceAll(lateDiskVmctl, "%REAL%", real)
+	script = strings.ReplaceAll(script, "%REAL%", real)
 	if err := os.WriteFile(filepath.Join(dir, "vmctl"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// staleDiskVmctl is a test double of the manager, written by the test and
+// never shipped: a vmctl that keeps a copy of the VM's disk from when the
+// hibernate's NIC drop began (the guest writes and acks on until the NIC is
+// gone) and makes it the disk of every snapshot it saves afterwards — a
+// manager whose save snapshots a stale disk. The cut of the save that
+// follows a killed one loses the markers acked after that copy.
+const staleDiskVmctl = `#!/bin/sh
+real=%REAL%/vmctl
+if [ "$1" = vm ] && [ "$2" = net ] && [ "$4" = --nics ] && [ "$5" = 0 ]; then
+	cp "$VMCTL_ROOT_DIR/vms/$3/disk.img" "%STATE%/stale-$3.img"
+	sleep 0.2 # the guest writes on until the NIC is gone
+	exec "$real" "$@"
+fi
+if [ "$1" = snapshot ] && [ "$2" = save ]; then
+	"$real" "$@" || exit $?
+	for a in "$@"; do id="$a"; done
+	if [ -f "%STATE%/stale-$id.img" ]; then
+		snap=$(ls -td "$VMCTL_ROOT_DIR"/snapshots/*/ | head -1)
+		cp "%STATE%/stale-$id.img" "$snap/disk.img.stale" && mv "$snap/disk.img.stale" "$snap/disk.img"
+	fi
+	exit 0
+fi
+exec "$real" "$@"
+`
+
+// TestKilledSaveWithAStaleDiskFailsTheCut is the proof that a killed-save
+// case judges the cut of the save that follows: the same case passes with
+// vmctl and fails on workload-consistent-cut (LOST) with a vmctl double
+// whose recovered save snapshots a stale disk.
+func TestKilledSaveWithAStaleDiskFailsTheCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts the whole stack; run without -short")
+	}
+	c, err := scenarios.CaseFor("wl-save-killed-paused-sigkill-child", 0, false, "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := runOneCase(t, c)
+	inv, ok := cutInvariant(good)
+	if good.Verdict != reports.Pass || !ok || !inv.OK || good.Workload == nil || len(good.Workload.Cuts) != 1 {
+		t.Fatalf("with vmctl: %s (%s), cut invariant %+v", good.Verdict, good.Reason, inv)
+	}
+	t.Logf("vmctl: %s; %s", inv.Evidence, good.Workload.Cuts[0].Message)
+
+	old := binDir
+	t.Cleanup(func() { binDir = old })
+	dir := doubleBinDirWith(t, strings.ReplaceAll(staleDiskVmctl, "%STATE%", t.TempDir()))
+	binDir = func() (string, error) { return dir, nil }
+	bad := runOneCase(t, c)
+	inv, ok = cutInvariant(bad)
+	if bad.Verdict != reports.Fail || !ok || inv.OK || !strings.Contains(inv.Evidence, "LOST") {
+		t.Fatalf("with the stale-disk double: %s (%s), cut invariant %+v", bad.Verdict, bad.Reason, inv)
+	}
+	for _, i := range bad.Invariants {
+		if !i.OK && i.Name != WorkloadConsistentCut {
+			t.Errorf("the double broke %s too: %s", i.Name, i.Evidence)
+		}
+	}
+	t.Logf("stale-disk double: %s", inv.Evidence)
 }
 
 func cutInvariant(rc reports.Case) (reports.Invariant, bool) {

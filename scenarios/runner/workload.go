@@ -142,6 +142,7 @@ func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 }
 
 func (w *workloads) startFailed(guest string, err error, harness bool) {
+	w.note("%s: the writer did not start: %v", guest, err) // the report's workload section says it too
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.startFails = append(w.startFails, writerFailure{guest: guest, err: err, harness: harness})

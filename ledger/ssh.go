@@ -26,6 +26,14 @@ func (e *CommandError) Error() string {
 	return fmt.Sprintf("guest %s: %q exited %d: %s", e.Guest, e.Cmd, e.Status, strings.TrimSpace(e.Stderr))
 }
 
+// ErrHarnessSSH marks a failure on the harness's side of the SSH session:
+// its own key refused by the guest the run seeded with it, a guest it
+// named without an address, its own journal not written. A verdict that
+// needed the session then proves nothing about the product (a harness
+// error); a guest that does not answer, answers with another host key or
+// runs the command and fails is the product's.
+var ErrHarnessSSH = errors.New("the harness's own ssh failed")
+
 // Backoff bounds for reaching a guest that is still waking up: the first
 // retry comes quickly (a restored guest usually answers within its resume
 // time), later ones spread out so a slow real boot is not hammered. Both are
@@ -129,6 +137,10 @@ func (l *Ledger) dialClient(actx context.Context, g Guest) (*ssh.Client, func() 
 		conn.Close()
 		if errors.Is(err, ErrHostKeyChanged) {
 			return nil, nil, err
+		}
+		if strings.Contains(err.Error(), "unable to authenticate") {
+			// the guest answered and refused the run's own key
+			return nil, nil, fmt.Errorf("guest %s at %s: ssh handshake: %w: %w", g.Name, g.Addr, ErrHarnessSSH, err)
 		}
 		return nil, nil, fmt.Errorf("guest %s at %s: ssh handshake: %w", g.Name, g.Addr, err)
 	}

@@ -73,7 +73,7 @@ type WorkloadStats struct {
 // the guest connection goes away; ctx bounds the start only.
 func (l *Ledger) StartWorkload(ctx context.Context, g Guest, o WorkloadOpts) (*Workload, error) {
 	if err := checkGuest(g); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrHarnessSSH, err)
 	}
 	if o.Rate <= 0 {
 		o.Rate = DefaultWorkloadRate
@@ -143,7 +143,7 @@ func (l *Ledger) StartWorkload(ctx context.Context, g Guest, o WorkloadOpts) (*W
 		HostNs: failpoint.Now(), Note: cmd}); err != nil {
 		cancel()
 		client.Close()
-		return nil, fmt.Errorf("ledger %s: workload: %w", g.Name, err)
+		return nil, fmt.Errorf("ledger %s: workload: %w: %w", g.Name, ErrHarnessSSH, err)
 	}
 	w := &Workload{l: l, g: g, First: seq, BootID: boot, cancel: cancel, done: make(chan struct{}), last: seq - 1, started: time.Now()}
 	go w.read(sctx, client, sess, r, &stderr)
@@ -165,7 +165,8 @@ func (l *Ledger) dialRetry(ctx context.Context, g Guest) (*ssh.Client, error) {
 			return nil, err
 		}
 		if serr := timescale.SleepRaw(ctx, delay); serr != nil {
-			return nil, fmt.Errorf("unreachable after %d attempt(s): %w (last error: %v)", attempt, serr, err)
+			// the last error stays matchable (ErrHarnessSSH: the run's key refused)
+			return nil, fmt.Errorf("unreachable after %d attempt(s): %w (last error: %w)", attempt, serr, err)
 		}
 		delay = min(delay*2, ceiling)
 	}

@@ -92,7 +92,7 @@ type Expect struct {
 	SaveRejectedBeforeCapture bool // a save refused for a held name must be refused before it paused/captured the VM
 	Events                    bool // run a `vm status --event` observer; every VMM death must be observed as an event
 	Ledger                    bool // verify the ledger after the final wake (RAM markers and boot id too)
-	Workload                  bool // the guest workload must have been judged (a consistent cut per save, hibernate → wake)
+	Workload                  bool // the workload cut is compulsory even where JudgesCut would not say so; it already is wherever a guest writes and the case takes a snapshot
 	Adopted                   bool // VMs that existed before the fault keep their ids (adopted, never recreated)
 	MACKept                   bool // a wake (or a create after a delete) reuses the MACs the name's VM had before (tap mode: mac-kept)
 	Metrics                   []MetricExpect

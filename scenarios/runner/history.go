@@ -29,6 +29,13 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 
 	if ex.Ledger && converged {
 		out = append(out, cr.verifyLedger(ctx, budget))
+	}
+	// the cut is compulsory where a guest writes and the case takes a
+	// snapshot (issue 31 item 4), whether or not it verifies the ledger
+	switch {
+	case cr.cutCompulsory() && !converged:
+		out = append(out, cr.cutNotJudged())
+	case cr.cutCompulsory() || (ex.Ledger && converged):
 		out = append(out, cr.judgeWorkload(ctx, budget)...)
 	}
 

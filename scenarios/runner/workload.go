@@ -11,7 +11,9 @@ import (
 
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/scenarios/checker"
 	"github.com/vmchaos/vmchaos/scenarios/stack"
 )
@@ -45,6 +47,28 @@ type workloads struct {
 	saves    []wlSave
 	cuts     []ledger.CutVerdict
 	notes    []string
+	// startFails are the writers that did not start (issue 31 item 4):
+	// each fails workload-consistent-cut, as a harness error only when the
+	// harness's own side of the session failed (writerFailure.harness).
+	startFails []writerFailure
+}
+
+// writerFailure is a writer that did not start in guest.
+type writerFailure struct {
+	guest   string
+	err     error
+	harness bool
+}
+
+// harnessSideWriterError: the writer did not start because the harness's
+// own side failed — its SSH key refused, its journal not written, a guest it
+// named without an address (ledger.ErrHarnessSSH) — or because the guest
+// image the harness built lacks the writer (exit 127). Anything else (the
+// guest unreachable, another host key, the writer run and failed, no VM to
+// start it in) is the product's.
+func harnessSideWriterError(err error) bool {
+	var ce *ledger.CommandError
+	return errors.Is(err, ledger.ErrHarnessSSH) || errors.Is(err, ledger.ErrJournal) || (errors.As(err, &ce) && ce.Status == 127)
 }
 
 // wlSave is a direct save taken while the writer of its VM ran.
@@ -76,8 +100,8 @@ func (w *workloads) note(format string, a ...any) {
 }
 
 // startWorkload starts the writer in guest name unless one runs there. A
-// guest that cannot run it leaves a note, not a failure: the cases that
-// need the workload fail later for lack of a verdict.
+// writer that does not start is recorded (startFails): where the case
+// judges the cut it fails workload-consistent-cut with the error.
 func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 	w := cr.wl()
 	w.mu.Lock()
@@ -93,7 +117,7 @@ func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 	}
 	v, ok, err := cr.st.VMByName(ctx, name)
 	if err != nil || !ok || v.GuestAddress() == "" {
-		w.note("%s: no guest address (%v)", name, err)
+		w.startFailed(name, fmt.Errorf("no guest address to start the writer at (listed: %v, error: %v)", ok, err), false)
 		return
 	}
 	g := ledger.Guest{Name: name, Addr: v.GuestAddress()}
@@ -104,17 +128,24 @@ func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 	var ce *ledger.CommandError
 	switch {
 	case errors.As(err, &ce) && ce.Status == 127:
-		w.note("%s: the guest has no %s (exit 127, %s): an image from before the writer; rebuild it with `vmchaos image real`",
-			name, ledger.WorkloadCmd, strings.TrimSpace(ce.Stderr))
+		w.startFailed(name, fmt.Errorf("the guest has no %s (exit 127, %s): an image from before the writer; rebuild it with `vmchaos image real`",
+			ledger.WorkloadCmd, strings.TrimSpace(ce.Stderr)), true)
 		return
 	case err != nil:
-		w.note("%s: writer did not start: %v", name, err)
+		w.startFailed(name, err, harnessSideWriterError(err))
 		return
 	}
 	w.mu.Lock()
 	w.running[name] = s
 	w.started[name] = time.Now()
 	w.mu.Unlock()
+}
+
+func (w *workloads) startFailed(guest string, err error, harness bool) {
+	w.note("%s: the writer did not start: %v", guest, err) // the report's workload section says it too
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.startFails = append(w.startFails, writerFailure{guest: guest, err: err, harness: harness})
 }
 
 // restartWorkloads starts the writer again in the guests among names that
@@ -181,39 +212,80 @@ func (cr *caseRun) recordSession(name string, s *ledger.Workload) {
 		AckedPerS: rate, End: end, DurationMs: float64(el) / 1e6})
 }
 
+// cutCompulsory: the case must judge the workload's cut — decided from the
+// case (a guest with the writer and an operation or step that takes or
+// restores a snapshot: scenarios.(*Scenario).JudgesCut), or asked for by
+// Expect.Workload.
+func (cr *caseRun) cutCompulsory() bool { return cr.s.Expect.Workload || cr.s.JudgesCut() }
+
+// cutFindings is everything workload-consistent-cut is decided from.
+type cutFindings struct {
+	cuts   []ledger.CutVerdict
+	wentOn map[int]int // by cut index: the source's acks past a clone's cut
+	errs   []error     // what should have been judged and could not be
+	starts []writerFailure
+	// noCut says why no cut can exist in the case (every guest with the
+	// writer ends deleted); only with nothing else judged or wrong does
+	// it let the invariant pass, and it says so in the evidence.
+	noCut []string
+	// killed are the saves the case's fault killed before their resume:
+	// they have no snapshot of their own (evidence, not a failure).
+	killed []string
+}
+
 // judgeWorkload judges every save taken under workload (through a clone of
-// its snapshot) and every hibernate → wake of a guest with a writer. It
-// returns no invariant when there was nothing to judge, unless the scenario
-// needs the workload.
+// its snapshot) and every hibernate → wake of a guest with a writer. Where
+// the cut is compulsory it always returns the invariant (nothing judged
+// fails it); elsewhere only when something was judged.
 func (cr *caseRun) judgeWorkload(ctx context.Context, budget time.Duration) []reports.Invariant {
 	w := cr.wl()
 	events := cr.st.Trace.Sorted()
-	cuts, wentOn, errs := cr.judgeSaves(ctx, budget, events)
-	wakes, werrs := cr.judgeWakes(ctx, events)
-	cuts, errs = append(cuts, wakes...), append(errs, werrs...)
+	var f cutFindings
+	cr.judgeSaves(ctx, budget, events, &f)
+	cr.judgeWakes(ctx, budget, events, &f)
 	w.mu.Lock()
-	w.cuts = append(w.cuts, cuts...)
+	w.cuts = append(w.cuts, f.cuts...)
+	f.starts = append(f.starts, w.startFails...)
 	w.mu.Unlock()
-	if len(cuts) == 0 && len(errs) == 0 && !cr.s.Expect.Workload {
+	if !cr.cutCompulsory() && len(f.cuts) == 0 && len(f.errs) == 0 {
 		return nil
 	}
-	return []reports.Invariant{cr.cutInvariant(cuts, wentOn, errs)}
+	return []reports.Invariant{cr.cutInvariant(f)}
+}
+
+// cutNotJudged is workload-consistent-cut of a compulsory case that did not
+// converge: no snapshot of the operation is there to judge, so it fails.
+func (cr *caseRun) cutNotJudged() reports.Invariant {
+	w := cr.wl()
+	w.mu.Lock()
+	starts := append([]writerFailure(nil), w.startFails...)
+	w.mu.Unlock()
+	ev := []string{"not judged: the stack did not converge, so no snapshot of the operation holds a cut to judge"}
+	for _, s := range starts {
+		ev = append(ev, fmt.Sprintf("%s: the writer did not start: %v", s.guest, s.err))
+	}
+	return reports.Invariant{Name: WorkloadConsistentCut, Evidence: strings.Join(ev, "\n")}
 }
 
 // judgeSaves judges the cut of every harness save of the case that
 // completed (a paused→resumed pair in the trace) through a clone of it, and
 // counts, without the guest clock, the source's acks past each cut
-// (wentOn, by cut index); errs say what could not be judged.
-func (cr *caseRun) judgeSaves(ctx context.Context, budget time.Duration, events []failpoint.Event) (cuts []ledger.CutVerdict, wentOn map[int]int, errs []error) {
+// (wentOn, by cut index). A save with no pair fails the cut unless the
+// case's fault killed it (savesKilledBy).
+func (cr *caseRun) judgeSaves(ctx context.Context, budget time.Duration, events []failpoint.Event, f *cutFindings) {
 	w := cr.wl()
-	wentOn = map[int]int{}
+	f.wentOn = map[int]int{}
 	w.mu.Lock()
 	saves := append([]wlSave(nil), w.saves...)
 	w.mu.Unlock()
 	for i, s := range saves {
 		win, ok := saveWindow(events, s.id, s.startNs)
 		if !ok {
-			w.note("save of %s: no paused→resumed pair in the trace (the save did not complete): no snapshot to judge", s.vm)
+			if by := savesKilledBy(cr.s); by != "" {
+				f.killed = append(f.killed, fmt.Sprintf("save of %s killed by the fault (%s) before its resume: no snapshot of its own", s.vm, by))
+			} else {
+				f.errs = append(f.errs, fmt.Errorf("save of %s: no paused→resumed pair in the trace and no fault of the case kills a save: the save did not complete", s.vm))
+			}
 			continue
 		}
 		win.Snapshot, win.FaultNs, win.GuestClock = s.vm+"-manual", cr.faultNs, cr.guestClock()
@@ -222,94 +294,185 @@ func (cr *caseRun) judgeSaves(ctx context.Context, budget time.Duration, events 
 		v, err := cr.judgeSnapshot(cctx, s.vm, win, clone)
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", win.Snapshot, err))
+			f.errs = append(f.errs, fmt.Errorf("%s: %w", win.Snapshot, err))
 			continue
 		}
 		if !win.GuestClock {
 			entries, _, err := ledger.ReadJournal(cr.st.Ledger.JournalPath())
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", win.Snapshot, err))
+				f.errs = append(f.errs, fmt.Errorf("%s: %w", win.Snapshot, err))
 				continue
 			}
-			wentOn[len(cuts)] = wentOnPast(ledger.WorkloadFromJournal(entries, s.vm).Acks, win.ResumeNs, v.Cut)
+			f.wentOn[len(f.cuts)] = wentOnPast(ledger.WorkloadFromJournal(entries, s.vm).Acks, win.ResumeNs, v.Cut)
 		}
-		cuts = append(cuts, v)
+		f.cuts = append(f.cuts, v)
 	}
-	return cuts, wentOn, errs
 }
 
-// judgeWakes judges the cut every hibernate/wake cycle of a guest the case
-// keeps gave; errs say what could not be judged.
-func (cr *caseRun) judgeWakes(ctx context.Context, events []failpoint.Event) (cuts []ledger.CutVerdict, errs []error) {
+// savesKilledBy names the fault of s that kills a save in flight (its
+// process or its VMM), "" when none does: only then may a save end without
+// a resume and take no snapshot.
+func savesKilledBy(s *scenarios.Scenario) string {
+	for _, f := range s.Faults {
+		switch f.Kind {
+		case scenarios.FaultSigkillDirect, scenarios.FaultPowerCut, "sigkill-vmm":
+			return f.Kind
+		}
+	}
+	return ""
+}
+
+// vmmKilledReason is why a guest may have booted fresh because the case's
+// fault (or a step) killed its VMM; "" when nothing did. Its RAM markers are
+// then legitimately gone; every disk marker acked before the NIC drop is
+// still required.
+func vmmKilledReason(s *scenarios.Scenario) string {
+	for _, f := range s.Faults {
+		if f.Kind == "sigkill-vmm" {
+			return "the fault killed the VMM (sigkill-vmm): its RAM is legitimately lost"
+		}
+	}
+	for _, st := range append(append([]scenarios.Step{}, s.WhileStopped...), s.After...) {
+		if st.Kind == scenarios.StepKillVMM {
+			return "the case killed the VMM (kill-vmm step): its RAM is legitimately lost"
+		}
+	}
+	return ""
+}
+
+// judgeWakes judges the cut every hibernate/wake cycle of a guest with a
+// writer gave. A guest still hibernated (a case that does not verify the
+// ledger) is woken once for it; a guest that ends deleted has no cut (noCut).
+func (cr *caseRun) judgeWakes(ctx context.Context, budget time.Duration, events []failpoint.Event, f *cutFindings) {
+	w := cr.wl()
 	names := make([]string, 0, len(cr.cycles))
 	for n := range cr.cycles {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if !cr.cycles[n] || cr.goals[n] == checker.GoalDeleted {
+		w.mu.Lock()
+		_, wrote := w.started[n]
+		w.mu.Unlock()
+		if !cr.cycles[n] || !wrote { // no writer ran there (a calibration VM)
 			continue
+		}
+		switch cr.goals[n] {
+		case checker.GoalDeleted:
+			f.noCut = append(f.noCut, n+" ends deleted: no guest is left to hold a cut")
+			continue
+		case checker.GoalHibernated:
+			if err := cr.wakeForCheck(ctx, n, budget); err != nil {
+				f.errs = append(f.errs, fmt.Errorf("%s wake for the cut: %w", n, err))
+				continue
+			}
 		}
 		v, why, err := cr.judgeWake(ctx, n, events)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s wake: %w", n, err))
+			f.errs = append(f.errs, fmt.Errorf("%s wake: %w", n, err))
 		case why != "":
-			cr.wl().note("%s wake: %s", n, why)
+			f.errs = append(f.errs, fmt.Errorf("%s wake: %s", n, why))
 		default:
-			cuts = append(cuts, v)
+			f.cuts = append(f.cuts, v)
 		}
 	}
-	return cuts, errs
+	for n, goal := range cr.goals {
+		w.mu.Lock()
+		_, wrote := w.started[n]
+		w.mu.Unlock()
+		if wrote && !cr.cycles[n] && goal == checker.GoalDeleted {
+			f.noCut = append(f.noCut, n+" ends deleted: no guest is left to hold a cut")
+		}
+	}
+	sort.Strings(f.noCut)
 }
 
-// cutInvariant is WorkloadConsistentCut over the judged cuts: every cut
-// consistent and, where the case expects the workload, the source going on
-// past each save; nothing judged proves nothing. A cut the harness could
-// not judge because its own journal was unreadable (ledger.ErrJournal) is
-// the harness's error when nothing else is wrong.
-func (cr *caseRun) cutInvariant(cuts []ledger.CutVerdict, wentOn map[int]int, errs []error) reports.Invariant {
-	w := cr.wl()
-	inv := reports.Invariant{Name: WorkloadConsistentCut, OK: len(errs) == 0 && len(cuts) > 0}
+// wakeForCheck wakes a hibernated guest to list its markers (what
+// verifyLedger does for the cases that verify the ledger).
+func (cr *caseRun) wakeForCheck(ctx context.Context, name string, budget time.Duration) error {
+	if err := cr.put(ctx, name, nodeagent.Intent{Snapshot: baseSnapshot}); err != nil {
+		return err
+	}
+	return cr.waitGoal(ctx, name, budget)
+}
+
+// cutInvariant is WorkloadConsistentCut over the findings (issue 31 item 4):
+//   - a writer that did not start fails it (a harness error when the
+//     harness's own side failed, harnessSideWriterError);
+//   - every cut judged must be consistent and, where the case expects the
+//     workload, the source must go on past each direct save;
+//   - what should have been judged and could not be fails it (a harness
+//     error when only the harness's journal was unreadable);
+//   - nothing judged fails it, unless the case says why no cut can exist
+//     (noCut): then it passes with that reason as its evidence.
+func (cr *caseRun) cutInvariant(f cutFindings) reports.Invariant {
+	inv := reports.Invariant{Name: WorkloadConsistentCut, OK: true}
 	var ev []string
-	unread := 0
-	for _, err := range errs {
+	harness, product := 0, 0
+	for _, s := range f.starts {
+		ev = append(ev, fmt.Sprintf("%s: the writer did not start: %v", s.guest, s.err))
+		if s.harness {
+			harness++
+		} else {
+			product++
+		}
+	}
+	for _, err := range f.errs {
 		ev = append(ev, err.Error())
 		if errors.Is(err, ledger.ErrJournal) {
-			unread++
+			harness++
+		} else {
+			product++
 		}
 	}
 	judged := 0
-	for i, v := range cuts {
+	for i, v := range f.cuts {
 		judged += v.Judged
 		if !v.OK {
-			inv.OK = false
+			product++
 			ev = append(ev, v.Message)
 		}
-		// a clone of a save must leave its source going on independently
-		if n, ok := wentOn[i]; ok {
-			if cr.s.Expect.Workload && n == 0 {
-				inv.OK = false
-				ev = append(ev, fmt.Sprintf("%s: the source's writer acked nothing past the clone's cut %d after the save's resume: the source did not go on", v.Snapshot, v.Cut))
-			}
-		} else if v.Snapshot != "hibernate" && cr.s.Expect.Workload && v.BeganAfterResume == 0 {
-			inv.OK = false
-			ev = append(ev, fmt.Sprintf("%s: the source's writer acked nothing begun after the save's resume: the source did not go on", v.Snapshot))
+		if msg := cr.wentOnFinding(i, v, f.wentOn); msg != "" {
+			product++
+			ev = append(ev, msg)
 		}
 	}
-	if len(cuts) == 0 && len(ev) == 0 {
+	switch {
+	case len(ev) > 0:
+		inv.OK = false
+		inv.HarnessError = product == 0
+		inv.Evidence = strings.Join(append(ev, f.killed...), "\n")
+	case len(f.cuts) > 0:
+		inv.Evidence = fmt.Sprintf("%d cut(s) consistent, %d marker(s) judged", len(f.cuts), judged) + prefixedNote(strings.Join(f.killed, "; "))
+	case len(f.noCut) > 0:
+		inv.Evidence = "no cut can exist: " + strings.Join(f.noCut, "; ") + prefixedNote(strings.Join(f.killed, "; "))
+	default:
+		w := cr.wl()
 		w.mu.Lock()
-		notes := strings.Join(w.notes, "; ")
+		notes := strings.Join(append(append([]string(nil), f.killed...), w.notes...), "; ")
 		w.mu.Unlock()
-		ev = append(ev, "nothing was judged: the workload proved nothing"+prefixedNote(notes))
-	}
-	if inv.OK {
-		inv.Evidence = fmt.Sprintf("%d cut(s) consistent, %d marker(s) judged", len(cuts), judged)
-	} else {
-		inv.Evidence = strings.Join(ev, "\n")
-		inv.HarnessError = unread > 0 && unread == len(ev)
+		inv.OK, inv.Evidence = false, "nothing was judged: the workload proved nothing"+prefixedNote(notes)
 	}
 	return inv
+}
+
+// wentOnFinding: a clone of a save must leave its source going on
+// independently (where the case expects the workload).
+func (cr *caseRun) wentOnFinding(i int, v ledger.CutVerdict, wentOn map[int]int) string {
+	if !cr.cutCompulsory() {
+		return ""
+	}
+	if n, ok := wentOn[i]; ok {
+		if n == 0 {
+			return fmt.Sprintf("%s: the source's writer acked nothing past the clone's cut %d after the save's resume: the source did not go on", v.Snapshot, v.Cut)
+		}
+		return ""
+	}
+	if v.Snapshot != "hibernate" && v.BeganAfterResume == 0 {
+		return fmt.Sprintf("%s: the source's writer acked nothing begun after the save's resume: the source did not go on", v.Snapshot)
+	}
+	return ""
 }
 
 // guestClock: the guest's ack times are on the trace clock. The fake
@@ -416,9 +579,13 @@ func (cr *caseRun) judgeWake(ctx context.Context, name string, events []failpoin
 	if boot == "" {
 		return ledger.CutVerdict{}, "", errors.New("no writer session started before the NIC drop")
 	}
+	cold := cr.coldBootReason()
+	if cold == "" {
+		cold = vmmKilledReason(cr.s)
+	}
 	return ledger.ClassifyWake(ledger.WakeInput{Guest: name, Acks: h.Acks, First: h.First, DropNs: dropNs, FaultNs: cr.faultNs,
 		GuestClock: cr.guestClock(), Disk: ls.Disk, RAM: ls.RAM, BootBefore: boot, BootAfter: ls.BootID,
-		ColdBootAllowed: cr.coldBootReason()}), "", nil
+		ColdBootAllowed: cold}), "", nil
 }
 
 // workloadReport is the case's workload section: sessions, cuts, the acks

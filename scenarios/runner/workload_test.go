@@ -34,8 +34,13 @@ fi
 exec "$real" "$@"
 `
 
-// doubleBinDir is the stack's bin dir with vmctl replaced by the double.
-func doubleBinDir(t *testing.T) string {
+// doubleBinDir is the stack's bin dir with vmctl replaced by the late-disk
+// double.
+func doubleBinDir(t *testing.T) string { return doubleBinDirWith(t, lateDiskVmctl) }
+
+// doubleBinDirWith is the stack's bin dir with vmctl replaced by script
+// (%REAL% the real bin dir).
+func doubleBinDirWith(t *testing.T, script string) string {
 	t.Helper()
 	real, err := stackbin.Dir()
 	if err != nil {
@@ -54,11 +59,72 @@ func doubleBinDir(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	script := strings.ReplaceAll(lateDiskVmctl, "%REAL%", real)
+	script = strings.ReplaceAll(script, "%REAL%", real)
 	if err := os.WriteFile(filepath.Join(dir, "vmctl"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// staleDiskVmctl is a test double of the manager, written by the test and
+// never shipped: a vmctl that keeps a copy of the VM's disk from when the
+// hibernate's NIC drop began (the guest writes and acks on until the NIC is
+// gone) and makes it the disk of every snapshot it saves afterwards — a
+// manager whose save snapshots a stale disk. The cut of the save that
+// follows a killed one loses the markers acked after that copy.
+const staleDiskVmctl = `#!/bin/sh
+real=%REAL%/vmctl
+if [ "$1" = vm ] && [ "$2" = net ] && [ "$4" = --nics ] && [ "$5" = 0 ]; then
+	cp "$VMCTL_ROOT_DIR/vms/$3/disk.img" "%STATE%/stale-$3.img"
+	sleep 0.2 # the guest writes on until the NIC is gone
+	exec "$real" "$@"
+fi
+if [ "$1" = snapshot ] && [ "$2" = save ]; then
+	"$real" "$@" || exit $?
+	for a in "$@"; do id="$a"; done
+	if [ -f "%STATE%/stale-$id.img" ]; then
+		snap=$(ls -td "$VMCTL_ROOT_DIR"/snapshots/*/ | head -1)
+		cp "%STATE%/stale-$id.img" "$snap/disk.img.stale" && mv "$snap/disk.img.stale" "$snap/disk.img"
+	fi
+	exit 0
+fi
+exec "$real" "$@"
+`
+
+// TestKilledSaveWithAStaleDiskFailsTheCut is the proof that a killed-save
+// case judges the cut of the save that follows: the same case passes with
+// vmctl and fails on workload-consistent-cut (LOST) with a vmctl double
+// whose recovered save snapshots a stale disk.
+func TestKilledSaveWithAStaleDiskFailsTheCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts the whole stack; run without -short")
+	}
+	c, err := scenarios.CaseFor("wl-save-killed-paused-sigkill-child", 0, false, "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := runOneCase(t, c)
+	inv, ok := cutInvariant(good)
+	if good.Verdict != reports.Pass || !ok || !inv.OK || good.Workload == nil || len(good.Workload.Cuts) != 1 {
+		t.Fatalf("with vmctl: %s (%s), cut invariant %+v", good.Verdict, good.Reason, inv)
+	}
+	t.Logf("vmctl: %s; %s", inv.Evidence, good.Workload.Cuts[0].Message)
+
+	old := binDir
+	t.Cleanup(func() { binDir = old })
+	dir := doubleBinDirWith(t, strings.ReplaceAll(staleDiskVmctl, "%STATE%", t.TempDir()))
+	binDir = func() (string, error) { return dir, nil }
+	bad := runOneCase(t, c)
+	inv, ok = cutInvariant(bad)
+	if bad.Verdict != reports.Fail || !ok || inv.OK || !strings.Contains(inv.Evidence, "LOST") {
+		t.Fatalf("with the stale-disk double: %s (%s), cut invariant %+v", bad.Verdict, bad.Reason, inv)
+	}
+	for _, i := range bad.Invariants {
+		if !i.OK && i.Name != WorkloadConsistentCut {
+			t.Errorf("the double broke %s too: %s", i.Name, i.Evidence)
+		}
+	}
+	t.Logf("stale-disk double: %s", inv.Evidence)
 }
 
 func cutInvariant(rc reports.Case) (reports.Invariant, bool) {
@@ -172,20 +238,110 @@ func TestDownsampleKeepsTheAcksNextToMarks(t *testing.T) {
 // fails when a cut could not be judged; when the only reason is the
 // harness's own journal (ledger.ErrJournal) it is a harness error, and
 // beside an inconsistent cut it stays the product's fail.
-func TestACutTheJournalCouldNotJudgeIsTheHarnesss(t *testing.T) {
-	cr := &caseRun{s: &scenarios.Scenario{Expect: scenarios.Expect{Workload: true}}}
+// TestCutInvariantRules is one row per rule of workload-consistent-cut
+// (issue 31 item 4): what fails, what is the harness's error, what passes.
+func TestCutInvariantRules(t *testing.T) {
 	unread := fmt.Errorf("vm-a wake: %w: read /x/ledger.jsonl: no such file", ledger.ErrJournal)
-	inv := cr.cutInvariant(nil, nil, []error{unread})
-	if inv.OK || !inv.HarnessError || !strings.Contains(inv.Evidence, "ledger journal unreadable") {
-		t.Fatalf("journal unreadable: %+v, want a harness error", inv)
+	good := ledger.CutVerdict{Snapshot: "hibernate", OK: true, Judged: 40}
+	bad := ledger.CutVerdict{Snapshot: "hibernate", Message: "vm-a → vm-a (hibernate): LOST 3: seq 41"}
+	refused := fmt.Errorf("ledger vm-a: workload: unreachable after 3 attempt(s): context deadline exceeded (last error: %w)",
+		fmt.Errorf("guest vm-a at 127.0.0.1:2222: ssh handshake: %w: ssh: unable to authenticate", ledger.ErrHarnessSSH))
+	down := errors.New("ledger vm-a: workload: unreachable after 9 attempt(s): context deadline exceeded (last error: guest vm-a: connect: connection refused)")
+	for _, tc := range []struct {
+		name        string
+		f           cutFindings
+		ok, harness bool
+		want        string
+	}{
+		{name: "writer never started (guest unreachable)", f: cutFindings{cuts: []ledger.CutVerdict{good},
+			starts: []writerFailure{{guest: "vm-a", err: down, harness: harnessSideWriterError(down)}}}, want: "the writer did not start"},
+		{name: "writer not started: the harness's own ssh failed", f: cutFindings{
+			starts: []writerFailure{{guest: "vm-a", err: refused, harness: harnessSideWriterError(refused)}}}, harness: true, want: "unable to authenticate"},
+		{name: "no cut judged", f: cutFindings{}, want: "nothing was judged"},
+		{name: "only a killed save, nothing judged", f: cutFindings{killed: []string{"save of vm-a killed by the fault (sigkill-direct)"}}, want: "nothing was judged"},
+		{name: "a save that did not complete, no fault killed it", f: cutFindings{cuts: []ledger.CutVerdict{good},
+			errs: []error{errors.New("save of vm-a: no paused→resumed pair in the trace and no fault of the case kills a save: the save did not complete")}}, want: "did not complete"},
+		{name: "consistent cut", f: cutFindings{cuts: []ledger.CutVerdict{good}}, ok: true, want: "1 cut(s) consistent, 40 marker(s) judged"},
+		{name: "consistent cut beside a killed save", f: cutFindings{cuts: []ledger.CutVerdict{good}, killed: []string{"save of vm-a killed by the fault"}},
+			ok: true, want: "killed by the fault"},
+		{name: "inconsistent cut", f: cutFindings{cuts: []ledger.CutVerdict{good, bad}}, want: "LOST 3"},
+		{name: "journal unreadable", f: cutFindings{errs: []error{unread}}, harness: true, want: "ledger journal unreadable"},
+		{name: "journal unreadable beside a bad cut", f: cutFindings{cuts: []ledger.CutVerdict{bad}, errs: []error{unread}}, want: "LOST"},
+		{name: "guest unreachable at the judgement", f: cutFindings{errs: []error{errors.New("vm-a wake: ssh: connection refused")}}, want: "connection refused"},
+		{name: "the VM ends deleted: no cut can exist", f: cutFindings{noCut: []string{"vm-a ends deleted: no guest is left to hold a cut"}},
+			ok: true, want: "no cut can exist: vm-a ends deleted"},
+		{name: "a deleted VM excuses nothing else", f: cutFindings{noCut: []string{"vm-b ends deleted"}, errs: []error{down}}, want: "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cr := &caseRun{s: &scenarios.Scenario{Expect: scenarios.Expect{Workload: true}}}
+			inv := cr.cutInvariant(tc.f)
+			if inv.OK != tc.ok || inv.HarnessError != tc.harness || !strings.Contains(inv.Evidence, tc.want) {
+				t.Fatalf("got ok=%v harness=%v %q, want ok=%v harness=%v containing %q", inv.OK, inv.HarnessError, inv.Evidence, tc.ok, tc.harness, tc.want)
+			}
+			if !inv.OK && inv.Evidence == "" {
+				t.Fatal("a failed cut without evidence")
+			}
+		})
 	}
-	bad := ledger.CutVerdict{Snapshot: "hibernate", Message: "PHANTOM 1"}
-	inv = cr.cutInvariant([]ledger.CutVerdict{bad}, nil, []error{unread})
-	if inv.OK || inv.HarnessError || !strings.Contains(inv.Evidence, "PHANTOM") {
-		t.Fatalf("journal unreadable beside a bad cut: %+v, want the product's fail", inv)
+}
+
+// TestACompulsoryCutThatDidNotConvergeFails: a case that must judge the cut
+// and did not converge has nothing to judge, which never passes.
+func TestACompulsoryCutThatDidNotConvergeFails(t *testing.T) {
+	cr := &caseRun{s: &scenarios.Scenario{}}
+	cr.wl().startFailed("vm-a", errors.New("connect: connection refused"), false)
+	inv := cr.cutNotJudged()
+	if inv.OK || inv.HarnessError || !strings.Contains(inv.Evidence, "did not converge") || !strings.Contains(inv.Evidence, "vm-a: the writer did not start") {
+		t.Fatalf("%+v", inv)
 	}
-	inv = cr.cutInvariant(nil, nil, []error{errors.New("vm-a wake: ssh: connection refused")})
-	if inv.OK || inv.HarnessError {
-		t.Fatalf("guest unreachable: %+v, want a fail", inv)
+}
+
+// TestWriterStartFailuresAreToldApart: the harness's own side (its key
+// refused, its journal, an image without the writer) is an error; the guest
+// not answering, another host key or the writer failing is the product's.
+func TestWriterStartFailuresAreToldApart(t *testing.T) {
+	for _, tc := range []struct {
+		err     error
+		harness bool
+	}{
+		{fmt.Errorf("unreachable after 2 attempt(s): deadline (last error: %w)", fmt.Errorf("ssh handshake: %w: unable to authenticate", ledger.ErrHarnessSSH)), true},
+		{fmt.Errorf("ledger vm-a: workload: %w: %w", ledger.ErrHarnessSSH, errors.New("ledger journal: disk full")), true},
+		{fmt.Errorf("judge: %w", ledger.ErrJournal), true},
+		{&ledger.CommandError{Guest: "vm-a", Status: 127, Stderr: "vmchaos-writer: not found"}, true},
+		{&ledger.CommandError{Guest: "vm-a", Status: 1, Stderr: "read-only file system"}, false},
+		{fmt.Errorf("ledger vm-a: workload: %w", ledger.ErrHostKeyChanged), false},
+		{errors.New("guest vm-a: connect: connection refused"), false},
+	} {
+		if got := harnessSideWriterError(tc.err); got != tc.harness {
+			t.Errorf("%v: harness=%v, want %v", tc.err, got, tc.harness)
+		}
+	}
+}
+
+// TestKilledSavesAndColdBootsComeFromTheCase: a save may end without a
+// resume only when the case's fault kills saves; a guest may lose its RAM
+// only when the case kills its VMM.
+func TestKilledSavesAndColdBootsComeFromTheCase(t *testing.T) {
+	for _, tc := range []struct {
+		id           string
+		killer, cold bool
+	}{
+		{"s001-2-orphaned-pause-then-hibernate", true, false}, // sigkill-direct in the pause window
+		{"wl-save-held-paused", false, false},
+		{"wl-save-killed-paused-power-cut", true, false}, // the power cut's cold boot comes from the cut itself
+		{"mx-hibernate-agent-hibernate-saved-sigkill-vmm", true, true},
+		{"s001-4-owed-hibernate-dead-vmm", false, true}, // kill-vmm while stopped
+		{"park-snapshot-save-paused-sigkill-main", false, false},
+	} {
+		s, ok := scenarios.Lookup(tc.id)
+		if !ok {
+			t.Fatalf("no scenario %s", tc.id)
+		}
+		if got := savesKilledBy(s) != ""; got != tc.killer {
+			t.Errorf("%s: a fault kills saves = %v, want %v", tc.id, got, tc.killer)
+		}
+		if got := vmmKilledReason(s) != ""; got != tc.cold {
+			t.Errorf("%s: VMM killed = %v, want %v", tc.id, got, tc.cold)
+		}
 	}
 }

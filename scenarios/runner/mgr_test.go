@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/reports"
@@ -408,4 +409,17 @@ func cocoonBefore(t *testing.T, bin string, major, minor, patch int) bool {
 		t.Fatalf("cocoon version %q: %v", caps.Version, err)
 	}
 	return a < major || a == major && (b < minor || b == minor && c < patch)
+}
+
+// TestVMMPhaseAtIsTheVerbsOwn: the landed phase of an offset kill names
+// only VMM phases since the verb started; the fixture's earlier ch.resume
+// once read as where a clone killed before its VMM existed had landed.
+func TestVMMPhaseAtIsTheVerbsOwn(t *testing.T) {
+	evs := []failpoint.Event{{TsNs: 10, Point: "ch.resume"}, {TsNs: 50, Point: "ch.restore.begin"}}
+	if got := vmmPhaseAt(evs, 20, 40); got != "" {
+		t.Errorf("a kill at 40 of a verb started at 20: %q, want none (ch.resume at 10 is the fixture's)", got)
+	}
+	if got := vmmPhaseAt(evs, 20, 60); got != "ch.restore.begin" {
+		t.Errorf("a kill at 60: %q, want ch.restore.begin", got)
+	}
 }

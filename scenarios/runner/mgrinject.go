@@ -124,15 +124,20 @@ func (mc *mgrCase) landAt(inj *reports.Injection, w phaseWindow, fromNs, faultNs
 	if !l.Landed {
 		inj.Err = l.Why
 	} else if w.Open == mgrVerbStarted {
-		inj.LastPhase = "inside " + string(mc.mc.Op.Verb) + " (VMM at " + orDash(vmmPhaseAt(evs, faultNs)) + ")"
+		at := "no VMM phase yet"
+		if p := vmmPhaseAt(evs, fromNs, faultNs); p != "" {
+			at = "VMM at " + p
+		}
+		inj.LastPhase = "inside " + string(mc.mc.Op.Verb) + " (" + at + ")"
 	}
 }
 
-// vmmPhaseAt is the last VMM phase (ch.*) at or before ns.
-func vmmPhaseAt(evs []failpoint.Event, ns int64) string {
+// vmmPhaseAt is the last VMM phase (ch.*) since the verb started (fromNs)
+// and at or before ns: an earlier one is the fixture's, not this verb's.
+func vmmPhaseAt(evs []failpoint.Event, fromNs, ns int64) string {
 	last := ""
 	for _, e := range evs {
-		if e.TsNs <= ns && strings.HasPrefix(e.Point, "ch.") {
+		if e.TsNs >= fromNs && e.TsNs <= ns && strings.HasPrefix(e.Point, "ch.") {
 			last = e.Point
 		}
 	}

@@ -38,7 +38,7 @@ func netScenarios() []Scenario {
 		Setup: readyA, Act: []Step{{Kind: StepHibernate, VM: vmA}},
 		Faults: []Fault{netFault(injector.FaultNetPartition, pointPushBlobs)},
 		Env:    registryEnv, Expect: Expect{FailedOK: true, Metrics: pushFailedThenOK},
-		Targets: []string{"push-done-before-commit"},
+		Targets: []string{"push-timeout-done", "push-done-before-commit"},
 	}, {
 		ID: "net-pull-partition", SeedRef: "issue 34 network", Op: OpWake, Speed: "slow",
 		Title: "the node cut off from the registry while the wake has read the manifest and downloaded no blob: the pull fails, the wake retries it, never fresh-boots, and restores the snapshot once the path healed",

@@ -38,7 +38,9 @@ func netScenarios() []Scenario {
 		Setup: readyA, Act: []Step{{Kind: StepHibernate, VM: vmA}},
 		Faults: []Fault{netFault(injector.FaultNetPartition, pointPushBlobs)},
 		Env:    registryEnv, Expect: Expect{FailedOK: true, Metrics: pushFailedThenOK},
-		Targets: []string{"push-timeout-done", "push-done-before-commit"},
+		// push-done-before-commit fails it too (repro), but its selftest
+		// row stays reg-hibernated-in-registry's
+		Targets: []string{"push-timeout-done"},
 	}, {
 		ID: "net-pull-partition", SeedRef: "issue 34 network", Op: OpWake, Speed: "slow",
 		Title: "the node cut off from the registry while the wake has read the manifest and downloaded no blob: the pull fails, the wake retries it, never fresh-boots, and restores the snapshot once the path healed",
@@ -47,13 +49,13 @@ func netScenarios() []Scenario {
 		Env:    registryEnv, Expect: Expect{Ledger: true, FailedOK: true},
 	}, {
 		ID: "net-cycle-delay", SeedRef: "issue 34 network", Op: OpWake, Speed: "slow",
-		Title: "every packet between the node and the registry delayed from the push's manifest commit on: the hibernate commits a whole artifact (retried past its deadlines while the delay lasts), and the wake after the heal pulls it back with the guest's RAM",
+		Title: "every packet between the node and the registry delayed from the push's manifest commit on: the hibernate commits a whole artifact (its requests retried past their deadlines while the delay lasts), and the wake pulls it back with the guest's RAM, under the delay or after its heal",
 		Setup: readyA, Act: cycleCold,
 		Faults: []Fault{netFault(injector.FaultNetDelay, pointPushBlobs)},
 		Env:    registryEnv, Expect: Expect{Ledger: true, FailedOK: true},
 	}, {
 		ID: "net-cycle-loss", SeedRef: "issue 34 network", Op: OpWake, Speed: "slow",
-		Title: "a share of the packets between the node and the registry lost from the push's manifest commit on: the hibernate commits a whole artifact, and the wake after the heal pulls it back with the guest's RAM",
+		Title: "a share of the packets between the node and the registry lost from the push's manifest commit on: the hibernate commits a whole artifact, and the wake pulls it back with the guest's RAM, under the loss or after its heal",
 		Setup: readyA, Act: cycleCold,
 		Faults: []Fault{netFault(injector.FaultNetLoss, pointPushBlobs)},
 		Env:    registryEnv, Expect: Expect{Ledger: true, FailedOK: true},

@@ -205,7 +205,11 @@ func NewScraperDial(addr func() string, dial func(ctx context.Context, network, 
 
 // ScrapeNow takes one sample synchronously (before the fault, at the end).
 func (s *Scraper) ScrapeNow(ctx context.Context, now func() int64) bool {
-	return s.scrapeOnce(ctx, s.client, now)
+	cl := s.client
+	if cl == nil { // a Scraper not made by NewScraper: plain dials
+		cl = &http.Client{Timeout: 2 * time.Second}
+	}
+	return s.scrapeOnce(ctx, cl, now)
 }
 
 func (s *Scraper) scrapeOnce(ctx context.Context, cl *http.Client, now func() int64) bool {

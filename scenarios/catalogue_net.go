@@ -48,7 +48,11 @@ func netScenarios() []Scenario {
 		Faults: []Fault{netFault(injector.FaultNetPartition, pointPullManifest)},
 		Env:    registryEnv, Expect: Expect{Ledger: true, FailedOK: true},
 	}, {
-		ID: "net-cycle-delay", SeedRef: "issue 34 network", Op: OpWake, Speed: "slow",
+		// nightly, not slow: netem is missing from some kernels (this
+		// project's VM's among them), where the case is not run and would
+		// turn `make chaos`'s gate inconclusive; the nightly KVM runners
+		// have it
+		ID: "net-cycle-delay", SeedRef: "issue 34 network", Op: OpWake, Speed: "nightly",
 		Title: "every packet between the node and the registry delayed from the push's manifest commit on: the hibernate commits a whole artifact (its requests retried past their deadlines while the delay lasts), and the wake pulls it back with the guest's RAM, under the delay or after its heal",
 		Setup: readyA, Act: cycleCold,
 		Faults: []Fault{netFault(injector.FaultNetDelay, pointPushBlobs)},

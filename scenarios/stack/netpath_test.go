@@ -109,7 +109,16 @@ func medianRTT(t *testing.T, p *NetPath, n int) time.Duration {
 // partition in, a dial from the node times out and the path is not healed;
 // after the heal the dial succeeds and the heal is stamped.
 func TestNetPartitionCutsThePathUntilHealed(t *testing.T) {
-	p := newTestNetPath(t)
+	t.Run("nft", func(t *testing.T) { partitionThenHeal(t, newTestNetPath(t)) })
+	t.Run("iptables", func(t *testing.T) {
+		// the fallback where nft is unusable
+		p := newTestNetPath(t)
+		p.nftErr = errors.New("nft made unusable by the test")
+		partitionThenHeal(t, p)
+	})
+}
+
+func partitionThenHeal(t *testing.T, p *NetPath) {
 	echoInReg(t, p)
 	if rtt := medianRTT(t, p, 5); rtt <= 0 {
 		t.Fatalf("round trip %s", rtt)

@@ -279,7 +279,8 @@ type Stack struct {
 	Ledger     *ledger.Ledger
 	Firmware   string
 
-	// RegistryUnit, RegistryURL ("http://127.0.0.1:PORT") and
+	// RegistryUnit, RegistryURL ("http://127.0.0.1:PORT", or with a net
+	// path "http://10.77.0.2:5000" inside the registry's namespace) and
 	// RegistryStorage: the case's real registry (Options.OCIRegistry; URL
 	// "" without).
 	RegistryUnit    string

@@ -124,3 +124,11 @@ func healLinkLater(in *Injector, f Fault, actualNs int64) {
 }
 
 func errNoLink(name string) error { return fmt.Errorf("%s: no link in the target", name) }
+
+// OnLink reports whether the kind named name acts on a Link (net-partition,
+// net-delay, net-loss): a case with one needs the node's path to the
+// registry built for it.
+func OnLink(name string) bool {
+	k, err := LookupFaultKind(name)
+	return err == nil && k.traits().link
+}

@@ -55,6 +55,9 @@ func TestFaultKindsRegistry(t *testing.T) {
 					t.Errorf("%s: Available(supervisor, disk) = %v", name, err)
 				}
 			}
+			if OnLink(name) != k.traits().link {
+				t.Errorf("%s: OnLink = %v, link trait %v", name, OnLink(name), k.traits().link)
+			}
 			if k.traits().link {
 				if err := k.Available(Host{Sup: sup, Link: &fakeLink{}}); err != nil {
 					t.Errorf("%s: Available(supervisor, link) = %v", name, err)

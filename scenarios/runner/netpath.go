@@ -9,19 +9,10 @@ import (
 	"github.com/vmchaos/vmchaos/scenarios"
 )
 
-// netKinds are the fault kinds that cut or impair the node's path to the
-// registry: their cases run the node and the registry in network
-// namespaces of their own (stack.Options.NetPath).
-var netKinds = []string{injector.FaultNetPartition, injector.FaultNetDelay, injector.FaultNetLoss}
-
-func isNetFault(kind string) bool {
-	for _, k := range netKinds {
-		if k == kind {
-			return true
-		}
-	}
-	return false
-}
+// isNetFault: the kind cuts or impairs the node's path to the registry, so
+// its case runs the node and the registry in network namespaces of their
+// own (stack.Options.NetPath). The injector's kinds say which they are.
+func isNetFault(kind string) bool { return injector.OnLink(kind) }
 
 // hasNetFault reports whether s has a fault on the node's path.
 func hasNetFault(s *scenarios.Scenario) bool {

@@ -24,6 +24,7 @@ type Options struct {
 	CtlDir  string // VMCHAOS_FAILPOINT_CTL of the stack: needed by park triggers
 	VMMName string // argv[0] basename of the VMM; default "cloud-hypervisor"
 	Disk    Disk   // the registry's storage the stack can fill (registry-storage-full); nil: none
+	Link    Link   // the node's path to the registry (net-partition, net-delay, net-loss); nil: none
 }
 
 // Injector ties a Supervisor and a Trace: Arm returns at once and the fault
@@ -161,7 +162,7 @@ func (in *Injector) armable(f Fault) (FaultKind, error) {
 	if k.traits().node {
 		return nil, fmt.Errorf("fault %s: %w", f.Kind, ErrNodeFault)
 	}
-	if err := k.Available(Host{Sup: in.sup, Disk: in.opt.Disk}); err != nil {
+	if err := k.Available(Host{Sup: in.sup, Disk: in.opt.Disk, Link: in.opt.Link}); err != nil {
 		return nil, err // names the kind
 	}
 	return k, nil
@@ -540,10 +541,10 @@ func (in *Injector) contLater(p Proc, at int64) {
 	}()
 }
 
-// healLater heals d at CLOCK_MONOTONIC at (registry-storage-full with
-// StopFor). The disk keeps the heal's time and error for the runner, which
-// waits for it before its final check.
-func (in *Injector) healLater(d Disk, at int64) {
+// healLater heals d at CLOCK_MONOTONIC at (registry-storage-full and the
+// network kinds with StopFor). The disk or link keeps the heal's time and
+// error for the runner, which waits for it before its final check.
+func (in *Injector) healLater(d interface{ Heal(context.Context) error }, at int64) {
 	go func() {
 		_ = sleepUntil(context.Background(), at)
 		_ = d.Heal(context.Background())
@@ -617,7 +618,7 @@ func (in *Injector) release(t Trigger) {
 // says: right after the signal syscall returned, or as the supervisor call
 // that delivers it is made.
 func (in *Injector) fire(ctx context.Context, k FaultKind, f Fault, v *victim, inj *Injection) {
-	tg := Target{Sup: in.sup, Unit: f.Unit, Disk: in.opt.Disk}
+	tg := Target{Sup: in.sup, Unit: f.Unit, Disk: in.opt.Disk, Link: in.opt.Link}
 	if v != nil && v.fd != nil {
 		inj.VictimPID = v.fd.PID
 		tg.Victim = v.fd

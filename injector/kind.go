@@ -67,6 +67,7 @@ type traits struct {
 	supervisor bool
 	node       bool // the whole node: fired by the runner, not armed by an Injector (ErrNodeFault)
 	disk       bool // a file system the harness fills: Options.Disk
+	link       bool // a network path the harness cuts or impairs: Options.Link
 }
 
 // victimRule is how a kind finds the process it is delivered to.
@@ -85,6 +86,7 @@ type Host struct {
 	Sup  Supervisor // the stack's supervisor (nil: none)
 	Node Node       // the stack's node on lazy filesystems (nil: its dirs are plain ones)
 	Disk Disk       // the registry's storage the harness can fill (nil: none)
+	Link Link       // the node's network path to the registry (nil: none)
 }
 
 // Target is what a kind's Inject is delivered to, resolved before.
@@ -95,6 +97,7 @@ type Target struct {
 	Node   Node       // the node (power-cut)
 	Procs  []Proc     // every process of the node (power-cut)
 	Disk   Disk       // the disk to fill (registry-storage-full)
+	Link   Link       // the path to cut or impair (net-partition, net-delay, net-loss)
 }
 
 // FaultKinds is every fault kind, the one list everything else walks.
@@ -102,6 +105,7 @@ var FaultKinds = []FaultKind{
 	sigkillMain{}, stopKind{}, restartKind{}, killAll{}, sigkillChild{},
 	sigkillVMM{}, sigstopKind{}, sigcontKind{}, sigkillHitter{}, FaultKindPowerCut,
 	registrySigkill{}, registrySigstop{}, registryRestart{}, registryStorageFull{},
+	netPartition{}, netDelay{}, netLoss{},
 }
 
 // FaultKindNames are the names of FaultKinds, in their order.

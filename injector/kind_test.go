@@ -47,12 +47,20 @@ func TestFaultKindsRegistry(t *testing.T) {
 			// disk's needs here (pidfds: this host runs the injector's
 			// other tests).
 			err := k.Available(Host{Sup: sup})
-			if more := k.traits().node || k.traits().disk; more != (err != nil) {
-				t.Errorf("%s: Available(builtin supervisor) = %v (node or disk kind: %v)", name, err, more)
+			if more := k.traits().node || k.traits().disk || k.traits().link; more != (err != nil) {
+				t.Errorf("%s: Available(builtin supervisor) = %v (node, disk or link kind: %v)", name, err, more)
 			}
 			if k.traits().disk {
 				if err := k.Available(Host{Sup: sup, Disk: &fakeDisk{}}); err != nil {
 					t.Errorf("%s: Available(supervisor, disk) = %v", name, err)
+				}
+			}
+			if OnLink(name) != k.traits().link {
+				t.Errorf("%s: OnLink = %v, link trait %v", name, OnLink(name), k.traits().link)
+			}
+			if k.traits().link {
+				if err := k.Available(Host{Sup: sup, Link: &fakeLink{}}); err != nil {
+					t.Errorf("%s: Available(supervisor, link) = %v", name, err)
 				}
 			}
 			if got, err := LookupFaultKind(name); err != nil || got != k {
@@ -307,5 +315,91 @@ func TestRegistryStorageFullFillsThenHeals(t *testing.T) {
 	}
 	if inj := New(sup, nil, Options{}).Inject(context.Background(), f); inj.Landed || !strings.Contains(inj.Err, FaultRegistryStorageFull) {
 		t.Errorf("no disk: %+v, want refused naming the kind", inj)
+	}
+}
+
+// fakeLink records what was done to the path.
+type fakeLink struct {
+	mu       sync.Mutex
+	ops      []string
+	healedNs int64
+	noNetem  error // Supports' answer for an impairment
+}
+
+func (l *fakeLink) note(op string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ops = append(l.ops, op)
+}
+
+func (l *fakeLink) Partition(context.Context) error { l.note("partition"); return nil }
+func (l *fakeLink) Impair(_ context.Context, n Netem) error {
+	l.note("impair " + n.String())
+	return nil
+}
+func (l *fakeLink) Supports(Netem) error { return l.noNetem }
+func (l *fakeLink) Heal(context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ops = append(l.ops, "heal")
+	l.healedNs = failpoint.Now()
+	return nil
+}
+
+func (l *fakeLink) state() ([]string, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.ops...), l.healedNs
+}
+
+// TestNetKindsCutOrImpairThenHeal: each net kind does its one thing to the
+// path it is handed (a partition, netem delay, netem loss), stamps the
+// moment it is in and heals it StopFor later; a kernel without netem makes
+// the impairments unavailable, naming the kind; without a link the
+// injector refuses them.
+func TestNetKindsCutOrImpairThenHeal(t *testing.T) {
+	sup, err := newBuiltin(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sup.Close() })
+	for _, c := range []struct{ kind, op string }{
+		{FaultNetPartition, "partition"},
+		{FaultNetDelay, "impair delay 100ms"},
+		{FaultNetLoss, "impair loss 30%"},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			f := Fault{Kind: c.kind, Unit: "registry", StopFor: 30 * time.Millisecond}
+			l := &fakeLink{}
+			inj := New(sup, nil, Options{Link: l}).Inject(context.Background(), f)
+			if !inj.Landed || inj.Err != "" || inj.ActualNs == 0 || inj.VictimPID != 0 {
+				t.Fatalf("inject: %+v", inj)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				ops, healedNs := l.state()
+				if len(ops) == 2 {
+					if ops[0] != c.op || ops[1] != "heal" {
+						t.Fatalf("ops %q, want %q then heal", ops, c.op)
+					}
+					if healedNs < inj.ActualNs+int64(f.StopFor) {
+						t.Errorf("healed at fault%+dns, before StopFor %s", healedNs-inj.ActualNs, f.StopFor)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("ops %q: want %q then heal", ops, c.op)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if inj := New(sup, nil, Options{}).Inject(context.Background(), f); inj.Landed || !strings.Contains(inj.Err, c.kind) {
+				t.Errorf("no link: %+v, want refused naming the kind", inj)
+			}
+			k, _ := LookupFaultKind(c.kind)
+			err := k.Available(Host{Sup: sup, Link: &fakeLink{noNetem: errors.New("no sch_netem")}})
+			if impair := c.kind != FaultNetPartition; impair != (err != nil) || (err != nil && !strings.Contains(err.Error(), c.kind)) {
+				t.Errorf("Available(a kernel without netem) = %v (an impairment: %v)", err, impair)
+			}
+		})
 	}
 }

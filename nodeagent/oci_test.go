@@ -223,3 +223,26 @@ func TestOCIPushServerErrorFailsThePush(t *testing.T) {
 		t.Fatalf("after the healed push: %+v, %v", m, err)
 	}
 }
+
+// TestTimedOutTellsNoAnswerFromAnAnswer: what the push-timeout-done switch
+// takes for done is a request that got no answer in time (a dial or read
+// deadline, wrapped as the HTTP client wraps it), never an answer the
+// registry sent or another failure.
+func TestTimedOutTellsNoAnswerFromAnAnswer(t *testing.T) {
+	dialTimeout := &url.Error{Op: "Put", URL: "http://10.77.0.2:5000/v2/", Err: os.ErrDeadlineExceeded}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{dialTimeout, true},
+		{errors.Join(errors.New("push vm-a: commit manifest"), dialTimeout), true},
+		{errors.New("500 Internal Server Error"), false},
+		{&url.Error{Op: "Put", URL: "http://x/", Err: errors.New("connection refused")}, false},
+		{context.Canceled, false},
+	} {
+		if got := timedOut(c.err); got != c.want {
+			t.Errorf("timedOut(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -10,7 +10,8 @@ need=()
 # qemu-utils: qemu-img makes the qcow2 overlays the fake guest is tested against.
 # docker-registry: the CNCF distribution server, the real OCI registry of the
 # registry:oci cases (started per case by the harness, never as a service).
-pkgs=(systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry)
+# nftables: net-partition's drop rules inside the case's node namespace.
+pkgs=(systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry nftables)
 for extra in "$@"; do
   case "$extra" in
   # qemu-system-x86, e2fsprogs: `vmchaos image check` boots the real guest under TCG, reads its disk.

@@ -264,3 +264,40 @@ func (n *Netns) WriteCHWrapper(dir, chBinary string) (string, error) {
 	}
 	return p, nil
 }
+
+// Path is the namespace's file (/run/netns/<name>): what nsenter --net and
+// setns open.
+func (n *Netns) Path() string { return filepath.Join(netnsRun, n.Name) }
+
+// AddVeth links this namespace to peer by a veth pair created inside them:
+// name here with cidr, peerName in peer with peerCIDR, both up. The pair is
+// created in this namespace and its peer end born in peer (`ip link add ...
+// peer ... netns`), so no end ever appears in the host namespace; deleting
+// either namespace destroys the pair.
+func (n *Netns) AddVeth(name, cidr string, peer *Netns, peerName, peerCIDR string) error {
+	for _, nm := range []string{name, peerName} {
+		if !ifNameRE.MatchString(nm) {
+			return fmt.Errorf("netns %s: veth %q: want an interface name of at most 15 characters", n.Name, nm)
+		}
+	}
+	for _, c := range []string{cidr, peerCIDR} {
+		if _, _, err := net.ParseCIDR(c); err != nil {
+			return fmt.Errorf("netns %s: veth %s: address %q: %w", n.Name, name, c, err)
+		}
+	}
+	if n.borrowed || peer.borrowed {
+		return fmt.Errorf("netns %s: veth %s: both namespaces must be owned by this run", n.Name, name)
+	}
+	if err := ip("-n", n.Name, "link", "add", name, "type", "veth", "peer", "name", peerName, "netns", peer.Name); err != nil {
+		return fmt.Errorf("netns %s: veth %s: create: %w", n.Name, name, err)
+	}
+	for _, s := range []struct{ ns, dev, cidr string }{{n.Name, name, cidr}, {peer.Name, peerName, peerCIDR}} {
+		if err := ip("-n", s.ns, "addr", "add", s.cidr, "dev", s.dev); err != nil {
+			return fmt.Errorf("netns %s: veth %s: address %s: %w", s.ns, s.dev, s.cidr, err)
+		}
+		if err := ip("-n", s.ns, "link", "set", s.dev, "up"); err != nil {
+			return fmt.Errorf("netns %s: veth %s: up: %w", s.ns, s.dev, err)
+		}
+	}
+	return nil
+}

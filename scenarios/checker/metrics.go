@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -156,6 +157,7 @@ func family(key string, types map[string]string) (string, string) {
 // scrape shows both sides.
 type Scraper struct {
 	addr    func() string // current address (the agent rebinds :0 on restart)
+	client  *http.Client
 	mu      sync.Mutex
 	samples []Sample
 	// failures: scrapes that returned no sample, kept so that a check
@@ -172,9 +174,19 @@ type Scraper struct {
 
 // NewScraper starts sampling every interval; addr returns "" while unknown.
 func NewScraper(addr func() string, every time.Duration, now func() int64) *Scraper {
+	return NewScraperDial(addr, nil, every, now)
+}
+
+// NewScraperDial is NewScraper over dial (nil: a plain dial): an agent in
+// a network namespace of the case listens where only a dial from inside
+// reaches it.
+func NewScraperDial(addr func() string, dial func(ctx context.Context, network, addr string) (net.Conn, error), every time.Duration, now func() int64) *Scraper {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Scraper{addr: addr, cancel: cancel, done: make(chan struct{}), since: now()}
 	cl := &http.Client{Timeout: 2 * time.Second}
+	if dial != nil {
+		cl.Transport = &http.Transport{DialContext: dial, DisableKeepAlives: true}
+	}
+	s := &Scraper{addr: addr, client: cl, cancel: cancel, done: make(chan struct{}), since: now()}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(every)
@@ -193,7 +205,11 @@ func NewScraper(addr func() string, every time.Duration, now func() int64) *Scra
 
 // ScrapeNow takes one sample synchronously (before the fault, at the end).
 func (s *Scraper) ScrapeNow(ctx context.Context, now func() int64) bool {
-	return s.scrapeOnce(ctx, &http.Client{Timeout: 2 * time.Second}, now)
+	cl := s.client
+	if cl == nil { // a Scraper not made by NewScraper: plain dials
+		cl = &http.Client{Timeout: 2 * time.Second}
+	}
+	return s.scrapeOnce(ctx, cl, now)
 }
 
 func (s *Scraper) scrapeOnce(ctx context.Context, cl *http.Client, now func() int64) bool {

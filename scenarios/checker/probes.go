@@ -38,7 +38,7 @@ func (p *Poll) collectGoals(ctx context.Context, in *Input) {
 		case GoalHibernated:
 			if in.Stack != nil && in.Stack.RegistryURL != "" {
 				// the case runs a real registry: read it, not the dir
-				_, err := ReadRegistrySnapshot(ctx, in.Stack.RegistryURL, name, &in.digests)
+				_, err := ReadRegistrySnapshot(ctx, in.Stack.RegistryClient(0), in.Stack.RegistryURL, name, &in.digests)
 				p.Pushed[name] = err
 				continue
 			}

@@ -68,7 +68,7 @@ type RegistrySnapshot struct {
 // ReadRegistrySnapshot reads and verifies name:hibernate on the registry at
 // base ("http://host:port"). Every blob's content is hashed once per digest
 // (cache), later polls only ask that it is still served.
-func ReadRegistrySnapshot(ctx context.Context, base, name string, cache *digestCache) (*RegistrySnapshot, error) {
+func ReadRegistrySnapshot(ctx context.Context, cl *http.Client, base, name string, cache *digestCache) (*RegistrySnapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, registryDeadline)
 	defer cancel()
 	repo := base + "/v2/" + strings.ToLower(name)
@@ -76,7 +76,7 @@ func ReadRegistrySnapshot(ctx context.Context, base, name string, cache *digestC
 		Name string   `json:"name"`
 		Tags []string `json:"tags"`
 	}
-	if err := registryJSON(ctx, repo+"/tags/list", "", &tags, nil); err != nil {
+	if err := registryJSON(ctx, cl, repo+"/tags/list", "", &tags, nil); err != nil {
 		return nil, fmt.Errorf("tags list: %w", err)
 	}
 	if !slices.Contains(tags.Tags, ociTag) {
@@ -84,7 +84,7 @@ func ReadRegistrySnapshot(ctx context.Context, base, name string, cache *digestC
 	}
 	var man ociManifest
 	var hdr http.Header
-	if err := registryJSON(ctx, repo+"/manifests/"+ociTag, ociManifestType, &man, &hdr); err != nil {
+	if err := registryJSON(ctx, cl, repo+"/manifests/"+ociTag, ociManifestType, &man, &hdr); err != nil {
 		return nil, fmt.Errorf("manifest %s:%s: %w", name, ociTag, err)
 	}
 	if man.SchemaVersion != 2 || man.Config.MediaType != ociConfigType {
@@ -92,7 +92,7 @@ func ReadRegistrySnapshot(ctx context.Context, base, name string, cache *digestC
 	}
 	snap := &RegistrySnapshot{Digest: hdr.Get("Docker-Content-Digest"), Image: man.Annotations[ociImageAnnot]}
 	for _, l := range append([]ociDescriptor{man.Config}, man.Layers...) {
-		if err := verifyBlob(ctx, repo, l, cache); err != nil {
+		if err := verifyBlob(ctx, cl, repo, l, cache); err != nil {
 			return nil, fmt.Errorf("manifest %s:%s: %w", name, ociTag, err)
 		}
 		if t := l.Annotations[ociTitle]; t != "" {
@@ -109,7 +109,7 @@ func ReadRegistrySnapshot(ctx context.Context, base, name string, cache *digestC
 
 // registryJSON GETs url and decodes a 200 answer; anything else is an error
 // that carries the registry's own error body.
-func registryJSON(ctx context.Context, url, accept string, out any, hdr *http.Header) error {
+func registryJSON(ctx context.Context, cl *http.Client, url, accept string, out any, hdr *http.Header) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -117,7 +117,7 @@ func registryJSON(ctx context.Context, url, accept string, out any, hdr *http.He
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := cl.Do(req)
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func registryJSON(ctx context.Context, url, accept string, out any, hdr *http.He
 
 // verifyBlob asks that d is served at its size (HEAD) and, the first time
 // its digest is seen, that its content hashes to it.
-func verifyBlob(ctx context.Context, repo string, d ociDescriptor, cache *digestCache) error {
+func verifyBlob(ctx context.Context, cl *http.Client, repo string, d ociDescriptor, cache *digestCache) error {
 	url := repo + "/blobs/" + d.Digest
 	alg, want, ok := strings.Cut(d.Digest, ":")
 	if !ok || alg != "sha256" || len(want) != 64 {
@@ -158,7 +158,7 @@ func verifyBlob(ctx context.Context, repo string, d ociDescriptor, cache *digest
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := cl.Do(req)
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	}

@@ -60,7 +60,7 @@ func TestRegistrySnapshotFailsWhenItsDataIsMissing(t *testing.T) {
 	all := []string{"vmctl.json", "config.json", "state.json", "memory-ranges", "disk.img"}
 	pushArtifact(t, reg.URL, "vm-a", "hibernate", all)
 	var cache digestCache
-	snap, err := ReadRegistrySnapshot(ctx, reg.URL, "vm-a", &cache)
+	snap, err := ReadRegistrySnapshot(ctx, http.DefaultClient, reg.URL, "vm-a", &cache)
 	if err != nil {
 		t.Fatalf("a whole artifact: %v", err)
 	}
@@ -77,12 +77,12 @@ func TestRegistrySnapshotFailsWhenItsDataIsMissing(t *testing.T) {
 	}
 	resp.Body.Close()
 	for name, want := range map[string]string{"vm-b": `no "hibernate" tag`, "vm-c": "names no disk.img", "vm-d": "404", "vm-x": "tags list"} {
-		if _, err := ReadRegistrySnapshot(ctx, reg.URL, name, &digestCache{}); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := ReadRegistrySnapshot(ctx, http.DefaultClient, reg.URL, name, &digestCache{}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want one containing %q", name, err, want)
 		}
 	}
 	reg.Stop()
-	if _, err := ReadRegistrySnapshot(ctx, reg.URL, "vm-a", &cache); err == nil {
+	if _, err := ReadRegistrySnapshot(ctx, http.DefaultClient, reg.URL, "vm-a", &cache); err == nil {
 		t.Errorf("a dead registry proved vm-a hibernated")
 	}
 }

@@ -86,9 +86,9 @@ func (cr *caseRun) injFault(f scenarios.Fault) injector.Fault {
 		unit = cr.st.RegistryUnit
 	}
 	out := injector.Fault{Kind: f.Kind, Unit: unit, Child: f.Child}
-	if f.Kind == "sigstop" || f.Kind == injector.FaultRegistrySigstop || f.Kind == injector.FaultRegistryStorageFull {
-		// the injector sends the SIGCONT or heals the disk (0: it stays
-		// frozen, full)
+	if f.Kind == "sigstop" || f.Kind == injector.FaultRegistrySigstop || f.Kind == injector.FaultRegistryStorageFull || isNetFault(f.Kind) {
+		// the injector sends the SIGCONT or heals the disk or the path
+		// (0: it stays frozen, full, cut)
 		out.StopFor = cr.r.scale(f.StopFor)
 	}
 	if f.Kind == "sigkill-vmm" {

@@ -17,7 +17,9 @@ import (
 // Every registry fault heals before the final check, and a case whose heal
 // the harness times says how long the node took to converge after it
 // (reports.Case.ConvergeAfterHealMs): registry-storage-full heals when the
-// injector gives the storage back (the disk stamps it), registry-sigstop
+// injector gives the storage back (the disk stamps it), net-partition,
+// net-delay and net-loss when the injector takes the rules or qdiscs off the
+// node's path (the path stamps it), registry-sigstop
 // when its SIGCONT is due (the fault's time plus StopFor), registry-sigkill
 // and registry-restart when the registry first answers /v2/ again after the
 // fault (watchHeal polls it from the fault on).
@@ -54,21 +56,29 @@ func (cr *caseRun) waitHealed(ctx context.Context, budget time.Duration) error {
 			return harnessErr(fmt.Errorf("the registry did not answer within %s after its fault", budget))
 		}
 	}
-	d := cr.st.RegistryDisk
-	if d == nil || !hasFault(cr.s, injector.FaultRegistryStorageFull) {
-		return nil
+	if d := cr.st.RegistryDisk; d != nil && hasFault(cr.s, injector.FaultRegistryStorageFull) {
+		return cr.waitStamp(ctx, budget, "the registry's storage", d.Healed)
 	}
+	if p := cr.st.Net; p != nil && hasNetFault(cr.s) {
+		return cr.waitStamp(ctx, budget, "the node's path to the registry", p.Healed)
+	}
+	return nil
+}
+
+// waitStamp waits until healed stamps a heal (what: the thing healed), notes
+// it and waits for the registry to answer.
+func (cr *caseRun) waitStamp(ctx context.Context, budget time.Duration, what string, healed func() (int64, error)) error {
 	deadline := time.Now().Add(budget)
 	for {
-		ns, err := d.Healed()
+		ns, err := healed()
 		switch {
 		case err != nil:
-			return harnessErr(fmt.Errorf("the registry's storage did not heal: %w", err))
+			return harnessErr(fmt.Errorf("%s did not heal: %w", what, err))
 		case ns > 0:
 			cr.noteHeal(ns)
 			return cr.registryHealed(ctx, budget)
 		case time.Now().After(deadline):
-			return harnessErr(fmt.Errorf("the registry's storage still full %s after the fault", budget))
+			return harnessErr(fmt.Errorf("%s still faulted %s after the fault", what, budget))
 		}
 		select {
 		case <-ctx.Done():
@@ -95,7 +105,7 @@ func (cr *caseRun) watchHeal(kind string, faultNs int64) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), healWatchTimeout)
 		defer cancel()
-		c := &http.Client{Timeout: 200 * time.Millisecond}
+		c := cr.st.RegistryClient(200 * time.Millisecond)
 		for ctx.Err() == nil {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, cr.st.RegistryURL+"/v2/", nil)
 			if err != nil {

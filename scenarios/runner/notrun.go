@@ -32,6 +32,8 @@ func (r *Runner) needOf(reason string) need {
 	switch {
 	case strings.HasPrefix(strings.TrimPrefix(reason, "precondition: "), noFUSE):
 		return need{"FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature}
+	case strings.Contains(reason, "sch_netem"):
+		return need{"tc netem (the kernel's sch_netem) for net-delay", reports.MissingHostFeature}
 	case r.skip != "":
 		return r.backendNeed
 	case r.snapSkip != "" && strings.Contains(reason, r.snapSkip):

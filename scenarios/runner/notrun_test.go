@@ -103,6 +103,7 @@ func TestNeedOfEveryPreconditionReason(t *testing.T) {
 		{&Runner{skip: "x", snapSkip: nested, backendNeed: notRunNeed(noKVM), snapNeed: snapOnly.snapNeed}, "real backend: " + nested + "; also real backend unavailable: absent: no /dev/kvm", "KVM (/dev/kvm: absent)", reports.MissingHostFeature},
 		{snapOnly, "real backend: " + nested, "KVM (/dev/kvm: " + realch.ReasonNestedState + ")", reports.MissingHostFeature},
 		{&Runner{}, "precondition: FUSE unavailable: open /dev/fuse: ENOENT", "FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature},
+		{&Runner{}, "precondition: net faults: net-delay: tc netem unavailable in this kernel (sch_netem): …", "tc netem (the kernel's sch_netem) for net-delay", reports.MissingHostFeature},
 		{&Runner{}, "precondition: something new", "a host precondition", reports.MissingHostFeature},
 	} {
 		n := tc.r.needOf(tc.reason)

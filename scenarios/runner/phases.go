@@ -97,7 +97,7 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 	}
 	// Counters are sampled from the end of the setup on, so the re-arm
 	// restart below is covered too: a counter must survive every restart.
-	cr.scraper = checker.NewScraper(cr.metricsAddr, 50*time.Millisecond, failpoint.Now)
+	cr.scraper = checker.NewScraperDial(cr.metricsAddr, cr.st.MetricsDial(), 50*time.Millisecond, failpoint.Now)
 	cr.scraper.ScrapeNow(ctx, failpoint.Now)
 	// The setup ran with an agent without failpoints (it must not park at
 	// the case's point); the armed agent replaces it.

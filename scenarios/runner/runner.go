@@ -460,7 +460,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(errors.New(noLazy))})
 		return rc
 	}
-	if err := registryPrecondition(s); err != nil {
+	if err := errors.Join(registryPrecondition(s), netPrecondition(s)); err != nil {
 		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(err)})
 		return rc
 	}
@@ -474,8 +474,16 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	if st.RegistryDisk != nil {
 		iopts.Disk = st.RegistryDisk // never a typed nil in the interface
 	}
+	if st.Net != nil {
+		iopts.Link = st.Net
+	}
 	cr.inj = injector.New(r.run.Sup, st.Trace, iopts)
-	o := cr.execute(cctx, budget)
+	var o outcome
+	if err := cr.netAvailable(); err != nil {
+		o = outcome{Err: preconditionErr(err)}
+	} else {
+		o = cr.execute(cctx, budget)
+	}
 	if o.Err == nil && errors.Is(ctx.Err(), context.Canceled) {
 		// the run was interrupted mid-case: what the phases saw after
 		// that (sources cut off, a converge cut short) is no evidence
@@ -491,7 +499,7 @@ func (r *Runner) stackOptions(s *scenarios.Scenario, caseDir string, bugs []stri
 	o := stack.Options{CaseDir: caseDir, RestartDelay: r.scale(orDefault(s.Env.RestartDelay, 5*time.Second)),
 		AgentFlags: r.agentFlags(s), Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs,
 		Lazy: lazy, OCIRegistry: s.Env.Registry == scenarios.RegistryOCI,
-		RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull), NetMode: s.Env.NetMode}
+		RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull), NetPath: hasNetFault(s), NetMode: s.Env.NetMode}
 	if r.opts.AgentCocoon != "" {
 		o.Cocoon = &stack.CocoonOptions{Bin: r.opts.AgentCocoon}
 	}

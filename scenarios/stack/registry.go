@@ -50,16 +50,21 @@ http:
 // startRegistry starts the case's registry as a supervised unit
 // (Restart=always, like the agent: a SIGKILLed registry comes back after
 // RestartSec, a stopped one when the operator starts it), on a free port of
-// 127.0.0.1 that stays its address across restarts, and waits until /v2/
-// answers. The unit's main pid is tracked by the supervisor; Close removes
+// 127.0.0.1 that stays its address across restarts (with a net path: its
+// own namespace, at NetRegistryAddr), and waits until /v2/ answers. The unit's main pid is tracked by the supervisor; Close removes
 // it with the other units. Its log goes to logs/registry.log of the case.
 func (s *Stack) startRegistry(ctx context.Context) error {
 	if err := RegistryAvailable(); err != nil {
 		return err
 	}
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		return fmt.Errorf("stack: registry address: %w", err)
+	// alone in its namespace, the registry's address is the same in
+	// every case; else a free port of the host's loopback
+	addr := NetRegistryAddr
+	if s.Net == nil {
+		var err error
+		if addr, err = freeLoopbackAddr(); err != nil {
+			return fmt.Errorf("stack: registry address: %w", err)
+		}
 	}
 	dir := filepath.Join(s.Dir, "oci")
 	if err := os.MkdirAll(filepath.Join(dir, "storage"), 0o755); err != nil {
@@ -83,7 +88,11 @@ func (s *Stack) startRegistry(ctx context.Context) error {
 		return fmt.Errorf("stack: registry config: %w", err)
 	}
 	rs := time.Duration(float64(5*time.Second) * s.run.Scale)
-	spec := injector.UnitSpec{Name: s.RegistryUnit, Argv: []string{RegistryBinary, "serve", cfg}, Dir: dir,
+	argv := []string{RegistryBinary, "serve", cfg}
+	if s.Net != nil {
+		argv = Wrap(s.Net.RegFile, argv)
+	}
+	spec := injector.UnitSpec{Name: s.RegistryUnit, Argv: argv, Dir: dir,
 		Env: []string{"HOME=" + s.Dir}, RestartSec: rs, TimeoutStopSec: 10 * time.Second,
 		LogPath: filepath.Join(s.LogDir, "registry.log")}
 	if err := s.run.Sup.Start(ctx, spec); err != nil {
@@ -99,7 +108,7 @@ func (s *Stack) startRegistry(ctx context.Context) error {
 
 // WaitRegistry waits until the registry answers GET /v2/ with 200.
 func (s *Stack) WaitRegistry(ctx context.Context) error {
-	c := &http.Client{Timeout: 2 * time.Second}
+	c := s.RegistryClient(2 * time.Second)
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.RegistryURL+"/v2/", nil)
 		if err != nil {

@@ -244,6 +244,11 @@ type Options struct {
 	// RegistryDisk puts the registry's storage on a tmpfs of its own that
 	// the harness can fill (registry-storage-full; regdisk.go): root only.
 	RegistryDisk bool
+	// NetPath puts the agent (and with it its children and the VMMs) in a
+	// node network namespace and the registry in one of its own, linked by
+	// a veth pair the harness can cut or impair (the net-* faults;
+	// netpath.go): root only.
+	NetPath bool
 	// NetMode is vmctl's --net-mode of the case on the fake backend ("":
 	// fake; "tap": a TAP NIC per slot of the VM's name, fakech's guest
 	// answering at the address the MAC derives from the case's loopback
@@ -274,7 +279,8 @@ type Stack struct {
 	Ledger     *ledger.Ledger
 	Firmware   string
 
-	// RegistryUnit, RegistryURL ("http://127.0.0.1:PORT") and
+	// RegistryUnit, RegistryURL ("http://127.0.0.1:PORT", or with a net
+	// path "http://10.77.0.2:5000" inside the registry's namespace) and
 	// RegistryStorage: the case's real registry (Options.OCIRegistry; URL
 	// "" without).
 	RegistryUnit    string
@@ -283,6 +289,8 @@ type Stack struct {
 	// RegistryDisk is the tmpfs under RegistryStorage (Options.RegistryDisk;
 	// nil without).
 	RegistryDisk *RegistryDisk
+	// Net is the node's path to the registry (Options.NetPath; nil without).
+	Net *NetPath
 
 	mu         sync.Mutex
 	procs      map[*exec.Cmd]bool // processes the harness started itself, until reaped
@@ -358,8 +366,15 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 		s.Ledger.Dial = r.Real.Dial // guests sit on TAPs inside the run's namespace
 	}
 	s.Agent = NewAgentClient(filepath.Join(s.State, agentapi.SocketName))
+	if o.NetPath {
+		if err := s.startNet(n); err != nil {
+			s.Trace.Close()
+			return nil, err
+		}
+	}
 	if o.OCIRegistry {
 		if err := s.startRegistry(ctx); err != nil {
+			s.closeNet()
 			if s.unitsUp[s.RegistryUnit] {
 				_ = r.Sup.Remove(context.Background(), s.RegistryUnit)
 			}
@@ -515,6 +530,9 @@ func (s *Stack) agentSpec(failpoints string) injector.UnitSpec {
 	rs := s.opts.RestartDelay
 	if rs <= 0 {
 		rs = time.Duration(float64(5*time.Second) * s.run.Scale)
+	}
+	if s.Net != nil {
+		argv = Wrap(s.Net.NodeFile, argv) // the node's processes talk to the registry from its namespace
 	}
 	return injector.UnitSpec{Name: s.AgentUnit, Argv: argv, Env: s.StackEnv(failpoints), Dir: s.Dir,
 		RestartSec: rs, TimeoutStopSec: 10 * time.Second, LogPath: filepath.Join(s.LogDir, "nodeagent.log")}
@@ -679,6 +697,9 @@ func (s *Stack) Close(ctx context.Context) error {
 			errs = append(errs, err.Error())
 		}
 	}
+	if err := s.closeNet(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	_ = os.RemoveAll(s.Dir)
 	if len(errs) > 0 {
 		return errors.New("stack teardown: " + strings.Join(errs, "; "))
@@ -732,10 +753,22 @@ func (s *Stack) vmctlCmd(ctx context.Context, args ...string) *exec.Cmd {
 	s.run.mu.Lock()
 	init := s.run.nsInit
 	s.run.mu.Unlock()
-	if init == 0 {
-		return exec.CommandContext(ctx, bin, args...)
+	argv := append([]string{bin}, args...)
+	if init != 0 {
+		// nsenter opens every namespace file before it enters any: the
+		// node's, a host path, is opened before the sandbox's mount ns
+		ns := []string{"--target", strconv.Itoa(init), "--pid", "--mount"}
+		if s.Net != nil {
+			ns = append(ns, "--net="+s.Net.NodeFile)
+		}
+		return exec.CommandContext(ctx, nsenterPath, append(append(ns, "--"), argv...)...)
 	}
-	return exec.CommandContext(ctx, "nsenter", append([]string{"--target", strconv.Itoa(init), "--pid", "--mount", "--", bin}, args...)...)
+	if s.Net != nil {
+		// a VMM a harness vmctl starts sits with the agent's, and vm
+		// exec reaches the guests' loopback SSH there
+		argv = Wrap(s.Net.NodeFile, argv)
+	}
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
 }
 
 // findNamespace learns the sandbox's PID 1 from the agent's main process:

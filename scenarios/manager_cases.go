@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/vmchaos/vmchaos/manager"
@@ -21,6 +22,7 @@ const (
 	MgrTrigOffset  = "offset"   // the verb is SIGKILLed Fraction of its measured window after it started
 	MgrTrigKillVMM = "kill-vmm" // kill -9 of the fixture VM's VMM while no verb runs
 	MgrTrigNone    = "none"     // no fault: the verb's discovery failed (MgrCase.DiscoverErr)
+	MgrTrigRace    = "race"     // the verb is parked at Point while a second verb (MgrCase.Race) races it
 )
 
 // Object names every manager case uses.
@@ -59,7 +61,58 @@ type MgrCase struct {
 	// failure (a product fail, manager-calibration) instead of the run
 	// stopping before any case (issue 32 item 4).
 	DiscoverErr string
+	Race        *MgrRace // MgrTrigRace: the racing verb
 }
+
+// MgrRace is a second verb racing the verb under test as embedders make
+// verbs race (issue 32 item 2): the verb under test is parked at Point, a
+// VMM phase it passes through, while Racer runs.
+type MgrRace struct {
+	Name  string // the case is mgr-race-<Name>
+	Op    MgrOp  // the verb under test
+	Point string // where it is parked
+	Racer manager.Call
+	// HoldOff: the racer must not report success while the verb under
+	// test is parked (a lease or lock makes it refuse or wait).
+	HoldOff bool
+	// OneWins: the two must not both succeed (two saves to one name).
+	OneWins bool
+	// VerbMustSucceed: once released, the verb under test must succeed.
+	VerbMustSucceed bool
+	Why             string
+}
+
+// MgrKeepSnap is a snapshot a race that removes base keeps beside it: the
+// rm must leave it whole (unrelated-snapshots-untouched judges it instead of
+// base), and the snapshot list is never legitimately empty.
+const MgrKeepSnap = "keep"
+
+// withFixture is op with more fixture calls.
+func withFixture(op MgrOp, calls ...manager.Call) MgrOp {
+	op.Fixture = append(slices.Clone(op.Fixture), calls...)
+	return op
+}
+
+// MgrRaces are the races of the manager catalogue. The state invariants
+// judge every one afterwards (no orphan VMM, no placeholder, one VM per
+// name, the base snapshot's data).
+var MgrRaces = []MgrRace{
+	{Name: "snapshot-rm-under-clone", Op: withFixture(MgrOps[0], mcall(manager.VerbSnapshotSave, MgrSrcVM, "", MgrKeepSnap)),
+		Point: "ch.restore.begin", Racer: mcall(manager.VerbSnapshotRm, "", MgrBaseSnap, ""),
+		HoldOff: true, VerbMustSucceed: true,
+		Why: "`snapshot rm base` while a clone of base is still reading it: the reader's lease makes the rm refuse or wait, never delete the data under a live reader"},
+	{Name: "two-saves-one-name", Op: MgrOps[1], Point: "ch.snapshot.begin",
+		Racer:   mcall(manager.VerbSnapshotSave, MgrSrcVM, "", MgrTarget),
+		HoldOff: true, OneWins: true, VerbMustSucceed: true,
+		Why: "a second `snapshot save --name tgt` while the first is capturing: refused or held off, never two snapshots of one name"},
+	{Name: "rm-under-clone", Op: MgrOps[0], Point: "ch.restore.begin",
+		Racer: mcall(manager.VerbRm, MgrTarget, "", ""),
+		Why:   "`rm tgt` while the clone that creates tgt is in flight: refused, or the clone undone whole (no placeholder, no VMM left)"},
+}
+
+// Parks reports whether the case parks its verb at Point (a park kill or
+// a race).
+func (c *MgrCase) Parks() bool { return c.Trigger == MgrTrigPark || c.Trigger == MgrTrigRace }
 
 func mcall(v manager.Verb, vm, snap, name string) manager.Call {
 	return manager.Call{Verb: v, VM: vm, Snapshot: snap, Name: name}
@@ -150,6 +203,14 @@ func ExpandManager(m manager.Manager, phases map[manager.Verb][]string, failed m
 				fmt.Sprintf("%s SIGKILLed %d%% into its measured window, then the manager's recovery", verb, pct),
 				MgrCase{Manager: name, Op: op, Trigger: MgrTrigOffset, Fraction: f}, "sigkill-verb", fmt.Sprintf("%s start + %d%%", verb, pct), "trigger:offset")
 		}
+	}
+	for i := range MgrRaces {
+		r := &MgrRaces[i]
+		if !MgrSupports(m, r.Op) || !manager.Supported(m, r.Racer.Verb) || !slices.Contains(phases[r.Op.Verb], r.Point) {
+			continue // a race the manager cannot run is not generated
+		}
+		add("mgr-race-"+r.Name, r.Why, MgrCase{Manager: name, Op: r.Op, Trigger: MgrTrigRace, Point: r.Point, Race: r},
+			"race", "park "+r.Point+" + "+string(r.Racer.Verb), "trigger:park", "race")
 	}
 	start := MgrOp{Verb: manager.VerbStart, Recovery: []manager.Call{mcall(manager.VerbStart, MgrSrcVM, "", "")}}
 	add("mgr-vmm-kill9", "kill -9 of a running VM's VMM: the event stream reports it, `start` brings it back",

@@ -423,3 +423,56 @@ func TestVMMPhaseAtIsTheVerbsOwn(t *testing.T) {
 		t.Errorf("a kill at 60: %q, want ch.restore.begin", got)
 	}
 }
+
+// TestRaceCatchesARacerNothingHeldOff: `snapshot rm base` while a clone of
+// base is parked reading it. The bundled vmctl refuses (the clone's lease);
+// a vmctl whose rm reports success at once, as a manager without a reader's
+// lease does (cocoon: docs/manager.md), fails racer-held-off.
+func TestRaceCatchesARacerNothingHeldOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs a manager case against the bundled vmctl; run without -short")
+	}
+	bin, err := stackbin.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "mgr-race-snapshot-rm-under-clone"
+	if rc := mgrCaseRun(t, bin, brokenVmctl(t, bin, ":"), id); rc.Verdict != reports.Pass {
+		t.Fatalf("bundled vmctl: %s %s", rc.Verdict, rc.Reason)
+	}
+	rc := mgrCaseRun(t, bin, brokenVmctl(t, bin, `case "$*" in "snapshot rm base") exit 0;; esac`), id)
+	inv, ok := failedInv(rc, RacerHeldOff)
+	if rc.Verdict != reports.Fail || !ok || !strings.Contains(inv.Evidence, "exited 0 while clone was parked at ch.restore.begin") {
+		t.Fatalf("an rm nothing held off: %s (%s), %s failed %v: %q", rc.Verdict, rc.Reason, RacerHeldOff, ok, inv.Evidence)
+	}
+}
+
+func TestRaceInvariants(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		race scenarios.MgrRace
+		res  raceResult
+		want map[string]bool // invariant → ok
+	}{
+		{"refused", scenarios.MgrRaces[0], raceResult{racerEndedParked: true, racerCode: 1}, map[string]bool{RacerHeldOff: true, RacedVerbSucceeds: true}},
+		{"won while parked", scenarios.MgrRaces[0], raceResult{racerEndedParked: true, racerWonParked: true}, map[string]bool{RacerHeldOff: false, RacedVerbSucceeds: true}},
+		{"waited, then both won", scenarios.MgrRaces[1], raceResult{}, map[string]bool{RacerHeldOff: false, RacedVerbSucceeds: true}},
+		{"the raced verb failed", scenarios.MgrRaces[1], raceResult{verbCode: 1, racerCode: 1}, map[string]bool{RacerHeldOff: true, RacedVerbSucceeds: false}},
+		{"state only", scenarios.MgrRaces[2], raceResult{racerWonParked: true}, map[string]bool{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := map[string]bool{}
+			for _, inv := range raceInvariants(&tc.race, "p", tc.res) {
+				got[inv.Name] = inv.OK
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+			for k, v := range tc.want {
+				if ok, in := got[k]; !in || ok != v {
+					t.Errorf("%s: ok=%v (present %v), want %v", k, ok, in, v)
+				}
+			}
+		})
+	}
+}

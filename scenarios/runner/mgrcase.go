@@ -107,9 +107,12 @@ func (mc *mgrCase) run(ctx context.Context) outcome {
 	if err := mc.prepare(ctx); err != nil {
 		return outcome{Err: err}
 	}
-	window, err := mc.calibrate(ctx)
-	if err != nil {
-		return outcome{Err: err}
+	var window time.Duration
+	var err error
+	if mc.mc.Trigger != scenarios.MgrTrigRace { // a race parks: no window to measure
+		if window, err = mc.calibrate(ctx); err != nil {
+			return outcome{Err: err}
+		}
 	}
 	if err := mc.baseline(ctx); err != nil {
 		return outcome{Err: err}
@@ -117,7 +120,7 @@ func (mc *mgrCase) run(ctx context.Context) outcome {
 	if mc.events, err = mc.startEvents(); err != nil {
 		return outcome{Err: productErr(ManagerEventStream, fmt.Errorf("the manager's event stream: %w", err))}
 	}
-	inj, err := mc.inject(ctx, window)
+	inj, invs, err := mc.fault(ctx, window)
 	mc.rc.Injections = []reports.Injection{inj}
 	mc.rc.Trigger, mc.rc.LandedPhase = inj.Trigger, inj.LastPhase
 	if err != nil {
@@ -127,14 +130,6 @@ func (mc *mgrCase) run(ctx context.Context) outcome {
 		return outcome{NotLanded: []string{inj.Err}}
 	}
 	mc.faultNs = inj.ActualNs
-	var invs []reports.Invariant
-	if mc.mc.Trigger == scenarios.MgrTrigKillVMM {
-		invs = append(invs, mc.deathSeen(ctx, inj.ActualNs))
-	}
-	invs = append(invs, mc.recover(ctx))
-	if v := mc.mc.Op.Verb; v == manager.VerbClone || v == manager.VerbCreate {
-		invs = append(invs, mc.nameFreed())
-	}
 	state, convergedNs := converge(ctx, mc.input(), mgrConvergeBudget, floor(mc.r.scale(time.Second), 50*time.Millisecond), mc.r.opts.StablePolls, nil)
 	if convergedNs > 0 {
 		mc.rc.ConvergeMs = float64(convergedNs-inj.ActualNs) / 1e6
@@ -146,6 +141,28 @@ func (mc *mgrCase) run(ctx context.Context) outcome {
 	return outcome{Invariants: mc.rc.Invariants, Converged: convergedNs > 0, Budget: mgrConvergeBudget}
 }
 
+// fault delivers the case's fault and what the manager's recovery after it
+// proves: a race's own invariants (nothing to recover from), else the
+// embedder's recovery and, for a create or clone, the name it frees.
+func (mc *mgrCase) fault(ctx context.Context, window time.Duration) (reports.Injection, []reports.Invariant, error) {
+	if mc.mc.Trigger == scenarios.MgrTrigRace {
+		return mc.race(ctx)
+	}
+	inj, err := mc.inject(ctx, window)
+	if err != nil || !inj.Landed {
+		return inj, nil, err
+	}
+	var invs []reports.Invariant
+	if mc.mc.Trigger == scenarios.MgrTrigKillVMM {
+		invs = append(invs, mc.deathSeen(ctx, inj.ActualNs))
+	}
+	invs = append(invs, mc.recover(ctx))
+	if v := mc.mc.Op.Verb; v == manager.VerbClone || v == manager.VerbCreate {
+		invs = append(invs, mc.nameFreed())
+	}
+	return inj, invs, nil
+}
+
 // input is the checker's view of a manager case: the manager's Observer,
 // its processes by the case's tag, no agent, and every verb exited.
 func (mc *mgrCase) input() *checker.Input {
@@ -154,8 +171,17 @@ func (mc *mgrCase) input() *checker.Input {
 		harness[mc.events.rv.cmd.Process.Pid] = true
 	}
 	return &checker.Input{Manager: mc.m, Procs: checker.TagScan{Tag: mc.tag, Harness: harness},
-		Agentless: true, Quiescent: true, Without: mc.without, BaseName: scenarios.MgrBaseSnap,
+		Agentless: true, Quiescent: true, Without: mc.without, BaseName: mc.untouched(),
 		Store: func() ([]string, error) { return checker.ListStoreDirs(mc.dir) }, StoreBefore: mc.before}
+}
+
+// untouched is the snapshot no verb of the case may touch: base, or the
+// kept one of a race whose racer removes base.
+func (mc *mgrCase) untouched() string {
+	if r := mc.mc.Race; r != nil && r.Racer.Verb == manager.VerbSnapshotRm && r.Racer.Snapshot == scenarios.MgrBaseSnap {
+		return scenarios.MgrKeepSnap
+	}
+	return scenarios.MgrBaseSnap
 }
 
 // prepare makes the case's store: dirs, trace, the adapter with the case's
@@ -181,7 +207,7 @@ func (mc *mgrCase) prepare(ctx context.Context) error {
 	if len(mc.bugs) > 0 {
 		env = append(env, regress.Env+"="+strings.Join(mc.bugs, ","))
 	}
-	if mc.mc.Trigger == scenarios.MgrTrigPark {
+	if mc.mc.Parks() {
 		// Every VMM of the case is born with the pause armed (the fixture's
 		// VMM is the one a save or rm talks to), and passes straight
 		// through while the release file exists: the harness removes it

@@ -65,7 +65,7 @@ func (mc *mgrCase) inject(ctx context.Context, window time.Duration) (reports.In
 		return inj, harnessErr(err)
 	}
 	mc.verbEvs = append(mc.verbEvs, failpoint.Event{TsNs: rv.exitNs, Point: mgrVerbExited, Pid: pid})
-	if mc.mc.Trigger == scenarios.MgrTrigPark {
+	if mc.mc.Parks() {
 		// The VMM finishes the request of its dead client, as a real one
 		// would once its handler returns.
 		if err := mc.releasePark(); err != nil {
@@ -156,7 +156,7 @@ func (mc *mgrCase) waitToFire(ctx context.Context, rv *running, mark int, t0 tim
 		case code := <-rv.exit:
 			rv.exit <- code
 			phases := mc.phasesSince(mark)
-			if c.Trigger == scenarios.MgrTrigPark {
+			if c.Parks() {
 				_ = mc.releasePark()
 				return landingErr(fmt.Errorf("%s exited %d after %s without the VMM parking at %s (VMM phases: %s)",
 					c.Op.Verb, code, time.Since(t0).Round(time.Millisecond), c.Point, orDash(phases)))
@@ -168,7 +168,7 @@ func (mc *mgrCase) waitToFire(ctx context.Context, rv *running, mark int, t0 tim
 			return harnessErr(ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
-		if c.Trigger == scenarios.MgrTrigPark {
+		if c.Parks() {
 			if _, err := os.Stat(filepath.Join(mc.ctl, c.Point+".paused")); err == nil {
 				return nil
 			}

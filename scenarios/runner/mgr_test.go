@@ -454,11 +454,11 @@ func TestRaceInvariants(t *testing.T) {
 		res  raceResult
 		want map[string]bool // invariant → ok
 	}{
-		{"refused", scenarios.MgrRaces[0], raceResult{racerEndedParked: true, racerCode: 1}, map[string]bool{RacerHeldOff: true, RacedVerbSucceeds: true}},
-		{"won while parked", scenarios.MgrRaces[0], raceResult{racerEndedParked: true, racerWonParked: true}, map[string]bool{RacerHeldOff: false, RacedVerbSucceeds: true}},
-		{"waited, then both won", scenarios.MgrRaces[1], raceResult{}, map[string]bool{RacerHeldOff: false, RacedVerbSucceeds: true}},
-		{"the raced verb failed", scenarios.MgrRaces[1], raceResult{verbCode: 1, racerCode: 1}, map[string]bool{RacerHeldOff: true, RacedVerbSucceeds: false}},
-		{"state only", scenarios.MgrRaces[2], raceResult{racerWonParked: true}, map[string]bool{}},
+		{"refused", raceNamed(t, "snapshot-rm-under-clone"), raceResult{racerEndedParked: true, racerCode: 1}, map[string]bool{RacerHeldOff: true, RacedVerbSucceeds: true}},
+		{"won while parked", raceNamed(t, "snapshot-rm-under-clone"), raceResult{racerEndedParked: true, racerWonParked: true}, map[string]bool{RacerHeldOff: false, RacedVerbSucceeds: true}},
+		{"waited, then both won", raceNamed(t, "two-saves-one-name"), raceResult{}, map[string]bool{RacerHeldOff: false, RacedVerbSucceeds: true}},
+		{"the raced verb failed", raceNamed(t, "two-saves-one-name"), raceResult{verbCode: 1, racerCode: 1}, map[string]bool{RacerHeldOff: true, RacedVerbSucceeds: false}},
+		{"state only", raceNamed(t, "rm-under-clone"), raceResult{racerWonParked: true}, map[string]bool{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := map[string]bool{}
@@ -475,4 +475,14 @@ func TestRaceInvariants(t *testing.T) {
 			}
 		})
 	}
+}
+
+func raceNamed(t *testing.T, name string) scenarios.MgrRace {
+	for _, r := range scenarios.MgrRaces {
+		if r.Name == name {
+			return r
+		}
+	}
+	t.Fatalf("no race %s", name)
+	return scenarios.MgrRace{}
 }

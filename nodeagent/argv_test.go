@@ -119,3 +119,38 @@ func pullFixture(t *testing.T, a *Agent, name string) {
 		t.Fatal(err)
 	}
 }
+
+// TestKilledSaveIsFollowedByGC: a save child that dies of a signal is
+// followed by the manager's gc (its capture would outlive a cancelled
+// hibernate otherwise); a save the manager refused is not. The historical
+// behaviour (killed-save-not-collected) is proven caught by selftest: the
+// switch is read once per process.
+func TestKilledSaveIsFollowedByGC(t *testing.T) {
+	for _, tc := range []struct {
+		name, save string // the manager's answer to snapshot save
+		wantGC     bool
+	}{
+		{"killed", "kill -9 $$", true},
+		{"refused", "echo 'Error: boom' >&2; exit 1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _ := planAgent(t, nil)
+			dir := t.TempDir()
+			bin, calls := filepath.Join(dir, "mgr"), filepath.Join(dir, "calls")
+			script := "#!/bin/sh\necho \"$*\" >>" + calls + "\n" +
+				"case \"$*\" in 'snapshot save'*) " + tc.save + ";; gc) exit 0;; esac\necho '[]'\n"
+			if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			a.cfg.VMCtl = bin
+			if _, err := a.saveSnapshot(context.Background(), "w", "ID1"); err == nil {
+				t.Fatal("a save the manager did not finish succeeded")
+			}
+			b, _ := os.ReadFile(calls)
+			gc := strings.Contains("\n"+string(b), "\ngc\n")
+			if gc != tc.wantGC {
+				t.Fatalf("gc run %v, want %v; calls:\n%s", gc, tc.wantGC, b)
+			}
+		})
+	}
+}

@@ -44,6 +44,7 @@ func (a *Agent) saveSnapshot(ctx context.Context, name, vmID string) (string, er
 			return s.ID, nil
 		}
 		a.metrics.inc(mSave, "failed")
+		a.collectAfterKilledSave(ctx, name, err)
 		h, held := nameHolder(err, manager.ObjectSnapshot)
 		if onlyExists && held && h.Pending {
 			held = false // the historical bug: a pending holder's rejection is not recognised
@@ -400,4 +401,22 @@ func (a *Agent) registryHas(ctx context.Context, name string) error {
 	}
 	_, err := os.Stat(a.manifestPath(name))
 	return err
+}
+
+// collectAfterKilledSave asks the manager to collect its garbage once a save
+// child died of a signal: the dead save's capture (vmctl: the VM's
+// snapshot-<id> dir) is reclaimed by the VM's next save or by gc, and when no
+// next save comes (a wake cancels the hibernate) nothing else runs gc. A
+// manager without gc keeps it; that is its own to answer for.
+func (a *Agent) collectAfterKilledSave(ctx context.Context, vm string, err error) {
+	var ce *ChildError
+	if regress.On("killed-save-not-collected") || !errors.As(err, &ce) || !ce.Killed || ctx.Err() != nil ||
+		!manager.Supported(a.adapter(), manager.VerbGC) {
+		return
+	}
+	if _, gerr := a.call(ctx, vm, manager.Call{Verb: manager.VerbGC}); gerr != nil {
+		a.log.Warn("gc after a killed save failed", "vm", vm, "err", gerr)
+		return
+	}
+	a.log.Info("gc after a killed save: the dead save's capture collected", "vm", vm)
 }

@@ -28,6 +28,9 @@ type ChildError struct {
 	// agent branches on it and never on the text (issue 33 item 1,
 	// docs/architecture.md §14).
 	Refusal *manager.Refusal
+	// Killed: the child died of a signal mid-flight (what it had begun,
+	// the manager's own garbage, is left for the manager to collect).
+	Killed bool
 }
 
 func (e *ChildError) Error() string {
@@ -97,9 +100,11 @@ func (a *Agent) vmctl(ctx context.Context, vm string, args ...string) (childOutp
 	res := childOutput{Stdout: out.Bytes(), Stderr: errb.String()}
 	if err != nil {
 		var ee *exec.ExitError
+		killed := false
 		if errors.As(err, &ee) && !ee.Exited() {
 			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 				err = fmt.Errorf("killed by %v: %w", ws.Signal(), err)
+				killed = true
 			}
 		}
 		if ctx.Err() != nil {
@@ -107,7 +112,7 @@ func (a *Agent) vmctl(ctx context.Context, vm string, args ...string) (childOutp
 		}
 		stderr := strings.TrimSpace(errb.String())
 		ad := a.adapter()
-		return res, &ChildError{Manager: ad.Name(), Argv: args, Code: code, Stderr: stderr, Err: err, Refusal: ad.Classify(stderr)}
+		return res, &ChildError{Manager: ad.Name(), Argv: args, Code: code, Stderr: stderr, Err: err, Refusal: ad.Classify(stderr), Killed: killed}
 	}
 	return res, nil
 }

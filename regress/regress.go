@@ -105,6 +105,9 @@ var Bugs = []Bug{
 	{"net-skips-eject-wait", "issue 31 fidelity", "vmctl",
 		"vm net returns once it asked the VMM to unplug a NIC, without waiting for the guest to ack the eject, so the hibernate's save captures the half-gone NIC and the wake restores it as a node no device stands behind",
 		"device-tree-consistent"},
+	{"killed-save-not-collected", "issue 31 workload", "nodeagent",
+		"after its save child was killed mid-flight, the agent leaves the dead save's capture to the VM's next save, so a wake that cancels the hibernate leaves it in the running VM's dir for good (nothing else runs the manager's gc)",
+		"no-leftover-staging"},
 }
 
 var (

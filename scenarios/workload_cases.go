@@ -89,6 +89,18 @@ func killedSaveScenarios() []Scenario {
 				s.Speed = "fast"
 			}
 			out = append(out, s)
+			if kind == "sigkill-child" && phase != "locked" {
+				// the embedder's other answer to a stuck hibernate: wake at
+				// once, which cancels it; the dead save's capture must not
+				// outlive it in the running VM's dir
+				w := s
+				w.ID, w.Speed = s.ID+"-then-wake", "slow"
+				w.Title = "the agent's save under the guest workload killed at " + p + " by " + what +
+					", then a wake that cancels the hibernate: no capture of the dead save is left in the running VM's dir, the guest keeps its markers"
+				w.After = []Step{{Kind: StepWake, VM: vmA, Wait: true}}
+				w.Targets = []string{"killed-save-not-collected"}
+				out = append(out, w)
+			}
 		}
 	}
 	return out

@@ -62,6 +62,10 @@ type MgrCase struct {
 	// stopping before any case (issue 32 item 4).
 	DiscoverErr string
 	Race        *MgrRace // MgrTrigRace: the racing verb
+	// ThenKillVMM (park): a double fault, the parked VMM kill -9ed while
+	// the verb lies dead, before it could finish the dead client's request;
+	// the recovery then meets both deaths.
+	ThenKillVMM bool
 }
 
 // MgrRace is a second verb racing the verb under test as embedders make
@@ -200,6 +204,9 @@ func ExpandManager(m manager.Manager, phases map[manager.Verb][]string, failed m
 			add(fmt.Sprintf("mgr-%s-kill-at-%s", verb, p),
 				fmt.Sprintf("%s SIGKILLed while the VMM is parked at %s, then the manager's recovery", verb, p),
 				MgrCase{Manager: name, Op: op, Trigger: MgrTrigPark, Point: p}, "sigkill-verb", "park "+p, "trigger:park")
+			add(fmt.Sprintf("mgr-%s-kill-at-%s-then-vmm-kill9", verb, p),
+				fmt.Sprintf("%s SIGKILLed while the VMM is parked at %s, then that VMM kill -9ed while the verb is dead, then the manager's recovery", verb, p),
+				MgrCase{Manager: name, Op: op, Trigger: MgrTrigPark, Point: p, ThenKillVMM: true}, "sigkill-verb", "park "+p, "trigger:park", "double", "fault:sigkill-vmm")
 		}
 		for _, f := range MgrFractions {
 			pct := int(f*100 + 0.5)

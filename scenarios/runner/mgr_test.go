@@ -486,3 +486,31 @@ func raceNamed(t *testing.T, name string) scenarios.MgrRace {
 	t.Fatalf("no race %s", name)
 	return scenarios.MgrRace{}
 }
+
+// TestDoubleFaultKillsTheParkedVMM: the double fault SIGKILLs the verb at
+// its park, then kill -9s the VMM parked there (a second injection on that
+// VMM, dead afterwards); the bundled vmctl's recovery (start, save again)
+// passes, and a vmctl whose `vm start` claims success without starting
+// anything fails the recovery.
+func TestDoubleFaultKillsTheParkedVMM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs a manager case against the bundled vmctl; run without -short")
+	}
+	bin, err := stackbin.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "mgr-snapshot-save-kill-at-ch.snapshot.memory-written-then-vmm-kill9"
+	rc := mgrCaseRun(t, bin, brokenVmctl(t, bin, ":"), id)
+	if rc.Verdict != reports.Pass || len(rc.Injections) != 2 {
+		t.Fatalf("bundled vmctl: %s %s, %d injections", rc.Verdict, rc.Reason, len(rc.Injections))
+	}
+	second := rc.Injections[1]
+	if second.Fault != "sigkill-vmm" || !second.Landed || second.VictimPID <= 0 || alive(second.VictimPID) {
+		t.Fatalf("second injection %+v: want a landed sigkill-vmm of a VMM now dead", second)
+	}
+	rc = mgrCaseRun(t, bin, brokenVmctl(t, bin, `case "$*" in "vm start"*) exit 0;; esac`), id)
+	if _, ok := failedInv(rc, RecoveryVerbSucceeds); rc.Verdict != reports.Fail || !ok {
+		t.Fatalf("a start that starts nothing: %s (%s), want recovery-verb-succeeds failed", rc.Verdict, rc.Reason)
+	}
+}

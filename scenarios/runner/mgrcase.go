@@ -58,7 +58,8 @@ type mgrCase struct {
 	nameHeld []string // a dead verb's record holding the retry's name after the manager's own recovery (retryRefused)
 	without  map[checker.Source]bool
 	faultNs  int64
-	bugs     []string // VMCHAOS_REGRESS of the bundled vmctl (selftest, a planted bug)
+	second   *reports.Injection // a double fault's second injection
+	bugs     []string           // VMCHAOS_REGRESS of the bundled vmctl (selftest, a planted bug)
 }
 
 // runMgrCase runs one manager-verb case end to end through the one
@@ -122,6 +123,9 @@ func (mc *mgrCase) run(ctx context.Context) outcome {
 	}
 	inj, invs, err := mc.fault(ctx, window)
 	mc.rc.Injections = []reports.Injection{inj}
+	if mc.second != nil {
+		mc.rc.Injections = append(mc.rc.Injections, *mc.second)
+	}
 	mc.rc.Trigger, mc.rc.LandedPhase = inj.Trigger, inj.LastPhase
 	if err != nil {
 		return outcome{Err: err}

@@ -66,6 +66,16 @@ func (mc *mgrCase) inject(ctx context.Context, window time.Duration) (reports.In
 	}
 	mc.verbEvs = append(mc.verbEvs, failpoint.Event{TsNs: rv.exitNs, Point: mgrVerbExited, Pid: pid})
 	if mc.mc.Parks() {
+		if mc.mc.ThenKillVMM {
+			// the second fault: the parked VMM dies before it can finish
+			// the dead client's request
+			second, err := mc.killParkedVMM(mark)
+			mc.second = &second
+			if err != nil {
+				_ = mc.releasePark()
+				return inj, err
+			}
+		}
 		// The VMM finishes the request of its dead client, as a real one
 		// would once its handler returns.
 		if err := mc.releasePark(); err != nil {
@@ -273,4 +283,30 @@ func (mc *mgrCase) streamShowsRunning(ctx context.Context, id string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return productErr(ManagerEventStream, fmt.Errorf("the event stream never showed %s running within 10s of its create (events: %s)", id, mc.events.describe(0)))
+}
+
+// killParkedVMM kill -9s the VMM that hit the case's park point since mark
+// (the one the dead verb talked to), checked against its command line.
+func (mc *mgrCase) killParkedVMM(mark int) (reports.Injection, error) {
+	inj := reports.Injection{Fault: "sigkill-vmm", Trigger: "after the verb's SIGKILL, the VMM parked at " + mc.mc.Point,
+		IntendedPhase: mc.mc.Point}
+	for _, e := range mc.trace.Since(mark) {
+		if e.Point == mc.mc.Point && e.Pid > 0 {
+			inj.VictimPID = e.Pid
+		}
+	}
+	if inj.VictimPID == 0 || !alive(inj.VictimPID) {
+		return inj, harnessErr(fmt.Errorf("no live VMM parked at %s to kill (hit by pid %d)", mc.mc.Point, inj.VictimPID))
+	}
+	if _, ok := mc.m.VMMOf(argvOf(inj.VictimPID)); !ok {
+		return inj, harnessErr(fmt.Errorf("pid %d that hit %s is no VMM of the manager (%v)", inj.VictimPID, mc.mc.Point, argvOf(inj.VictimPID)))
+	}
+	inj.RequestedNs = failpoint.Now()
+	var err error
+	if inj.ActualNs, err = killPID(inj.VictimPID); err != nil {
+		inj.Err = err.Error()
+		return inj, harnessErr(err)
+	}
+	inj.Landed, inj.LastPhase = true, "parked at "+mc.mc.Point
+	return inj, nil
 }

@@ -33,7 +33,7 @@ var invariantLayers = map[string]string{
 	"mac-kept": LayerManager, "save-rejected-before-capture": LayerManager, "recovery-verb-succeeds": LayerManager,
 	"name-freed-by-recovery": LayerManager, "vmm-death-seen": LayerManager, "events-match-state": LayerManager,
 	"manager-setup": LayerManager, "manager-calibration": LayerManager, "manager-event-stream": LayerManager,
-	"manager-listed": LayerManager, "racer-held-off": LayerManager, "raced-verb-succeeds": LayerManager,
+	"manager-listed": LayerManager, "racer-held-off": LayerManager, "verb-ends-when-vmm-dies": LayerManager, "raced-verb-succeeds": LayerManager,
 	// the agent's intents, recovery and what it shows outside the node
 	"intent-goal": LayerAgent, "vms-adopted": LayerAgent, "acked-intents-kept": LayerAgent,
 	"post-clone-marker-bound": LayerAgent, "metrics-monotonic": LayerAgent, "metric-expectations": LayerAgent,

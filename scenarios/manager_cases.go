@@ -66,6 +66,9 @@ type MgrCase struct {
 	// the verb lies dead, before it could finish the dead client's request;
 	// the recovery then meets both deaths.
 	ThenKillVMM bool
+	// VMMOnly (park): the parked VMM is kill -9ed while the verb waits on
+	// it alive; the verb must end, and the recovery succeed.
+	VMMOnly bool
 }
 
 // MgrRace is a second verb racing the verb under test as embedders make
@@ -140,7 +143,9 @@ var MgrOps = []MgrOp{
 			mcall(manager.VerbSnapshotSave, MgrSrcVM, "", MgrTarget)},
 		Calibrate: []manager.Call{mcall(manager.VerbSnapshotSave, MgrSrcVM, "", MgrCalib)}},
 	{Verb: manager.VerbRestore, Call: mcall(manager.VerbRestore, MgrSrcVM, MgrBaseSnap, ""),
-		Recovery:  []manager.Call{mcall(manager.VerbGC, "", "", ""), mcall(manager.VerbRestore, MgrSrcVM, MgrBaseSnap, "")},
+		// a restore's VM is running before it; one that died under it is
+		// started again first, as for a save
+		Recovery:  []manager.Call{mcall(manager.VerbGC, "", "", ""), mcall(manager.VerbStart, MgrSrcVM, "", ""), mcall(manager.VerbRestore, MgrSrcVM, MgrBaseSnap, "")},
 		Calibrate: []manager.Call{mcall(manager.VerbRestore, MgrSrcVM, MgrBaseSnap, "")}},
 	{Verb: manager.VerbRm, Call: mcall(manager.VerbRm, MgrSrcVM, "", ""),
 		Recovery:  []manager.Call{mcall(manager.VerbGC, "", "", ""), mcall(manager.VerbRm, MgrSrcVM, "", "")},
@@ -207,6 +212,9 @@ func ExpandManager(m manager.Manager, phases map[manager.Verb][]string, failed m
 			add(fmt.Sprintf("mgr-%s-kill-at-%s-then-vmm-kill9", verb, p),
 				fmt.Sprintf("%s SIGKILLed while the VMM is parked at %s, then that VMM kill -9ed while the verb is dead, then the manager's recovery", verb, p),
 				MgrCase{Manager: name, Op: op, Trigger: MgrTrigPark, Point: p, ThenKillVMM: true}, "sigkill-verb", "park "+p, "trigger:park", "double", "fault:sigkill-vmm")
+			add(fmt.Sprintf("mgr-%s-vmm-kill9-at-%s", verb, p),
+				fmt.Sprintf("the VMM kill -9ed while parked at %s with %s waiting on it alive: the verb ends, then the manager's recovery", p, verb),
+				MgrCase{Manager: name, Op: op, Trigger: MgrTrigPark, Point: p, VMMOnly: true}, "sigkill-vmm", "park "+p, "trigger:park")
 		}
 		for _, f := range MgrFractions {
 			pct := int(f*100 + 0.5)

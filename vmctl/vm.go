@@ -194,7 +194,7 @@ func (m *Manager) bootVMM(ctx context.Context, v *VM) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := waitState(ctx, c, chapi.StateRunning); err != nil {
+	if err := waitState(ctx, c, chapi.StateRunning, func() bool { return m.isOurVMM(pid, v.ID) }); err != nil {
 		_ = m.killVMM(context.WithoutCancel(ctx), pid, v.ID)
 		return 0, fmt.Errorf("boot: %w%s", err, logTail(m.vmRunDir(v.ID)+"/vmm.log"))
 	}

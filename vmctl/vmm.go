@@ -188,12 +188,22 @@ func (m *Manager) launchVMM(ctx context.Context, id string, extra []string) (int
 		return 0, nil, fmt.Errorf("launch VMM %s: %w", m.chPath, err)
 	}
 	pid := cmd.Process.Pid
-	// Reap it if it exits while we still run; in the CLI we exit long before.
-	go func() { _ = cmd.Wait() }()
 	c := chapi.New(sock)
 	wctx, cancel := context.WithTimeout(ctx, vmmReadyTimeout())
 	defer cancel()
-	if err := c.WaitReady(wctx); err != nil {
+	// Reap it if it exits while we still run (in the CLI we exit long
+	// before); a VMM that dies before it answered ends the wait at once
+	// instead of at the deadline.
+	dctx, died := context.WithCancelCause(wctx)
+	defer died(nil)
+	go func() {
+		werr := cmd.Wait()
+		died(fmt.Errorf("the VMM (pid %d) exited before it answered: %v", pid, werr))
+	}()
+	if err := c.WaitReady(dctx); err != nil {
+		if cause := context.Cause(dctx); cause != nil && wctx.Err() == nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
 		_ = m.killVMM(context.WithoutCancel(ctx), pid, id)
 		return 0, nil, fmt.Errorf("launch VMM: %w%s", err, logTail(filepath.Join(run, "vmm.log")))
 	}
@@ -217,12 +227,16 @@ func logTail(path string) string {
 	return " (VMM log: " + string(bytes.TrimSpace(b)) + ")"
 }
 
-// waitState polls vm.info until the VMM reports want.
-func waitState(ctx context.Context, c *chapi.Client, want string) error {
+// waitState polls vm.info until the VMM reports want; a VMM that is no
+// longer alive (alive false) ends the wait at once, not at its deadline.
+func waitState(ctx context.Context, c *chapi.Client, want string, alive func() bool) error {
 	ctx, cancel := context.WithTimeout(ctx, vmmReadyTimeout())
 	defer cancel()
 	var last string
 	for {
+		if !alive() {
+			return fmt.Errorf("wait for VMM state %s (last %s): the VMM died", want, orNone(last))
+		}
 		info, err := c.Info(ctx)
 		if err == nil && info.State == want {
 			return nil
@@ -236,4 +250,11 @@ func waitState(ctx context.Context, c *chapi.Client, want string) error {
 			return fmt.Errorf("wait for VMM state %s (last %s): %w", want, last, err)
 		}
 	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

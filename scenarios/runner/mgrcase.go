@@ -23,14 +23,15 @@ import (
 // Manager-case invariants the runner judges itself (the state ones are the
 // checker's table).
 const (
-	ManagerSetup         = "manager-setup"          // the manager made its store and the fixture (create, save base)
-	ManagerCalibration   = "manager-calibration"    // the unarmed runs that measure the verb's window succeeded
-	ManagerEventStream   = "manager-event-stream"   // the event stream started, stayed up and printed what its adapter reads
-	ManagerListed        = "manager-listed"         // the list verbs answered before the verb (the baseline)
-	RecoveryVerbSucceeds = "recovery-verb-succeeds" // the embedder's retry, under the same names, succeeded
-	NameFreedByRecovery  = "name-freed-by-recovery" // after the manager's own recovery (its stale-create verb, gc) no record of the dead clone/create holds the name (seed 001 #1, 002)
-	VMMDeathSeen         = "vmm-death-seen"         // the event stream reported a kill -9 of a VMM
-	EventsMatchState     = "events-match-state"     // the stream ends where the store ends
+	ManagerSetup         = "manager-setup"           // the manager made its store and the fixture (create, save base)
+	ManagerCalibration   = "manager-calibration"     // the unarmed runs that measure the verb's window succeeded
+	ManagerEventStream   = "manager-event-stream"    // the event stream started, stayed up and printed what its adapter reads
+	ManagerListed        = "manager-listed"          // the list verbs answered before the verb (the baseline)
+	RecoveryVerbSucceeds = "recovery-verb-succeeds"  // the embedder's retry, under the same names, succeeded
+	NameFreedByRecovery  = "name-freed-by-recovery"  // after the manager's own recovery (its stale-create verb, gc) no record of the dead clone/create holds the name (seed 001 #1, 002)
+	VMMDeathSeen         = "vmm-death-seen"          // the event stream reported a kill -9 of a VMM
+	EventsMatchState     = "events-match-state"      // the stream ends where the store ends
+	VerbEndsWhenVMMDies  = "verb-ends-when-vmm-dies" // a verb whose VMM was kill -9ed under it ends (any exit), never hangs
 )
 
 // Convergence of a manager case: every verb has exited, so the budget is
@@ -59,6 +60,7 @@ type mgrCase struct {
 	without  map[checker.Source]bool
 	faultNs  int64
 	second   *reports.Injection // a double fault's second injection
+	verbEnd  string             // VMMOnly: how the verb ended after its VMM's death
 	bugs     []string           // VMCHAOS_REGRESS of the bundled vmctl (selftest, a planted bug)
 }
 
@@ -159,6 +161,9 @@ func (mc *mgrCase) fault(ctx context.Context, window time.Duration) (reports.Inj
 	var invs []reports.Invariant
 	if mc.mc.Trigger == scenarios.MgrTrigKillVMM {
 		invs = append(invs, mc.deathSeen(ctx, inj.ActualNs))
+	}
+	if mc.mc.VMMOnly {
+		invs = append(invs, reports.Invariant{Name: VerbEndsWhenVMMDies, OK: true, Evidence: mc.verbEnd})
 	}
 	invs = append(invs, mc.recover(ctx))
 	if v := mc.mc.Op.Verb; v == manager.VerbClone || v == manager.VerbCreate {

@@ -50,6 +50,9 @@ func (mc *mgrCase) inject(ctx context.Context, window time.Duration) (reports.In
 	if err := mc.waitToFire(ctx, rv, mark, t0); err != nil {
 		return inj, err
 	}
+	if mc.mc.VMMOnly {
+		return mc.killVMMUnderVerb(ctx, rv, mark, fromNs)
+	}
 	inj.RequestedNs = failpoint.Now()
 	// The verb is our own child and not yet waited for, so its pid cannot
 	// have been reused: a plain kill(2) hits exactly it.
@@ -290,11 +293,19 @@ func (mc *mgrCase) streamShowsRunning(ctx context.Context, id string) error {
 func (mc *mgrCase) killParkedVMM(mark int) (reports.Injection, error) {
 	inj := reports.Injection{Fault: "sigkill-vmm", Trigger: "after the verb's SIGKILL, the VMM parked at " + mc.mc.Point,
 		IntendedPhase: mc.mc.Point}
-	for _, e := range mc.trace.Since(mark) {
-		if e.Point == mc.mc.Point && e.Pid > 0 {
-			inj.VictimPID = e.Pid
+	// The park file holds the hitter's pid, written before it blocks; the
+	// trace datagram of the hit may not have been read yet.
+	pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	pid, err := failpoint.WaitParked(pctx, mc.ctl, mc.mc.Point)
+	cancel()
+	if err != nil {
+		for _, e := range mc.trace.Since(mark) {
+			if e.Point == mc.mc.Point && e.Pid > 0 {
+				pid = e.Pid
+			}
 		}
 	}
+	inj.VictimPID = pid
 	if inj.VictimPID == 0 || !alive(inj.VictimPID) {
 		return inj, harnessErr(fmt.Errorf("no live VMM parked at %s to kill (hit by pid %d)", mc.mc.Point, inj.VictimPID))
 	}
@@ -302,11 +313,37 @@ func (mc *mgrCase) killParkedVMM(mark int) (reports.Injection, error) {
 		return inj, harnessErr(fmt.Errorf("pid %d that hit %s is no VMM of the manager (%v)", inj.VictimPID, mc.mc.Point, argvOf(inj.VictimPID)))
 	}
 	inj.RequestedNs = failpoint.Now()
-	var err error
 	if inj.ActualNs, err = killPID(inj.VictimPID); err != nil {
 		inj.Err = err.Error()
 		return inj, harnessErr(err)
 	}
 	inj.Landed, inj.LastPhase = true, "parked at "+mc.mc.Point
+	return inj, nil
+}
+
+// verbEndWait bounds how long a verb whose VMM died may take to end.
+const verbEndWait = 30 * time.Second
+
+// killVMMUnderVerb kill -9s the VMM parked at the case's point while the
+// verb waits on it alive, releases the park and waits for the verb to end:
+// one that outlives its VMM by verbEndWait hangs (VerbEndsWhenVMMDies).
+func (mc *mgrCase) killVMMUnderVerb(ctx context.Context, rv *running, mark int, fromNs int64) (reports.Injection, error) {
+	inj, err := mc.killParkedVMM(mark)
+	inj.Trigger = "park " + mc.mc.Point
+	if err != nil {
+		_ = mc.releasePark()
+		_ = rv.cmd.Process.Kill()
+		return inj, err
+	}
+	if err := mc.releasePark(); err != nil {
+		return inj, harnessErr(err)
+	}
+	code, err := rv.wait(ctx, verbEndWait)
+	if err != nil {
+		return inj, productErr(VerbEndsWhenVMMDies, fmt.Errorf("%s did not end within %s of its VMM's death: %w", mc.mc.Op.Verb, verbEndWait, err))
+	}
+	mc.verbEvs = append(mc.verbEvs, failpoint.Event{TsNs: rv.exitNs, Point: mgrVerbExited, Pid: rv.cmd.Process.Pid})
+	mc.verbEnd = fmt.Sprintf("%s exited %d after its VMM's death: %s", mc.mc.Op.Verb, code, logTail(rv.log, 1))
+	mc.landAt(&inj, phaseWindow{Open: mc.mc.Point}, fromNs, inj.RequestedNs, 0)
 	return inj, nil
 }

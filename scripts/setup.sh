@@ -10,7 +10,9 @@ need=()
 # qemu-utils: qemu-img makes the qcow2 overlays the fake guest is tested against.
 # docker-registry: the CNCF distribution server, the real OCI registry of the
 # registry:oci cases (started per case by the harness, never as a service).
-pkgs=(systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry)
+# containernetworking-plugins: the CNI plugins (/usr/lib/cni) that give a
+# cocoon VM its NIC in a netns the run creates (docs/manager.md "Networking").
+pkgs=(systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry containernetworking-plugins)
 for extra in "$@"; do
   case "$extra" in
   # qemu-system-x86, e2fsprogs: `vmchaos image check` boots the real guest under TCG, reads its disk.

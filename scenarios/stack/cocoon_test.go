@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -57,8 +58,22 @@ func TestStackAgentOverCocoon(t *testing.T) {
 	v := waitView(ctx, t, s, "web", func(v agentapi.VMView, err error) bool {
 		return err == nil && v.Status.Lifecycle == agentapi.LifecycleReady
 	})
-	if got := cocoonVMs(ctx, t, s, "web"); len(got) != 1 || got[0].ID != v.Status.VMID || got[0].State != manager.StateRunning {
+	got := cocoonVMs(ctx, t, s, "web")
+	if len(got) != 1 || got[0].ID != v.Status.VMID || got[0].State != manager.StateRunning {
 		t.Fatalf("after create: cocoon lists %+v, agent bound %q", got, v.Status.VMID)
+	}
+	// the clone inherited base's CNI NIC: its guest answers over the
+	// ledger's pinned SSH at the address IPAM gave it, inside its netns
+	// (a loopback address inside the case's pool, never the host's)
+	if got[0].Address == "" || got[0].Netns == "" || v.Status.Address != got[0].Address {
+		t.Fatalf("after create: cocoon lists address %q netns %q, agent reports %q", got[0].Address, got[0].Netns, v.Status.Address)
+	}
+	if boot, err := s.GuestBootID(ctx, "web", got[0].Address); err != nil || boot == "" {
+		t.Fatalf("guest of web at %s: boot id %q, %v", got[0].Address, boot, err)
+	}
+	if c, err := net.DialTimeout("tcp", got[0].Address, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("%s answers in the host's network namespace: the guest must live in its VM's", got[0].Address)
 	}
 	if err := s.Agent.Delete(ctx, "web"); err != nil {
 		t.Fatal(err)

@@ -2,13 +2,16 @@ package runner
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/internal/needs"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/stack"
 	"github.com/vmchaos/vmchaos/stackbin"
 )
 
@@ -122,4 +125,60 @@ func onlyNoGuestAddress(evidence string) bool {
 		}
 	}
 	return evidence != ""
+}
+
+// TestCocoonWithoutCNIPluginsIsInconclusive: on a host without
+// containernetworking-plugins, an agent case over cocoon is inconclusive
+// with the preflight's reason naming the package (and results.json's
+// not_run says what is missing), nothing is started, and it never runs
+// over a silent --nics 0. The preflight itself: the missing plugin named,
+// from a plugin dir without it (stack.CocoonNetPreflight, as root).
+func TestCocoonWithoutCNIPluginsIsInconclusive(t *testing.T) {
+	oldPF, oldDir := cocoonNetPreflight, stack.CNIPluginDir
+	t.Cleanup(func() { cocoonNetPreflight, stack.CNIPluginDir = oldPF, oldDir })
+	stack.CNIPluginDir = t.TempDir() // no plugin in it
+	why, capability := stack.CocoonNetPreflight()
+	if os.Geteuid() == 0 && (capability || !strings.Contains(why, "bridge") || !strings.Contains(why, stack.CNIPackage)) {
+		t.Fatalf("preflight without plugins: %q (capability %v), want the bridge plugin and %s named", why, capability, stack.CNIPackage)
+	}
+	if os.Geteuid() != 0 && (!capability || !strings.Contains(why, "root")) {
+		t.Fatalf("preflight as a user: %q (capability %v), want root named", why, capability)
+	}
+	cocoonNetPreflight = func() (string, bool) { return why, capability }
+	r, err := New(context.Background(), Options{ReportDir: t.TempDir(), Scale: 0.1, AgentCocoon: "/nonexistent/cocoon"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.run != nil {
+		t.Fatal("a stack run was built without the CNI plugins")
+	}
+	c, err := scenarios.CaseFor("s001-obs-evidence-resumed", 0, false, "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := r.RunCase(context.Background(), c)
+	if rc.Verdict != reports.Inconclusive || rc.Reason != "agent over cocoon: "+why {
+		t.Fatalf("%s (%q), want inconclusive with the preflight's reason %q", rc.Verdict, rc.Reason, why)
+	}
+	nr, ok := r.notRunOf(rc)
+	if !ok || (!capability && !strings.Contains(nr.Missing, stack.CNIPackage)) {
+		t.Fatalf("not_run %+v (%v), want it to name %s", nr, ok, stack.CNIPackage)
+	}
+	if r.Results().Supervisor != "builtin ("+cocoonAutoNote+"), agent over cocoon /nonexistent/cocoon" {
+		t.Errorf("run supervisor %q", r.Results().Supervisor)
+	}
+}
+
+// TestCocoonSupervisor: auto is builtin with a note, sandbox refused.
+func TestCocoonSupervisor(t *testing.T) {
+	if k, note, err := cocoonSupervisor("auto"); k != injector.KindBuiltin || note != cocoonAutoNote || err != nil {
+		t.Errorf("auto: %q %q %v", k, note, err)
+	}
+	if _, _, err := cocoonSupervisor(injector.KindSandbox); err == nil || !strings.Contains(err.Error(), "sandbox") {
+		t.Errorf("sandbox: %v, want refused", err)
+	}
+	if _, err := New(context.Background(), Options{ReportDir: t.TempDir(), Supervisor: injector.KindSandbox, AgentCocoon: "/x"}); err == nil {
+		t.Error("New with --supervisor sandbox over cocoon: no error")
+	}
 }

@@ -61,11 +61,35 @@ var (
 	preflight = realch.Preflight
 	binDir    = stackbin.Dir
 	newRun    = stack.NewRun
+	// cocoonNetPreflight is what the agent over cocoon needs for its VMs'
+	// NICs (tests replace it)
+	cocoonNetPreflight = stack.CocoonNetPreflight
 )
 
 // realAutoNote is what the run header and report say when auto picked the
 // supervisor of a real-backend run.
 const realAutoNote = "auto, not sandbox: the sandbox would hide the real backend's /run/netns"
+
+// cocoonAutoNote is what the run header says when auto picked the
+// supervisor of an agent-over-cocoon run.
+const cocoonAutoNote = "auto, not sandbox: cocoon runs in the case's network namespace, entered by its host pid"
+
+// cocoonSupervisor is realSupervisor's rule for the agent over cocoon: the
+// agent's cocoon children enter the case's network and mount namespace by
+// the holder's host pid (scenarios/stack cocoonnet.go), which a sandbox's
+// pid namespace hides.
+func cocoonSupervisor(kind string) (string, string, error) {
+	switch kind {
+	case injector.KindAuto, "":
+		return injector.KindBuiltin, cocoonAutoNote, nil
+	case injector.KindBuiltin, injector.KindSystemd:
+		return kind, "", nil
+	case injector.KindSandbox:
+		return "", "", fmt.Errorf("--manager cocoon --supervisor sandbox: cocoon's VMs get their NICs in a network namespace the agent's cocoon children enter by a host pid, which the sandbox's pid namespace hides; use builtin or systemd")
+	default:
+		return "", "", fmt.Errorf("--supervisor %q: want auto, sandbox, builtin or systemd", kind)
+	}
+}
 
 // realSupervisor is the supervisor a real-backend run uses for the asked
 // kind, and a note when auto chose it. The run's network namespace lives
@@ -131,6 +155,26 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	var backendNeed, snapNeed need
 	switch o.Backend {
 	case "fake":
+		if o.AgentCocoon == "" {
+			break
+		}
+		sup, note, err := cocoonSupervisor(o.Supervisor)
+		if err != nil {
+			return nil, err
+		}
+		o.Supervisor, supNote = sup, note
+		// Without the CNI plugins (or root) no cocoon VM gets a NIC, so
+		// no ready guest can answer: every case is inconclusive with the
+		// preflight's reason, never run over a silent --nics 0.
+		if why, capability := cocoonNetPreflight(); why != "" {
+			n := need{stack.CNIPackage + " (" + strings.Join(stack.CNIPlugins, ", ") + " in " + stack.CNIPluginDir + ")", reports.MissingBinary}
+			if capability {
+				n = need{"root", reports.MissingCapability}
+			}
+			host, _ := os.Hostname()
+			return &Runner{opts: o, skip: "agent over cocoon: " + why, backendNeed: n, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
+				Host: host, Backend: o.Backend, Supervisor: withNote(o.Supervisor, supNote) + ", agent over cocoon " + o.AgentCocoon, TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
+		}
 	case "real":
 		sup, note, err := realSupervisor(o.Supervisor)
 		if err != nil {

@@ -33,14 +33,15 @@ import (
 // inside its VM's netns (fakech on a TAP-only NIC, docs/fakech.md), where
 // the harness dials it (cocoonDial).
 
-// CNIPluginDir is where containernetworking-plugins installs the plugins.
-const CNIPluginDir = "/usr/lib/cni"
+// CNIPluginDir is where containernetworking-plugins installs the plugins
+// (a variable for the preflight's tests).
+var CNIPluginDir = "/usr/lib/cni"
 
 // CNIPackage is the Debian package that provides them.
 const CNIPackage = "containernetworking-plugins"
 
-// cniPlugins are the plugins the case's conflist runs.
-var cniPlugins = []string{"bridge", "host-local"}
+// CNIPlugins are the plugins the case's conflist runs.
+var CNIPlugins = []string{"bridge", "host-local"}
 
 // cniNetworkName is the conflist's name (cocoon records it as the VM's
 // config.network).
@@ -53,7 +54,7 @@ func CocoonNetPreflight() (reason string, capability bool) {
 	if os.Geteuid() != 0 {
 		return "cocoon's CNI networking needs root (network namespaces, a bridge, TAP devices)", true
 	}
-	for _, p := range cniPlugins {
+	for _, p := range CNIPlugins {
 		if _, err := os.Stat(filepath.Join(CNIPluginDir, p)); err != nil {
 			return fmt.Sprintf("the CNI plugin %s is missing (%v): install the Debian package %s (scripts/setup.sh does)",
 				p, err, CNIPackage), false
@@ -169,7 +170,7 @@ func (s *Stack) writeCNIConf() error {
 	if err := durable.WriteFile(filepath.Join(dir, "net.d", "10-vmchaos.conflist"), b, 0o644); err != nil {
 		return fmt.Errorf("stack: cni conflist: %w", err)
 	}
-	for _, p := range cniPlugins {
+	for _, p := range CNIPlugins {
 		if err := os.Symlink(filepath.Join(CNIPluginDir, p), filepath.Join(dir, "bin", p)); err != nil {
 			return fmt.Errorf("stack: cni plugin %s: %w", p, err)
 		}

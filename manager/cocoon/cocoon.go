@@ -412,7 +412,19 @@ func (a *Adapter) Snapshots(ctx context.Context) ([]manager.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cocoon snapshot list: %w", err)
 	}
-	return ParseSnapshots(b)
+	ss, err := ParseSnapshots(b)
+	for i := range ss {
+		ss[i].Dir = a.SnapshotDir(ss[i].ID)
+	}
+	return ss, err
+}
+
+// SnapshotDir is where cocoon keeps a snapshot's data as the VMM wrote it
+// (config.json, state.json, memory-ranges beside its own cocoon.json):
+// <root>/snapshot/localfile/<ID> on every build (snapshot/localfile/config.go
+// SnapshotDataDir).
+func (a *Adapter) SnapshotDir(id string) string {
+	return filepath.Join(a.root, "snapshot", "localfile", id)
 }
 
 // ParseSnapshots decodes `snapshot list --format json`.

@@ -197,3 +197,20 @@ func TestTempDirsFindsCocoonTemporaries(t *testing.T) {
 		t.Fatalf("got %q\nwant %q", rel, want)
 	}
 }
+
+// Snapshots names each snapshot's data dir, where the checker reads the
+// device tree the VMM captured (device-tree-consistent): cocoon keeps it at
+// <root>/snapshot/localfile/<ID>.
+func TestSnapshotsNameTheirDir(t *testing.T) {
+	a := New(manager.Options{Dir: "/store"})
+	a.exec = func(context.Context, ...string) ([]byte, error) { return read(t, "snapshot-list.json"), nil }
+	ss, err := a.Snapshots(context.Background())
+	if err != nil || len(ss) == 0 {
+		t.Fatalf("snapshots %+v %v", ss, err)
+	}
+	for _, s := range ss {
+		if want := "/store/root/snapshot/localfile/" + s.ID; s.Dir != want {
+			t.Errorf("snapshot %s: dir %q, want %q", s.ID, s.Dir, want)
+		}
+	}
+}

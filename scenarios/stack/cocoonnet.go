@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -251,6 +252,30 @@ func inRoot(root, path string) (string, error) {
 		cur = "/"
 	}
 	return root + cur, nil
+}
+
+// CocoonVerbs are the cocoon verbs in flight among procs (the checker's
+// Input.InFlight: cocoon has no per-VM ops lock, so "no verb runs" is how a
+// poll knows nothing owns a creating record): every stage of one, the
+// wrapper's shell, nsenter and cocoon itself; not the agent's event stream
+// (`vm status --event`, long-running), not the harness's own reads (its
+// children).
+func (s *Stack) CocoonVerbs(procs []Proc) []Proc {
+	if s.opts.Cocoon == nil || s.cocoonNet == nil {
+		return nil
+	}
+	self := os.Getpid()
+	var out []Proc
+	for _, p := range procs {
+		if p.PPID == self || !slices.ContainsFunc(p.Argv, func(a string) bool { return a == s.opts.Cocoon.Bin || a == s.cocoonNet.wrapper }) {
+			continue
+		}
+		if slices.Contains(p.Argv, "--event") {
+			continue // the event stream
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // vmAt is the one VM whose guest answers at addr, with a netns.

@@ -25,6 +25,15 @@ var cocoonSteps = map[string]bool{scenarios.StepCreate: true, scenarios.StepHibe
 // cocoonFaults are the fault kinds that touch only the agent's unit.
 var cocoonFaults = map[string]bool{"sigkill-main": true, "stop": true, "restart": true, "none": true}
 
+// cocoonSkippedPoints are the agent's points its plan over cocoon never
+// reaches, with the capability row whose absence skips them
+// (docs/manager.md "Typed outcomes and the agent's plan"): a case parked
+// there would only miss its window.
+var cocoonSkippedPoints = map[string]string{
+	"agent.hibernate.nic-dropped":   "nic-change (no `vm net`: a hibernate keeps the VM's NICs)",
+	"agent.hibernate.dhcp-released": "guest-exec (no `vm exec`: no DHCP release before the save)",
+}
+
 // pointName is a failpoint name inside a trigger or window.
 var pointName = regexp.MustCompile(`[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+`)
 
@@ -59,6 +68,9 @@ func (r *Runner) cocoonUnsupported(c scenarios.Case) string {
 			for _, p := range pointName.FindAllString(t, -1) {
 				if !strings.HasPrefix(p, "agent.") {
 					return "failpoint " + p + ": vmctl's point, cocoon has no such point"
+				}
+				if row, ok := cocoonSkippedPoints[p]; ok {
+					return "failpoint " + p + ": the agent's plan over cocoon never reaches it, cocoon lacks " + row
 				}
 			}
 		}

@@ -58,10 +58,12 @@ func TestCocoonAgentCasesListsTheRest(t *testing.T) {
 
 // TestAgentCaseOverCocoon runs one agent case through the runner with its
 // agent over a real cocoon (VMCHAOS_COCOON): the fault lands, the intent
-// reaches ready (the only intent-goal complaint left is the guest that no
-// NIC lets answer), the metric expectation holds, and the invariants that
-// need what cocoon cannot show (per-VM ops locks, snapshot dirs) fail with
-// nothing proven: none of them passes on a store it cannot read.
+// reaches ready and its guest answers over SSH on its CNI NIC (inside its
+// VM's netns), the metric expectation holds, and the invariants cocoon
+// exposes no lock or dir for are judged on its store: the owners from the
+// verbs in flight (none at the end), the captured trees from its snapshot
+// data dirs. Before the CNI NIC, intent-goal failed (no guest address);
+// before InFlight and SnapshotDir, these four failed "nothing proven".
 func TestAgentCaseOverCocoon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: end-to-end, real processes; run without -short")
@@ -106,25 +108,14 @@ func TestAgentCaseOverCocoon(t *testing.T) {
 			t.Errorf("%s: %+v (present %v), want held", name, inv, ok)
 		}
 	}
-	if inv := byName["intent-goal"]; !inv.OK && !onlyNoGuestAddress(inv.Evidence) {
-		t.Errorf("intent-goal: %s, want ready (the guest without NIC aside)", inv.Evidence)
-	}
-	for _, name := range []string{"no-orphan-creating", "no-orphan-vmm", "no-pending-without-lease", "device-tree-consistent"} {
-		if inv, ok := byName[name]; !ok || inv.OK || !strings.Contains(inv.Evidence, "nothing proven") {
-			t.Errorf("%s: %+v (present %v), want failed with nothing proven on cocoon's store", name, inv, ok)
+	for _, name := range []string{"intent-goal", "no-orphan-creating", "no-orphan-vmm", "no-pending-without-lease", "device-tree-consistent"} {
+		if inv, ok := byName[name]; !ok || !inv.OK {
+			t.Errorf("%s: %+v (present %v), want held on cocoon's store", name, inv, ok)
 		}
 	}
-}
-
-// onlyNoGuestAddress: every complaint of evidence is a ready VM whose guest
-// has no address (cocoon's VMs have no NIC).
-func onlyNoGuestAddress(evidence string) bool {
-	for _, part := range strings.Split(evidence, "; ") {
-		if !strings.Contains(part, "ready but its guest does not answer over SSH") || !strings.Contains(part, "has no guest address") {
-			return false
-		}
+	if rc.Verdict != reports.Pass {
+		t.Errorf("verdict %s (%s), want pass", rc.Verdict, rc.Reason)
 	}
-	return evidence != ""
 }
 
 // TestCocoonWithoutCNIPluginsIsInconclusive: on a host without

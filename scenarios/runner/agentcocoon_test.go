@@ -189,3 +189,22 @@ func TestCocoonSkipsPointsItsPlanNeverReaches(t *testing.T) {
 		t.Fatalf("kept %d, not_supported %+v; want the case listed naming agent.hibernate.nic-dropped and nic-change", len(kept), r.res.NotSupported)
 	}
 }
+
+// TestCocoonReproLineNamesTheManager: a case that ran with its agent over
+// cocoon prints a repro line that runs it so again (without --manager it
+// would rerun over the bundled vmctl, where these cases pass).
+func TestCocoonReproLineNamesTheManager(t *testing.T) {
+	c, err := scenarios.CaseForFrac("sweep-clone-sigkill", 0.5, "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{opts: Options{Scale: 0.1, Seed: 1, Backend: "fake", AgentCocoon: "/peers/bin/cocoon-head"}}
+	want := "vmchaos repro --scenario sweep-clone-sigkill --offset 50% --seed 1 --time-scale 0.1 --backend fake --manager cocoon --manager-bin /peers/bin/cocoon-head"
+	if got := r.Repro(c); got != want {
+		t.Errorf("repro = %q, want %q", got, want)
+	}
+	r.opts.AgentCocoon = "/my peers/cocoon"
+	if got := r.Repro(c); !strings.HasSuffix(got, "--manager-bin '/my peers/cocoon'") {
+		t.Errorf("repro with a path to quote = %q", got)
+	}
+}

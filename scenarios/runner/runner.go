@@ -282,6 +282,14 @@ func floor(d, min time.Duration) time.Duration {
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._@-]+`)
 
+// shellWord is p as one shell word: as is when it needs no quoting.
+func shellWord(p string) string {
+	if !unsafeChars.MatchString(strings.ReplaceAll(p, "/", "")) {
+		return p
+	}
+	return "'" + strings.ReplaceAll(p, "'", `'\''`) + "'"
+}
+
 // Repro is the one-line command that reruns a case.
 func (r *Runner) Repro(c scenarios.Case) string { return r.repro(c, r.opts.Regress) }
 
@@ -296,6 +304,10 @@ func (r *Runner) repro(c scenarios.Case, bugs []string) string {
 		s += " --offset " + scenarios.FormatFrac(c.Frac)
 	}
 	s += fmt.Sprintf(" --seed %d --time-scale %s --backend %s", r.opts.Seed, strconv.FormatFloat(r.opts.Scale, 'g', -1, 64), r.opts.Backend)
+	if r.opts.AgentCocoon != "" {
+		// the case ran with its agent over that cocoon: so must its repro
+		s += " --manager cocoon --manager-bin " + shellWord(r.opts.AgentCocoon)
+	}
 	if len(bugs) > 0 {
 		s = "VMCHAOS_REGRESS=" + strings.Join(bugs, ",") + " " + s
 	}

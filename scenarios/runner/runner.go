@@ -74,6 +74,30 @@ const realAutoNote = "auto, not sandbox: the sandbox would hide the real backend
 // supervisor of an agent-over-cocoon run.
 const cocoonAutoNote = "auto, not sandbox: cocoon runs in the case's network namespace, entered by its host pid"
 
+// cocoonRun picks the supervisor of an agent-over-cocoon run and runs the
+// preflight of its VMs' networking. Without the CNI plugins (or root) no
+// cocoon VM gets a NIC, so no ready guest can answer: the Runner returned
+// makes every case inconclusive with the preflight's reason, never a run
+// over a silent --nics 0.
+func cocoonRun(o Options) (Options, string, *Runner, error) {
+	sup, note, err := cocoonSupervisor(o.Supervisor)
+	if err != nil {
+		return o, "", nil, err
+	}
+	o.Supervisor = sup
+	why, capability := cocoonNetPreflight()
+	if why == "" {
+		return o, note, nil, nil
+	}
+	n := need{stack.CNIPackage + " (" + strings.Join(stack.CNIPlugins, ", ") + " in " + stack.CNIPluginDir + ")", reports.MissingBinary}
+	if capability {
+		n = need{"root", reports.MissingCapability}
+	}
+	host, _ := os.Hostname()
+	return o, note, &Runner{opts: o, skip: "agent over cocoon: " + why, backendNeed: n, supNote: note, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
+		Host: host, Backend: o.Backend, Supervisor: withNote(o.Supervisor, note) + ", agent over cocoon " + o.AgentCocoon, TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
+}
+
 // cocoonSupervisor is realSupervisor's rule for the agent over cocoon: the
 // agent's cocoon children enter the case's network and mount namespace by
 // the holder's host pid (scenarios/stack cocoonnet.go), which a sandbox's
@@ -158,22 +182,10 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 		if o.AgentCocoon == "" {
 			break
 		}
-		sup, note, err := cocoonSupervisor(o.Supervisor)
-		if err != nil {
-			return nil, err
-		}
-		o.Supervisor, supNote = sup, note
-		// Without the CNI plugins (or root) no cocoon VM gets a NIC, so
-		// no ready guest can answer: every case is inconclusive with the
-		// preflight's reason, never run over a silent --nics 0.
-		if why, capability := cocoonNetPreflight(); why != "" {
-			n := need{stack.CNIPackage + " (" + strings.Join(stack.CNIPlugins, ", ") + " in " + stack.CNIPluginDir + ")", reports.MissingBinary}
-			if capability {
-				n = need{"root", reports.MissingCapability}
-			}
-			host, _ := os.Hostname()
-			return &Runner{opts: o, skip: "agent over cocoon: " + why, backendNeed: n, supNote: supNote, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
-				Host: host, Backend: o.Backend, Supervisor: withNote(o.Supervisor, supNote) + ", agent over cocoon " + o.AgentCocoon, TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
+		var skipped *Runner
+		var err error
+		if o, supNote, skipped, err = cocoonRun(o); err != nil || skipped != nil {
+			return skipped, err
 		}
 	case "real":
 		sup, note, err := realSupervisor(o.Supervisor)

@@ -96,6 +96,9 @@ func (s *Stack) startCocoonNet(ctx context.Context, realBin string) (*cocoonNet,
 	if injector.MountNS(s.run.Sup) != "" {
 		return nil, fmt.Errorf("stack: cocoon's networking needs the builtin or systemd supervisor: the sandbox's units cannot enter the case's network namespace by its host pid")
 	}
+	if strings.ContainsAny(realBin, "'\n") {
+		return nil, fmt.Errorf("stack: cocoon binary path %q cannot be quoted", realBin)
+	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		return nil, fmt.Errorf("stack: cocoon network: %w", err)
@@ -116,9 +119,6 @@ func (s *Stack) startCocoonNet(ctx context.Context, realBin string) (*cocoonNet,
 	// tracks, and its argv becomes cocoon's own
 	script := fmt.Sprintf("#!/bin/sh\n# vmchaos: cocoon inside case %s's network and mount namespace (holder pid %d)\nexec nsenter --target %d --net --mount --wd=\"$PWD\" -- '%s' \"$@\"\n",
 		filepath.Base(s.Dir), n.holder, n.holder, realBin)
-	if strings.ContainsAny(realBin, "'\n") {
-		return nil, fmt.Errorf("stack: cocoon binary path %q cannot be quoted", realBin)
-	}
 	if err := durable.WriteFile(n.wrapper, []byte(script), 0o755); err != nil {
 		return nil, fmt.Errorf("stack: cocoon wrapper: %w", err)
 	}

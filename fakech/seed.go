@@ -124,24 +124,53 @@ func yamlScalar(v string) string {
 var (
 	macLine  = regexp.MustCompile(`^\s*macaddress:\s*"?([0-9A-Fa-f:]{17})"?\s*$`)
 	addrLine = regexp.MustCompile(`^\s*addresses:\s*\[\s*"?([0-9.]+)/\d+"?`)
+	// addrKey and addrItem are the block form of the same list, as
+	// cocoon's metadata/metadata.go writes it ("addresses:" then
+	// "- IP/PREFIX" lines); cloud-init reads both forms alike.
+	addrKey  = regexp.MustCompile(`^(\s*)addresses:\s*$`)
+	addrItem = regexp.MustCompile(`^\s*-\s*"?([0-9.]+)/\d+"?\s*$`)
+	nsKey    = regexp.MustCompile(`^(\s*)nameservers:\s*$`)
 )
 
 // parseNetworkConfig maps each `match: macaddress:` of a network-config v2
-// to the first address of its `addresses: [...]` (the shape realch writes).
+// to the first address of its `addresses:` list, inline (`[...]`, the shape
+// realch writes) or as a block (cocoon's). A `nameservers: addresses:` list
+// holds DNS servers, not the interface's address, and is skipped.
 func parseNetworkConfig(b []byte) map[string]string {
 	out := map[string]string{}
 	mac := ""
+	inList := false // the previous line opened an interface's block address list
+	nsIndent := -1  // indentation of the nameservers: key we are under (-1: none)
 	for _, line := range strings.Split(string(b), "\n") {
+		indent := len(line) - len(strings.TrimLeft(line, " "))
+		if nsIndent >= 0 && strings.TrimSpace(line) != "" && indent <= nsIndent {
+			nsIndent = -1
+		}
+		if m := nsKey.FindStringSubmatch(line); m != nil {
+			nsIndent, inList = len(m[1]), false
+			continue
+		}
 		if m := macLine.FindStringSubmatch(line); m != nil {
 			if hw, err := net.ParseMAC(m[1]); err == nil {
 				mac = hw.String()
 			}
+			inList = false
 			continue
 		}
-		if m := addrLine.FindStringSubmatch(line); m != nil && mac != "" {
+		if m := addrLine.FindStringSubmatch(line); m != nil && mac != "" && nsIndent < 0 {
+			out[mac] = m[1]
+			mac = ""
+			continue
+		}
+		if addrKey.MatchString(line) {
+			inList = nsIndent < 0
+			continue
+		}
+		if m := addrItem.FindStringSubmatch(line); m != nil && inList && mac != "" {
 			out[mac] = m[1]
 			mac = ""
 		}
+		inList = false
 	}
 	return out
 }

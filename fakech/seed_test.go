@@ -28,6 +28,51 @@ func TestSeedAddrsReadsRealchSeeds(t *testing.T) {
 	}
 }
 
+// TestSeedAddrsReadsCocoonSeeds: cocoon writes network-config's addresses
+// as a block list, then routes and a nameservers list (metadata/metadata.go
+// networkConfigTmpl; this text is what cocoon 34c6c4a wrote for a CNI NIC).
+// The interface's address must be found, the DNS servers never taken for it.
+func TestSeedAddrsReadsCocoonSeeds(t *testing.T) {
+	nc := `version: 2
+ethernets:
+  id0:
+    match:
+      macaddress: "62:E5:E3:DA:B3:89"
+    addresses:
+      - 127.77.0.2/24
+    routes:
+      - to: default
+        via: 127.77.0.1
+    nameservers:
+      addresses:
+        - 8.8.8.8
+        - 1.1.1.1
+  id1:
+    match:
+      macaddress: "62:e5:e3:da:b3:8a"
+    nameservers:
+      addresses:
+        - 9.9.9.9
+  id2:
+    match:
+      macaddress: "62:e5:e3:da:b3:8b"
+    dhcp4: true
+`
+	img, err := cidata.BuildFAT("CIDATA", map[string][]byte{"meta-data": []byte("instance-id: X\nlocal-hostname: v1\n"),
+		"network-config": []byte(nc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "cidata.img")
+	if err := os.WriteFile(p, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := seedAddrs(&chapi.VmConfig{Disks: []chapi.DiskConfig{{Path: "/nonexistent"}, {Path: p}}})
+	if len(got) != 1 || got["62:e5:e3:da:b3:89"] != "127.77.0.2" {
+		t.Fatalf("seed addresses %v, want only 62:e5:e3:da:b3:89 → 127.77.0.2", got)
+	}
+}
+
 // FuzzSeedFAT: arbitrary bytes as a seed volume never panic.
 func FuzzSeedFAT(f *testing.F) {
 	p := filepath.Join(f.TempDir(), "cidata.img")

@@ -76,7 +76,7 @@ func (s *nicSet) openPort(nets []chapi.NetConfig, port int, strict bool) error {
 		addr := net.JoinHostPort(ip, strconv.Itoa(port))
 		gl := s.byAdr[addr]
 		if gl == nil {
-			ln, err := net.Listen("tcp4", addr)
+			ln, err := s.v.listenGuest(addr)
 			if err != nil {
 				if strict {
 					for _, id := range added {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -65,17 +66,49 @@ func TestTapNICWithHostSideAnswersAtTheGuestAddress(t *testing.T) {
 // namespace: a harness dialing from inside it gets the SSH banner, the host
 // namespace does not see it.
 func TestTapOnlyNICAnswersInsideTheVMMsNetns(t *testing.T) {
+	tapNICInNetns(t, "fktap", false, "vtfake1", "52:54:00:7d:01:02", "127.125.1.2")
+}
+
+// TestTapOnlyNICAnswersInANetnsWithLoDown: cocoon's CNI provider starts
+// each VMM in a netns of its own, made with netns.NewNamed, whose lo is
+// down (network/cni/create_linux.go); a real guest has its own lo, the fake
+// one shares the VMM's. The guest must still answer inside that namespace
+// (fakech brings its lo up), not fail the boot with "cannot assign
+// requested address".
+func TestTapOnlyNICAnswersInANetnsWithLoDown(t *testing.T) {
+	tapNICInNetns(t, "fklo", true, "vtfake2", "52:54:00:7d:01:03", "127.125.1.3")
+}
+
+// tapNICInNetns runs fakech with a TAP-only NIC inside a fresh network
+// namespace (lo down when loDown) and wants the SSH banner at ip from
+// inside it, and nothing at ip from the host namespace.
+func tapNICInNetns(t *testing.T, prefix string, loDown bool, tap, mac, ip string) {
 	needs.Root(t, "creating a network namespace")
-	ns, err := vmnet.NewNetns(fmt.Sprintf("fktap%d", rand.IntN(1e6)))
-	if err != nil {
-		t.Skipf("no network namespace here: %v", err)
+	var ns *vmnet.Netns
+	name := fmt.Sprintf("%s%d", prefix, rand.IntN(1e6))
+	if loDown {
+		// as netns.NewNamed leaves it: lo never up, so not even
+		// 127.0.0.1 is assigned (vmnet.NewNetns brings lo up)
+		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+			t.Skipf("no network namespace here: %v: %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+		var err error
+		if ns, err = vmnet.OpenNetns(name); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		var err error
+		if ns, err = vmnet.NewNetns(name); err != nil {
+			t.Skipf("no network namespace here: %v", err)
+		}
+		t.Cleanup(func() { _ = ns.Close() })
 	}
-	t.Cleanup(func() { _ = ns.Close() })
-	dir := vmDir(t, "VMTAPNS")
+	dir := vmDir(t, "VM"+strings.ToUpper(prefix))
 	g := newGuest(t, dir)
 	sock := filepath.Join(dir, "api.sock")
 	cmd := ns.Command(context.Background(), fakechBin, "--api-socket", "path="+sock, "--firmware", "/nonexistent",
-		"--disk", "path="+g.path, "--console", "off", "--serial", "null", "--net", "tap=vtfake1,mac=52:54:00:7d:01:02")
+		"--disk", "path="+g.path, "--console", "off", "--serial", "null", "--net", "tap="+tap+",mac="+mac)
 	cmd.Env = baseEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -91,7 +124,7 @@ func TestTapOnlyNICAnswersInsideTheVMMsNetns(t *testing.T) {
 	if _, err := c.WaitVM(ctx); err != nil {
 		t.Fatal(err)
 	}
-	addr := net.JoinHostPort("127.125.1.2", fmt.Sprint(g.img.SSHPort))
+	addr := net.JoinHostPort(ip, fmt.Sprint(g.img.SSHPort))
 	banner := ""
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !strings.HasPrefix(banner, "SSH-2.0-"); {
 		conn, err := ns.DialContext(ctx, "tcp", addr)

@@ -42,6 +42,12 @@ type VM struct {
 	PID     int    `json:"pid,omitempty"`     // VMM pid as recorded (0: none)
 	Address string `json:"address,omitempty"` // guest SSH address ip:port of the first NIC; "" without a NIC
 	Reason  string `json:"reason,omitempty"`  // why the record is in its state, when the manager says
+	// Netns is the network namespace file the first NIC lives in, as the
+	// manager records it (cocoon's CNI: /var/run/netns/cocoon-<ID>, seen
+	// from the mount namespace cocoon ran in); "" when the manager does not
+	// say, or the NIC is in the manager's own namespace. Address is reached
+	// from inside it.
+	Netns string `json:"netns,omitempty"`
 	// NICs are the record's network interfaces and Ejecting the NIC ids
 	// whose unplug the guest had not acked when the record was written
 	// (a manager that does not say leaves both empty).

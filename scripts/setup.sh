@@ -11,7 +11,9 @@ need=()
 # docker-registry: the CNCF distribution server, the real OCI registry of the
 # registry:oci cases (started per case by the harness, never as a service).
 # nftables: net-partition's drop rules inside the case's node namespace.
-pkgs=(systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry nftables)
+# containernetworking-plugins: the CNI plugins (/usr/lib/cni) that give a
+# cocoon VM its NIC in a netns the run creates (docs/manager.md "Networking").
+pkgs=(systemd dbus dbus-daemon util-linux mount iproute2 qemu-utils docker-registry nftables containernetworking-plugins)
 for extra in "$@"; do
   case "$extra" in
   # qemu-system-x86, e2fsprogs: `vmchaos image check` boots the real guest under TCG, reads its disk.

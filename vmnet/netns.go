@@ -32,6 +32,9 @@ type Netns struct {
 	// borrowed: opened by name (OpenNetns), owned by someone else; Close
 	// leaves it alone.
 	borrowed bool
+	// path is the namespace file when it is not /run/netns/<Name>
+	// (OpenNetnsPath).
+	path string
 }
 
 // netnsRun is where iproute2 binds named namespaces.
@@ -80,6 +83,27 @@ func OpenNetns(name string) (*Netns, error) {
 		return nil, fmt.Errorf("netns %s: %w", name, err)
 	}
 	return &Netns{Name: name, borrowed: true}, nil
+}
+
+// OpenNetnsPath is OpenNetns for a namespace bound somewhere else than
+// /run/netns: a file that names a network namespace, such as a named netns
+// inside another mount namespace, reached through /proc/PID/root (cocoon's
+// per-VM netns under the private /run/netns of a case, scenarios/stack
+// cocoonnet.go). Borrowed: Close does nothing; Command enters it with
+// nsenter --net.
+func OpenNetnsPath(path string) (*Netns, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("netns %s: %w", path, err)
+	}
+	return &Netns{Name: filepath.Base(path), borrowed: true, path: path}, nil
+}
+
+// file is the namespace's bind-mounted file.
+func (n *Netns) file() string {
+	if n.path != "" {
+		return n.path
+	}
+	return filepath.Join(netnsRun, n.Name)
 }
 
 // AddTap creates a persistent TAP device inside the namespace, gives it
@@ -156,6 +180,10 @@ func (n *Netns) Close() error {
 // exec` execs bin in place, so the command's pid is bin's pid and its argv[0]
 // is bin (what vmctl's "is this our cloud-hypervisor" check reads).
 func (n *Netns) Command(ctx context.Context, bin string, args ...string) *exec.Cmd {
+	if n.path != "" {
+		// not under /run/netns, where `ip netns exec` looks
+		return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + n.path, "--", bin}, args...)...)
+	}
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, bin}, args...)...)
 }
 
@@ -175,7 +203,7 @@ func (n *Netns) Do(f func() error) error {
 			return
 		}
 		defer orig.Close()
-		target, err := os.Open(filepath.Join(netnsRun, n.Name))
+		target, err := os.Open(n.file())
 		if err != nil {
 			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("netns %s: open: %w", n.Name, err)

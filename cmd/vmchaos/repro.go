@@ -32,13 +32,18 @@ status is the gate code of the most common outcome.`,
 		Example: `  vmchaos repro --scenario s001-h-wake-sigkill-after-commit --offset 28ms --seed 1 --time-scale 0.05 --backend fake
   VMCHAOS_REGRESS=net-refuses-paused vmchaos repro --scenario s001-2-stop-in-pause-window --time-scale 0.05
   VMCHAOS_REGRESS=save-rm-by-name vmchaos repro --scenario s001-3-pending-holder --count 20 --time-scale 0.05
-  vmchaos repro --manager cocoon --manager-bin ./cocoon --scenario mgr-clone-kill-at-ch.restore.begin --count 20 --time-scale 0.05`,
+  vmchaos repro --manager cocoon --manager-bin ./cocoon --scenario mgr-clone-kill-at-ch.restore.begin --count 20 --time-scale 0.05
+  vmchaos repro --manager cocoon --manager-bin ./cocoon --scenario sweep-clone-sigkill --offset 50% --time-scale 0.1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if count < 1 || (count > 1 && repeat > 1) {
 				return fmt.Errorf("--count %d --repeat %d: want --count >= 1, and not both above 1", count, repeat)
 			}
-			if mf.selected("case:" + scenarios.CaseLabel(id)) {
+			if mf.agentCases("case:" + scenarios.CaseLabel(id)) {
+				// an agent case with its agent over cocoon, as `run`
+				// runs it (the repro line of such a run says so)
+				f.agentCocoon = mf.bin
+			} else if mf.selected("case:" + scenarios.CaseLabel(id)) {
 				if offset != "" {
 					return fmt.Errorf("--offset: a manager-verb case's offset is in its id (mgr-clone-kill-at-35%%)")
 				}
@@ -56,6 +61,10 @@ status is the gate code of the most common outcome.`,
 				return err
 			}
 			defer cancel()
+			if f.agentCocoon != "" && len(r.CocoonAgentCases([]scenarios.Case{cs})) == 0 {
+				ns := r.Results().NotSupported
+				return fmt.Errorf("%s cannot run with its agent over cocoon: %s", id, ns[len(ns)-1].Reason)
+			}
 			if count > 1 {
 				return reproCount(ctx, cmd, r, dir, cs, count)
 			}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,7 +209,11 @@ func (a *Adapter) Command(c manager.Call) ([]string, error) {
 	var args []string
 	switch c.Verb {
 	case manager.VerbCreate:
-		args = append(a.withJSON(cli, "vm run", "--name", c.Name, "--nics", "0", "--cpu", "1", "--memory", "512M"), a.ImageRef())
+		nics := 0 // the catalogue's fixtures: no NIC unless the call asks
+		if c.NICs != nil {
+			nics = *c.NICs
+		}
+		args = append(a.withJSON(cli, "vm run", "--name", c.Name, "--nics", strconv.Itoa(nics), "--cpu", "1", "--memory", "512M"), a.ImageRef())
 	case manager.VerbClone:
 		flags := []string{"--name", c.Name}
 		if c.NICs != nil {
@@ -302,7 +307,8 @@ func (a *Adapter) EventCommand() []string {
 	return append(a.argv0(), "vm", "status", "--event", a.jsonFlag("vm status"), "json", "--interval", "1")
 }
 
-// vmWire is the part of cocoon's types.VM the adapter reads.
+// vmWire is the part of cocoon's types.VM the adapter reads (the same
+// shape on v0.2.7, v0.3.0 and HEAD: types/vm.go, types/network.go).
 type vmWire struct {
 	ID     string `json:"id"`
 	State  string `json:"state"`
@@ -310,6 +316,30 @@ type vmWire struct {
 	Config struct {
 		Name string `json:"name"`
 	} `json:"config"`
+	NetworkConfigs []*struct {
+		NetnsPath string `json:"netns_path"`
+		Network   *struct {
+			IP string `json:"ip"`
+		} `json:"network"`
+	} `json:"network_configs"`
+}
+
+// GuestSSHPort is where a guest's sshd listens (a cloud image's default; the
+// fake guest image the harness imports keeps it).
+const GuestSSHPort = "22"
+
+// guest is the first NIC's guest address (ip:22) and the netns it lives in,
+// from the address CNI's IPAM gave it (cocoon hands the same one to the
+// guest in its cloud-init network-config); "" without a NIC or an address.
+func (w vmWire) guest() (addr, netns string) {
+	if len(w.NetworkConfigs) == 0 || w.NetworkConfigs[0] == nil {
+		return "", ""
+	}
+	nc := w.NetworkConfigs[0]
+	if nc.Network != nil && nc.Network.IP != "" {
+		addr = net.JoinHostPort(nc.Network.IP, GuestSSHPort)
+	}
+	return addr, nc.NetnsPath
 }
 
 // ParseEvent decodes {"event":"ADDED|MODIFIED|DELETED","vm":{types.VM}};
@@ -368,7 +398,8 @@ func ParseVMs(b []byte) ([]manager.VM, error) {
 		if w.ID == "" {
 			return nil, fmt.Errorf("cocoon vm list: a record without an id (%+v)", w)
 		}
-		out = append(out, manager.VM{ID: w.ID, Name: w.Config.Name, State: w.State, PID: w.PID})
+		addr, netns := w.guest()
+		out = append(out, manager.VM{ID: w.ID, Name: w.Config.Name, State: w.State, PID: w.PID, Address: addr, Netns: netns})
 	}
 	return out, nil
 }
@@ -381,7 +412,19 @@ func (a *Adapter) Snapshots(ctx context.Context) ([]manager.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cocoon snapshot list: %w", err)
 	}
-	return ParseSnapshots(b)
+	ss, err := ParseSnapshots(b)
+	for i := range ss {
+		ss[i].Dir = a.SnapshotDir(ss[i].ID)
+	}
+	return ss, err
+}
+
+// SnapshotDir is where cocoon keeps a snapshot's data as the VMM wrote it
+// (config.json, state.json, memory-ranges beside its own cocoon.json):
+// <root>/snapshot/localfile/<ID> on every build (snapshot/localfile/config.go
+// SnapshotDataDir).
+func (a *Adapter) SnapshotDir(id string) string {
+	return filepath.Join(a.root, "snapshot", "localfile", id)
 }
 
 // ParseSnapshots decodes `snapshot list --format json`.

@@ -2,6 +2,7 @@ package cocoon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -34,6 +35,30 @@ func TestParseVMsRecordedList(t *testing.T) {
 	}
 	if !reflect.DeepEqual(vms, want) {
 		t.Fatalf("got %+v\nwant %+v", vms, want)
+	}
+}
+
+// A VM cocoon gave a CNI NIC (bridge + host-local in the case's netns, the
+// clone c1 of a snapshot with one NIC) lists the address IPAM gave it and
+// the named netns its TAP lives in: the guest answers at Address inside
+// Netns (docs/manager.md "Networking").
+func TestParseVMsCNIList(t *testing.T) {
+	vms, err := ParseVMs(read(t, "vm-list-cni.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []manager.VM{{ID: "BQ2EI4CM5OKB6VVJO4OFL6FPRD", Name: "c1", State: "running", PID: 2416,
+		Address: "127.77.0.3:22", Netns: "/var/run/netns/cocoon-BQ2EI4CM5OKB6VVJO4OFL6FPRD"}}
+	if !reflect.DeepEqual(vms, want) {
+		t.Fatalf("got %+v\nwant %+v", vms, want)
+	}
+	var recs []json.RawMessage
+	if err := json.Unmarshal(read(t, "vm-list-cni.json"), &recs); err != nil || len(recs) != 1 {
+		t.Fatalf("records: %d %v", len(recs), err)
+	}
+	// one record alone is what `vm inspect` prints
+	if v, err := New(manager.Options{}).ParseVM(recs[0]); err != nil || !reflect.DeepEqual(v, want[0]) {
+		t.Fatalf("ParseVM: %+v %v, want %+v", v, err, want[0])
 	}
 }
 
@@ -170,5 +195,22 @@ func TestTempDirsFindsCocoonTemporaries(t *testing.T) {
 	want := []string{"root/cloudhypervisor/db/.tmp-77", "root/cloudimg/temp/import-9.img", "run/cloudhypervisor/VM1/snapshot-123456", "run/cloudhypervisor/VM2.restore-staging"}
 	if !reflect.DeepEqual(rel, want) {
 		t.Fatalf("got %q\nwant %q", rel, want)
+	}
+}
+
+// Snapshots names each snapshot's data dir, where the checker reads the
+// device tree the VMM captured (device-tree-consistent): cocoon keeps it at
+// <root>/snapshot/localfile/<ID>.
+func TestSnapshotsNameTheirDir(t *testing.T) {
+	a := New(manager.Options{Dir: "/store"})
+	a.exec = func(context.Context, ...string) ([]byte, error) { return read(t, "snapshot-list.json"), nil }
+	ss, err := a.Snapshots(context.Background())
+	if err != nil || len(ss) == 0 {
+		t.Fatalf("snapshots %+v %v", ss, err)
+	}
+	for _, s := range ss {
+		if want := "/store/root/snapshot/localfile/" + s.ID; s.Dir != want {
+			t.Errorf("snapshot %s: dir %q, want %q", s.ID, s.Dir, want)
+		}
 	}
 }

@@ -9,9 +9,8 @@ import (
 // The embedder's parsers (manager.Embedder): the bundled agent runs cocoon's
 // read verbs as its own children and hands their stdout here.
 
-// ParseVM decodes `vm inspect` (types.VM as JSON). cocoon records no guest
-// address the adapter reads, so Address stays "" (the VMs the agent clones
-// over fakech have no NIC that a guest answers on anyway).
+// ParseVM decodes `vm inspect` (types.VM as JSON), with the first NIC's
+// guest address and netns as ParseVMs reads them ("" for a VM without NIC).
 func (a *Adapter) ParseVM(b []byte) (manager.VM, error) {
 	var w vmWire
 	if err := manager.DecodeJSON(StripLogLines(b), &w, "cocoon vm inspect"); err != nil {
@@ -20,7 +19,8 @@ func (a *Adapter) ParseVM(b []byte) (manager.VM, error) {
 	if w.ID == "" {
 		return manager.VM{}, fmt.Errorf("cocoon vm inspect: a record without an id (%.200q)", b)
 	}
-	return manager.VM{ID: w.ID, Name: w.Config.Name, State: w.State, PID: w.PID}, nil
+	addr, netns := w.guest()
+	return manager.VM{ID: w.ID, Name: w.Config.Name, State: w.State, PID: w.PID, Address: addr, Netns: netns}, nil
 }
 
 // ParseVMs decodes `vm list --format json` (ParseVMs).

@@ -100,6 +100,13 @@ type Input struct {
 	// record, a pending snapshot or a VMM under a non-running record then
 	// has no owner left, whoever holds a lock.
 	Quiescent bool
+	// InFlight, set where the manager exposes no per-VM ops lock (cocoon
+	// locks its whole index), picks the manager verbs in flight among the
+	// case's processes: its verbs, not its long-running event stream, not
+	// the harness's own reads. A poll that finds none is quiescent like a
+	// Quiescent case: whatever the records say, no verb is left to own a
+	// creating record, a pending snapshot or a VMM under a stopped record.
+	InFlight func([]stack.Proc) []stack.Proc
 	// Without are sources the manager does not expose (its Observer says
 	// manager.ErrNotSupported, e.g. no check verb): an invariant that needs
 	// one is left out of the results, never reported as held.
@@ -151,7 +158,11 @@ type AgentView struct {
 // Read holds the sources that were read: a source in neither was never
 // read, and its empty fields are no evidence either.
 type Poll struct {
-	TsNs     int64
+	TsNs int64
+	// Quiet: no operation can be in flight at this poll (Input.Quiescent,
+	// or Input.InFlight found no verb); QuietWhy says which.
+	Quiet    bool
+	QuietWhy string
 	Errs     map[Source]error
 	Read     map[Source]bool
 	Views    map[string]AgentView
@@ -262,6 +273,7 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 
 	procs, err := s.ScanProcesses()
 	p.got(SrcProcs, err)
+	p.quiet(in, procs, err)
 	p.VMMs = map[string][]stack.Proc{}
 	harness := s.HarnessPIDs()
 	for _, pr := range procs {
@@ -274,7 +286,7 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 			p.Vmctls = append(p.Vmctls, pr)
 		}
 	}
-	p.collectLocks(s, m, in.Quiescent)
+	p.collectLocks(s, m, p.Quiet)
 	p.VMMState = map[string]string{}
 	for _, v := range p.VMs {
 		if v.State != manager.StateRunning || len(p.VMMs[v.ID]) == 0 {
@@ -299,6 +311,25 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 		p.collectGoals(ctx, in)
 	}
 	return p
+}
+
+// quietAt: no operation can be in flight at poll p, and why.
+func quietAt(in *Input, p *Poll) (bool, string) {
+	if in.Quiescent {
+		return true, "every verb of the case has exited"
+	}
+	return p.Quiet, p.QuietWhy
+}
+
+// quiet decides Poll.Quiet: a quiescent case, or (InFlight) a scan read
+// whole that finds no verb of the manager running.
+func (p *Poll) quiet(in *Input, procs []stack.Proc, scanErr error) {
+	switch {
+	case in.Quiescent:
+		p.Quiet, p.QuietWhy = true, "every verb of the case has exited"
+	case in.InFlight != nil && scanErr == nil && len(in.InFlight(procs)) == 0:
+		p.Quiet, p.QuietWhy = true, "no verb of the manager is running"
+	}
 }
 
 // collectLocks reads /proc/locks once and resolves the holders of every VM's
@@ -439,7 +470,7 @@ var State = []StateInvariant{
 				if v.State != manager.StateCreating {
 					continue
 				}
-				if e := ownerGone(in, p.OpsHolders[v.ID]); e != "" {
+				if e := ownerGone(in, p, p.OpsHolders[v.ID]); e != "" {
 					ev = append(ev, fmt.Sprintf("vm %s (%s) is creating and its ops lock %s", v.ID, v.Name, e))
 				}
 			}
@@ -467,7 +498,7 @@ var State = []StateInvariant{
 				if sn.State != manager.SnapPending {
 					continue
 				}
-				if e := ownerGone(in, p.LeaseHolders[sn.ID]); e != "" {
+				if e := ownerGone(in, p, p.LeaseHolders[sn.ID]); e != "" {
 					ev = append(ev, fmt.Sprintf("snapshot %s (%s) is pending and its lease %s", sn.ID, sn.Name, e))
 				}
 			}
@@ -552,11 +583,11 @@ func fromCheck(invariants ...string) func(*Input, *Poll) []string {
 	}
 }
 
-// ownerGone is heldByCase, except in a quiescent case, where nothing can
-// own a creating record or a pending snapshot any more.
-func ownerGone(in *Input, hs []manager.Holder) string {
-	if in.Quiescent {
-		return "has no owner: every verb of the case has exited"
+// ownerGone is heldByCase, except at a quiet poll, where nothing can own a
+// creating record or a pending snapshot any more.
+func ownerGone(in *Input, p *Poll, hs []manager.Holder) string {
+	if q, why := quietAt(in, p); q {
+		return "has no owner: " + why
 	}
 	return heldByCase(hs)
 }
@@ -576,6 +607,7 @@ func heldByCase(hs []manager.Holder) string {
 }
 
 func checkOrphanVMM(in *Input, p *Poll) []string {
+	quiet, why := quietAt(in, p)
 	recs := map[string]manager.VM{}
 	for _, v := range p.VMs {
 		recs[v.ID] = v
@@ -602,9 +634,9 @@ func checkOrphanVMM(in *Input, p *Poll) []string {
 			// the record names another (dead) VMM: nothing will ever stop
 			// or reach this one through the record
 			ev = append(ev, fmt.Sprintf("VMM %s runs under vm %s (%s) whose record names VMM pid %d", vmms[0], id, v.Name, v.PID))
-		case in.Quiescent && v.State != manager.StateRunning:
-			// every verb has exited: nothing will ever stop it
-			ev = append(ev, fmt.Sprintf("VMM %s runs under vm %s (%s) whose record is %q with every verb of the case exited", vmms[0], id, v.Name, v.State))
+		case quiet && v.State != manager.StateRunning:
+			// no verb is left: nothing will ever stop it
+			ev = append(ev, fmt.Sprintf("VMM %s runs under vm %s (%s) whose record is %q and %s", vmms[0], id, v.Name, v.State, why))
 		case v.State != manager.StateRunning && v.State != manager.StateCreating && heldByCase(p.OpsHolders[id]) != "":
 			// a VMM under a stopped/created/error record with no
 			// operation in flight is one nobody will ever stop

@@ -30,7 +30,7 @@ func TestQuiescentNeedsNoLockHolder(t *testing.T) {
 	if inv := got[NoPendingWithoutLease]; inv.OK || !strings.Contains(inv.Evidence, "snapshot S1 (b) is pending") {
 		t.Errorf("pending snapshot in a quiescent case: %+v", inv)
 	}
-	if inv := got[NoOrphanVMM]; inv.OK || !strings.Contains(inv.Evidence, `record is "stopped" with every verb of the case exited`) {
+	if inv := got[NoOrphanVMM]; inv.OK || !strings.Contains(inv.Evidence, `record is "stopped" and every verb of the case has exited`) {
 		t.Errorf("VMM under a stopped record in a quiescent case: %+v", inv)
 	}
 }
@@ -153,5 +153,43 @@ func TestLeftoverDirsSparesTheLearnedLayout(t *testing.T) {
 	before.Layout = nil
 	if ev := checkLeftoverDirs(in, &Poll{VMs: vms, StoreDirs: []string{"root", "root/vms", "root/vms/A1", "root/cni"}}); len(ev) != 1 {
 		t.Fatalf("without a learned layout root/cni is new: %v", ev)
+	}
+}
+
+// creatingObs is noLocks with a creating record.
+type creatingObs struct{ noLocks }
+
+func (creatingObs) VMs(context.Context) ([]manager.VM, error) {
+	return []manager.VM{{ID: "C1", Name: "web", State: manager.StateCreating}}, nil
+}
+
+// Without a per-VM ops lock (cocoon), an agent case's poll that finds no
+// verb of the manager running (Input.InFlight) is judged as a quiescent one:
+// a creating record then has no owner. While a verb runs, the lock source
+// fails: nothing proven, never a pass.
+func TestInFlightDecidesQuiet(t *testing.T) {
+	const tag = "VMCHAOS_TEST_INFLIGHT=1"
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = append(os.Environ(), tag)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	for _, running := range []bool{true, false} {
+		in := &Input{Manager: creatingObs{}, Procs: TagScan{Tag: tag}, Agentless: true, Without: map[Source]bool{SrcCheck: true},
+			InFlight: func(ps []stack.Proc) []stack.Proc {
+				if running {
+					return ps // the tagged sleep stands for a `vm clone` in flight
+				}
+				return nil
+			}}
+		p := Collect(context.Background(), in, func() int64 { return 1 })
+		inv := byName(Evaluate(in, p))[NoOrphanCreating]
+		switch {
+		case running && (inv.OK || !strings.Contains(inv.Evidence, "nothing proven") || p.Quiet):
+			t.Errorf("a verb in flight: %+v (quiet %v), want nothing proven", inv, p.Quiet)
+		case !running && (inv.OK || !strings.Contains(inv.Evidence, "vm C1 (web) is creating and its ops lock has no owner: no verb of the manager is running")):
+			t.Errorf("no verb in flight: %+v, want the orphan named", inv)
+		}
 	}
 }

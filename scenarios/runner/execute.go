@@ -675,14 +675,14 @@ var stackErrNotFound = stack.ErrNotFound
 
 // guest is the ledger's view of a VM: its name and SSH address.
 func (cr *caseRun) guest(ctx context.Context, name string) (ledger.Guest, error) {
-	v, ok, err := cr.st.VMByName(ctx, name)
+	_, addr, ok, err := cr.st.GuestOf(ctx, name)
 	if err != nil {
 		return ledger.Guest{}, err
 	}
-	if !ok || v.GuestAddress() == "" {
+	if !ok || addr == "" {
 		return ledger.Guest{}, fmt.Errorf("ledger: vm %s has no guest address", name)
 	}
-	return ledger.Guest{Name: name, Addr: v.GuestAddress()}, nil
+	return ledger.Guest{Name: name, Addr: addr}, nil
 }
 
 // wipeStatus removes the agent's local status markers of name (intent and

@@ -340,6 +340,9 @@ func (cr *caseRun) converge(ctx context.Context, budget time.Duration) ([]report
 		// cocoon has no check verb (its adapter says ErrNotSupported):
 		// the invariants that need one are left out, never held
 		in.Without = map[checker.Source]bool{checker.SrcCheck: true}
+		// nor a per-VM ops lock: a poll where no cocoon verb runs is
+		// quiescent (nothing owns a creating record any more)
+		in.InFlight = cr.st.CocoonVerbs
 	}
 	invs, convergedNs := cr.pollStable(ctx, in, budget)
 	if convergedNs > 0 {

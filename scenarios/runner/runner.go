@@ -61,11 +61,59 @@ var (
 	preflight = realch.Preflight
 	binDir    = stackbin.Dir
 	newRun    = stack.NewRun
+	// cocoonNetPreflight is what the agent over cocoon needs for its VMs'
+	// NICs (tests replace it)
+	cocoonNetPreflight = stack.CocoonNetPreflight
 )
 
 // realAutoNote is what the run header and report say when auto picked the
 // supervisor of a real-backend run.
 const realAutoNote = "auto, not sandbox: the sandbox would hide the real backend's /run/netns"
+
+// cocoonAutoNote is what the run header says when auto picked the
+// supervisor of an agent-over-cocoon run.
+const cocoonAutoNote = "auto, not sandbox: cocoon runs in the case's network namespace, entered by its host pid"
+
+// cocoonRun picks the supervisor of an agent-over-cocoon run and runs the
+// preflight of its VMs' networking. Without the CNI plugins (or root) no
+// cocoon VM gets a NIC, so no ready guest can answer: the Runner returned
+// makes every case inconclusive with the preflight's reason, never a run
+// over a silent --nics 0.
+func cocoonRun(o Options) (Options, string, *Runner, error) {
+	sup, note, err := cocoonSupervisor(o.Supervisor)
+	if err != nil {
+		return o, "", nil, err
+	}
+	o.Supervisor = sup
+	why, capability := cocoonNetPreflight()
+	if why == "" {
+		return o, note, nil, nil
+	}
+	n := need{stack.CNIPackage + " (" + strings.Join(stack.CNIPlugins, ", ") + " in " + stack.CNIPluginDir + ")", reports.MissingBinary}
+	if capability {
+		n = need{"root", reports.MissingCapability}
+	}
+	host, _ := os.Hostname()
+	return o, note, &Runner{opts: o, skip: "agent over cocoon: " + why, backendNeed: n, supNote: note, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
+		Host: host, Backend: o.Backend, Supervisor: withNote(o.Supervisor, note) + ", agent over cocoon " + o.AgentCocoon, TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress}}, nil
+}
+
+// cocoonSupervisor is realSupervisor's rule for the agent over cocoon: the
+// agent's cocoon children enter the case's network and mount namespace by
+// the holder's host pid (scenarios/stack cocoonnet.go), which a sandbox's
+// pid namespace hides.
+func cocoonSupervisor(kind string) (string, string, error) {
+	switch kind {
+	case injector.KindAuto, "":
+		return injector.KindBuiltin, cocoonAutoNote, nil
+	case injector.KindBuiltin, injector.KindSystemd:
+		return kind, "", nil
+	case injector.KindSandbox:
+		return "", "", fmt.Errorf("--manager cocoon --supervisor sandbox: cocoon's VMs get their NICs in a network namespace the agent's cocoon children enter by a host pid, which the sandbox's pid namespace hides; use builtin or systemd")
+	default:
+		return "", "", fmt.Errorf("--supervisor %q: want auto, sandbox, builtin or systemd", kind)
+	}
+}
 
 // realSupervisor is the supervisor a real-backend run uses for the asked
 // kind, and a note when auto chose it. The run's network namespace lives
@@ -131,6 +179,14 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	var backendNeed, snapNeed need
 	switch o.Backend {
 	case "fake":
+		if o.AgentCocoon == "" {
+			break
+		}
+		var skipped *Runner
+		var err error
+		if o, supNote, skipped, err = cocoonRun(o); err != nil || skipped != nil {
+			return skipped, err
+		}
 	case "real":
 		sup, note, err := realSupervisor(o.Supervisor)
 		if err != nil {
@@ -238,6 +294,14 @@ func floor(d, min time.Duration) time.Duration {
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._@-]+`)
 
+// shellWord is p as one shell word: as is when it needs no quoting.
+func shellWord(p string) string {
+	if !unsafeChars.MatchString(strings.ReplaceAll(p, "/", "")) {
+		return p
+	}
+	return "'" + strings.ReplaceAll(p, "'", `'\''`) + "'"
+}
+
 // Repro is the one-line command that reruns a case.
 func (r *Runner) Repro(c scenarios.Case) string { return r.repro(c, r.opts.Regress) }
 
@@ -252,6 +316,10 @@ func (r *Runner) repro(c scenarios.Case, bugs []string) string {
 		s += " --offset " + scenarios.FormatFrac(c.Frac)
 	}
 	s += fmt.Sprintf(" --seed %d --time-scale %s --backend %s", r.opts.Seed, strconv.FormatFloat(r.opts.Scale, 'g', -1, 64), r.opts.Backend)
+	if r.opts.AgentCocoon != "" {
+		// the case ran with its agent over that cocoon: so must its repro
+		s += " --manager cocoon --manager-bin " + shellWord(r.opts.AgentCocoon)
+	}
 	if len(bugs) > 0 {
 		s = "VMCHAOS_REGRESS=" + strings.Join(bugs, ",") + " " + s
 	}

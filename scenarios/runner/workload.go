@@ -115,14 +115,14 @@ func (cr *caseRun) startWorkload(ctx context.Context, name string) {
 			return
 		}
 	}
-	v, ok, err := cr.st.VMByName(ctx, name)
-	if err != nil || !ok || v.GuestAddress() == "" {
+	id, addr, ok, err := cr.st.GuestOf(ctx, name)
+	if err != nil || !ok || addr == "" {
 		w.startFailed(name, fmt.Errorf("no guest address to start the writer at (listed: %v, error: %v)", ok, err), false)
 		return
 	}
-	g := ledger.Guest{Name: name, Addr: v.GuestAddress()}
+	g := ledger.Guest{Name: name, Addr: addr}
 	w.mu.Lock()
-	w.ids[v.ID] = name // its saves are the timeline's pauses and resumes
+	w.ids[id] = name // its saves are the timeline's pauses and resumes
 	w.mu.Unlock()
 	s, err := cr.st.Ledger.StartWorkload(ctx, g, ledger.WorkloadOpts{Rate: w.rate})
 	var ce *ledger.CommandError

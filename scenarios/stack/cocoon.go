@@ -17,7 +17,7 @@ import (
 // Setup, fakech as cloud-hypervisor, Image imported as the guest).
 type CocoonOptions struct {
 	Bin   string // the cocoon binary under test (--manager-bin)
-	Image string // the fake guest disk (raw), imported by Setup ("": the run's)
+	Image string // the fake guest disk (raw), imported by Setup ("": the run's, with its key authorized)
 }
 
 // CocoonBaseVM is the VM the base snapshot is saved from (removed after).
@@ -31,16 +31,32 @@ func (s *Stack) setupCocoon(ctx context.Context) error {
 	if s.run.Real != nil {
 		return fmt.Errorf("stack: an agent over cocoon runs on the fake backend only (fakech installed as cloud-hypervisor)")
 	}
+	if why, _ := CocoonNetPreflight(); why != "" {
+		return fmt.Errorf("stack: cocoon networking: %s", why)
+	}
 	image := o.Image
 	if image == "" {
-		image = s.run.Image
+		var err error
+		if image, err = s.run.cocoonImage(); err != nil {
+			return err
+		}
 	}
-	s.Cocoon = cocoon.New(manager.Options{Bin: o.Bin, Dir: filepath.Join(s.Dir, "cocoon"), VMMDir: s.run.BinDir, Image: image})
+	var err error
+	if s.cocoonNet, err = s.startCocoonNet(ctx, o.Bin); err != nil {
+		return err
+	}
+	s.Cocoon = cocoon.New(manager.Options{Bin: s.cocoonNet.wrapper, Dir: filepath.Join(s.Dir, "cocoon"), VMMDir: s.run.BinDir, Image: image})
 	if err := s.Cocoon.Setup(ctx); err != nil {
 		return fmt.Errorf("stack: cocoon store: %w", err)
 	}
+	if err := s.writeCNIConf(); err != nil {
+		return err
+	}
+	one := 1
 	for _, c := range []manager.Call{
-		{Verb: manager.VerbCreate, Name: CocoonBaseVM},
+		// one NIC: every clone of base inherits it (the agent clones
+		// with --nics 0, cocoon's "as the snapshot")
+		{Verb: manager.VerbCreate, Name: CocoonBaseVM, NICs: &one},
 		{Verb: manager.VerbSnapshotSave, VM: CocoonBaseVM, Name: "base"},
 		{Verb: manager.VerbRm, VM: CocoonBaseVM},
 	} {
@@ -69,10 +85,11 @@ func (s *Stack) CocoonVerb(ctx context.Context, c manager.Call) ([]byte, error) 
 }
 
 // managerArgs is how the agent reaches its manager: vmctl (bundled) or the
-// cocoon under test (no `vm net` there: VMs are created without NICs).
+// cocoon under test, run inside the case's network and mount namespace (the
+// wrapper); `--nics 0` is cocoon's "the snapshot's NICs" on a clone.
 func (s *Stack) managerArgs() []string {
 	if s.opts.Cocoon != nil {
-		return []string{"--manager", "cocoon", "--manager-bin", s.opts.Cocoon.Bin, "--nics", "0"}
+		return []string{"--manager", "cocoon", "--manager-bin", s.cocoonNet.wrapper, "--nics", "0"}
 	}
 	return []string{"--vmctl", filepath.Join(s.run.BinDir, "vmctl")}
 }

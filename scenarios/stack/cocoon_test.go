@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/internal/needs"
+	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/manager"
 	agentapi "github.com/vmchaos/vmchaos/nodeagent/api"
 	"github.com/vmchaos/vmchaos/scenarios/stack"
@@ -19,8 +21,10 @@ import (
 // TestStackAgentOverCocoon: a case stack with Options.Cocoon runs its agent
 // over the real cocoon (VMCHAOS_COCOON): the base snapshot is cocoon's, an
 // intent created through the agent API is one running VM in cocoon's own
-// list under the id the agent bound, and a DELETE removes it there; the
-// teardown leaves no process of the case (issue 33 item 3).
+// list under the id the agent bound, with a CNI NIC whose guest answers the
+// ledger's SSH and runs the workload writer inside its VM's netns (and not
+// in the host's), and a DELETE removes it there; the teardown leaves no
+// process of the case (issue 33 item 3, issue 32 item 3).
 func TestStackAgentOverCocoon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: end-to-end, real processes; run without -short")
@@ -57,8 +61,34 @@ func TestStackAgentOverCocoon(t *testing.T) {
 	v := waitView(ctx, t, s, "web", func(v agentapi.VMView, err error) bool {
 		return err == nil && v.Status.Lifecycle == agentapi.LifecycleReady
 	})
-	if got := cocoonVMs(ctx, t, s, "web"); len(got) != 1 || got[0].ID != v.Status.VMID || got[0].State != manager.StateRunning {
+	got := cocoonVMs(ctx, t, s, "web")
+	if len(got) != 1 || got[0].ID != v.Status.VMID || got[0].State != manager.StateRunning {
 		t.Fatalf("after create: cocoon lists %+v, agent bound %q", got, v.Status.VMID)
+	}
+	// the clone inherited base's CNI NIC: its guest answers over the
+	// ledger's pinned SSH at the address IPAM gave it, inside its netns
+	// (a loopback address inside the case's pool, never the host's)
+	if got[0].Address == "" || got[0].Netns == "" || v.Status.Address != got[0].Address {
+		t.Fatalf("after create: cocoon lists address %q netns %q, agent reports %q", got[0].Address, got[0].Netns, v.Status.Address)
+	}
+	if boot, err := s.GuestBootID(ctx, "web", got[0].Address); err != nil || boot == "" {
+		t.Fatalf("guest of web at %s: boot id %q, %v", got[0].Address, boot, err)
+	}
+	// the guest workload writes and acks markers there too (the writer
+	// runs over the same dial)
+	wl, err := s.Ledger.StartWorkload(ctx, ledger.Guest{Name: "web", Addr: got[0].Address}, ledger.WorkloadOpts{Rate: 50})
+	if err != nil {
+		t.Fatalf("workload in web: %v", err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	err = wl.WaitAcks(wctx, 5)
+	wcancel()
+	if st := wl.Stop(); err != nil || st.Acks < 5 {
+		t.Fatalf("workload in web: %d acks (%+v), %v", st.Acks, st, err)
+	}
+	if c, err := net.DialTimeout("tcp", got[0].Address, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("%s answers in the host's network namespace: the guest must live in its VM's", got[0].Address)
 	}
 	if err := s.Agent.Delete(ctx, "web"); err != nil {
 		t.Fatal(err)

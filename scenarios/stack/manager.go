@@ -21,6 +21,27 @@ func (s *Stack) ManagerObserver() manager.Observer {
 	return mvmctl.NewObserver(s.Vmctl, s.Root, s.RunDir)
 }
 
+// GuestOf is the VM named name as the ledger reaches its guest: its id and
+// guest SSH address ("" without a NIC), from the store of the stack's
+// manager (vmctl's list, or cocoon's through its adapter: vmctl's store of
+// an agent over cocoon is empty).
+func (s *Stack) GuestOf(ctx context.Context, name string) (id, addr string, ok bool, err error) {
+	if s.Cocoon == nil {
+		v, ok, err := s.VMByName(ctx, name)
+		return v.ID, v.GuestAddress(), ok, err
+	}
+	vms, err := s.Cocoon.VMs(ctx)
+	if err != nil {
+		return "", "", false, err
+	}
+	for _, v := range vms {
+		if v.Name == name {
+			return v.ID, v.Address, true, nil
+		}
+	}
+	return "", "", false, nil
+}
+
 // GuestBootID reads the boot id of the guest name at addr over the ledger's
 // pinned SSH connection: the proof that a ready VM's guest answers.
 func (s *Stack) GuestBootID(ctx context.Context, name, addr string) (string, error) {

@@ -163,11 +163,15 @@ func (s *Stack) VmctlProcs() []Proc {
 }
 
 // HarnessPIDs are the case processes the harness itself keeps running (the
-// event-stream observer), which are not the product's.
+// event-stream observer, cocoon's network holder), which are not the
+// product's.
 func (s *Stack) HarnessPIDs() map[int]bool {
 	keep := map[int]bool{}
 	if s.Observer != nil && s.Observer.cmd.Process != nil {
 		keep[s.Observer.cmd.Process.Pid] = true
+	}
+	if s.cocoonNet != nil {
+		keep[s.cocoonNet.holder] = true
 	}
 	return keep
 }

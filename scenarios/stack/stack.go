@@ -302,7 +302,10 @@ type Stack struct {
 	// Cocoon is the adapter of the case's cocoon store (Options.Cocoon;
 	// nil: the agent drives vmctl).
 	Cocoon *cocoon.Adapter
-	built  bool // New finished (else it unmounts Lazy again)
+	// cocoonNet is the case's network for cocoon (cocoonnet.go; nil
+	// without Options.Cocoon).
+	cocoonNet *cocoonNet
+	built     bool // New finished (else it unmounts Lazy again)
 }
 
 // New builds a case stack: dirs, trace, imported base snapshot, ledger.
@@ -352,6 +355,9 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 	if o.Cocoon != nil {
 		if err := s.setupCocoon(ctx); err != nil {
 			s.Trace.Close()
+			if s.unitsUp != nil {
+				s.stopUnits()
+			}
 			return nil, err
 		}
 	} else if _, err := s.Vmctl(ctx, "snapshot", "import", "--name", "base", r.BaseExport); err != nil {
@@ -364,6 +370,9 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 	}
 	if r.Real != nil {
 		s.Ledger.Dial = r.Real.Dial // guests sit on TAPs inside the run's namespace
+	}
+	if s.cocoonNet != nil {
+		s.Ledger.Dial = s.cocoonDial // each guest inside its VM's netns
 	}
 	s.Agent = NewAgentClient(filepath.Join(s.State, agentapi.SocketName))
 	if o.NetPath {
@@ -705,6 +714,15 @@ func (s *Stack) Close(ctx context.Context) error {
 		return errors.New("stack teardown: " + strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// stopUnits removes the units New started and kills what they left, when
+// New fails half-way (Close does the same for a built stack).
+func (s *Stack) stopUnits() {
+	for u := range s.unitsUp {
+		_ = s.run.Sup.Remove(context.Background(), u)
+	}
+	s.killLeftovers()
 }
 
 // copyDir copies the regular files of src into dst.

@@ -43,17 +43,18 @@ type procStat struct {
 }
 
 func readStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, err
-	}
-	return parseStat(b)
+	st, err := procstat.Read(pid)
+	return fromProcstat(st), err
 }
 
 // parseStat parses /proc/PID/stat (internal/procstat).
 func parseStat(b []byte) (procStat, error) {
 	st, err := procstat.Parse(b)
-	return procStat{comm: st.Comm, state: st.State, ppid: st.PPID, sid: st.SID, flags: st.Flags, start: st.Start}, err
+	return fromProcstat(st), err
+}
+
+func fromProcstat(st procstat.Stat) procStat {
+	return procStat{comm: st.Comm, state: st.State, ppid: st.PPID, sid: st.SID, flags: st.Flags, start: st.Start}
 }
 
 // Stat is the part of /proc/PID/stat other packages need (the stack's

@@ -47,12 +47,6 @@ func readStat(pid int) (procStat, error) {
 	return fromProcstat(st), err
 }
 
-// parseStat parses /proc/PID/stat (internal/procstat).
-func parseStat(b []byte) (procStat, error) {
-	st, err := procstat.Parse(b)
-	return fromProcstat(st), err
-}
-
 func fromProcstat(st procstat.Stat) procStat {
 	return procStat{comm: st.Comm, state: st.State, ppid: st.PPID, sid: st.SID, flags: st.Flags, start: st.Start}
 }

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -99,6 +100,11 @@ func killedSaveScenarios() []Scenario {
 					", then a wake that cancels the hibernate: no capture of the dead save is left in the running VM's dir, the guest keeps its markers"
 				w.After = []Step{{Kind: StepWake, VM: vmA, Wait: true}}
 				w.Targets = []string{"killed-save-not-collected"}
+				// the agent's retry of the hibernate waits (3 s at scale
+				// 0.05), so the wake always comes first: a retried save
+				// would reclaim the dead capture itself and hide the bug
+				// (17/20 at the default 100 ms under load)
+				w.Env.AgentFlags = append(slices.Clone(s.Env.AgentFlags), "--retry-base", "60s", "--retry-max", "120s")
 				out = append(out, w)
 			}
 		}

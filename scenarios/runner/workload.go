@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -552,12 +553,7 @@ func (cr *caseRun) judgeWake(ctx context.Context, name string, events []failpoin
 	if h.Sessions == 0 {
 		return ledger.CutVerdict{}, "no writer ran in the guest", nil
 	}
-	var dropNs int64
-	for _, e := range events {
-		if e.Point == "agent.hibernate.nic-dropped" && e.VM == name {
-			dropNs = e.TsNs
-		}
-	}
+	dropNs := nicDropNs(events, name, cr.wl().writerVMs())
 	if dropNs == 0 {
 		if cr.r.opts.AgentCocoon != "" {
 			// the agent's plan over a manager without a NIC verb (issue 33
@@ -684,4 +680,37 @@ func downsample(acks []reports.WorkloadAckPoint, marks []reports.WorkloadMark, n
 		}
 	}
 	return out
+}
+
+// writerVMs is a copy of the VM id → guest name map of the writers.
+func (w *workloads) writerVMs() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.ids)
+}
+
+// nicDropNs is when guest name's NIC was dropped before its hibernate: the
+// agent's agent.hibernate.nic-dropped, or, when the agent died after vmctl
+// removed the NIC and before it wrote that point (its restart then resumes
+// at the save and never writes it), vmctl's last vm.net.removed of a VM
+// that ran name's writer before the hibernate's save. 0: no drop.
+func nicDropNs(events []failpoint.Event, name string, writerVMs map[string]string) int64 {
+	var agentNs, vmctlNs, savedNs int64
+	for _, e := range events {
+		switch {
+		case e.Point == "agent.hibernate.nic-dropped" && e.VM == name:
+			agentNs = e.TsNs
+		case e.Point == "agent.hibernate.saved" && e.VM == name:
+			savedNs = e.TsNs
+		}
+	}
+	if agentNs != 0 {
+		return agentNs
+	}
+	for _, e := range events {
+		if e.Point == "vm.net.removed" && writerVMs[e.VM] == name && (savedNs == 0 || e.TsNs < savedNs) {
+			vmctlNs = e.TsNs
+		}
+	}
+	return vmctlNs
 }

@@ -353,7 +353,9 @@ func TestKilledSavesAndColdBootsComeFromTheCase(t *testing.T) {
 // before the hibernate's save, never one after it (the wake's).
 func TestNICDropFromVmctlWhenTheAgentDiedBeforeItsPoint(t *testing.T) {
 	vms := map[string]string{"VM1": "vm-a"}
-	ev := func(ns int64, point, vm string) failpoint.Event { return failpoint.Event{TsNs: ns, Point: point, VM: vm} }
+	ev := func(ns int64, point, vm string) failpoint.Event {
+		return failpoint.Event{TsNs: ns, Point: point, VM: vm}
+	}
 	for _, tc := range []struct {
 		name   string
 		events []failpoint.Event

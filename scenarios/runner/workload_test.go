@@ -115,16 +115,7 @@ func TestKilledSaveWithAStaleDiskFailsTheCut(t *testing.T) {
 	dir := doubleBinDirWith(t, strings.ReplaceAll(staleDiskVmctl, "%STATE%", t.TempDir()))
 	binDir = func() (string, error) { return dir, nil }
 	bad := runOneCase(t, c)
-	inv, ok = cutInvariant(bad)
-	if bad.Verdict != reports.Fail || !ok || inv.OK || !strings.Contains(inv.Evidence, "LOST") {
-		t.Fatalf("with the stale-disk double: %s (%s), cut invariant %+v", bad.Verdict, bad.Reason, inv)
-	}
-	for _, i := range bad.Invariants {
-		if !i.OK && i.Name != WorkloadConsistentCut {
-			t.Errorf("the double broke %s too: %s", i.Name, i.Evidence)
-		}
-	}
-	t.Logf("stale-disk double: %s", inv.Evidence)
+	wantOnlyCutFailed(t, bad, "LOST", "stale-disk")
 }
 
 func cutInvariant(rc reports.Case) (reports.Invariant, bool) {
@@ -160,16 +151,7 @@ func TestInconsistentSaveFailsTheCase(t *testing.T) {
 	dir := doubleBinDir(t)
 	binDir = func() (string, error) { return dir, nil }
 	bad := run(t)
-	inv, ok = cutInvariant(bad)
-	if bad.Verdict != reports.Fail || !ok || inv.OK || !strings.Contains(inv.Evidence, "PHANTOM") {
-		t.Fatalf("with the late-disk double: %s (%s), cut invariant %+v", bad.Verdict, bad.Reason, inv)
-	}
-	for _, i := range bad.Invariants {
-		if !i.OK && i.Name != WorkloadConsistentCut {
-			t.Errorf("the double broke %s too: %s", i.Name, i.Evidence)
-		}
-	}
-	t.Logf("late-disk double: %s", inv.Evidence)
+	wantOnlyCutFailed(t, bad, "PHANTOM", "late-disk")
 }
 
 // runOneCase runs c on a fresh fake stack and checks teardown left no
@@ -370,4 +352,20 @@ func TestNICDropFromVmctlWhenTheAgentDiedBeforeItsPoint(t *testing.T) {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
+}
+
+// wantOnlyCutFailed: with a double, the case fails on the cut alone, and
+// its evidence names want (LOST, PHANTOM).
+func wantOnlyCutFailed(t *testing.T, bad reports.Case, want, double string) {
+	t.Helper()
+	inv, ok := cutInvariant(bad)
+	if bad.Verdict != reports.Fail || !ok || inv.OK || !strings.Contains(inv.Evidence, want) {
+		t.Fatalf("with the %s double: %s (%s), cut invariant %+v", double, bad.Verdict, bad.Reason, inv)
+	}
+	for _, i := range bad.Invariants {
+		if !i.OK && i.Name != WorkloadConsistentCut {
+			t.Errorf("the double broke %s too: %s", i.Name, i.Evidence)
+		}
+	}
+	t.Logf("%s double: %s", double, inv.Evidence)
 }

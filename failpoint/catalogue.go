@@ -8,7 +8,7 @@ import "sort"
 type Point struct {
 	Name     string
 	Proc     string // vmctl | nodeagent | fakech
-	Op       string // create | clone | save | snapshot-rm | rm | net | hibernate | wake | delete | store | daemon | agent | vmm | registry (--registry only: no generated case parks there)
+	Op       string // create | clone | save | snapshot-rm | rm | net | hibernate | wake | delete | migrate | store | daemon | agent | vmm | registry (--registry only: no generated case parks there)
 	Happened string
 	NotYet   string
 }
@@ -80,6 +80,8 @@ var Catalogue = []Point{
 	{"agent.delete.begin", "nodeagent", "delete", "lifecycle deleting written", "vm rm"},
 	{"agent.delete.removed", "nodeagent", "delete", "VM removed", "snapshot rm, forget"},
 	{"agent.delete.done", "nodeagent", "delete", "intent forgotten", "-"},
+	{"agent.migrate.applied", "nodeagent", "migrate", "--control-plane: the control plane's intent for a VM placed on this node (or hibernate for one moved away) applied as a new generation", "the create, wake or hibernate it kicks"},
+	{"agent.migrate.released", "nodeagent", "migrate", "--control-plane: the source told the control plane it released the VM (hibernated: :hibernate committed, VM removed)", "the source's record deleted keeping the registry artifact; the target's wake"},
 	{"agent.failed", "nodeagent", "agent", "lifecycle failed written with the reason", "retry"},
 	{"agent.evidence.lookup", "nodeagent", "agent", "a create's hibernate-evidence lookup done and counted (attrs: vm, verdict)", "fresh clone, or the create becomes a wake"},
 	{"agent.wedged", "nodeagent", "agent", "an intent found stuck past its operation's budget (attrs: vm, op, reason)", "metric and API event written"},

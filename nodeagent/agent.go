@@ -146,6 +146,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer a.wg.Done()
 		a.watchWedges(ctx, start)
 	}()
+	if cfg.ControlPlane != "" {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.syncControlPlane(ctx)
+		}()
+	}
 	a.serveUntilDone(ctx, sock)
 	for _, s := range servers {
 		_ = s.Close()

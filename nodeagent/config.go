@@ -37,6 +37,12 @@ type Config struct {
 	ReadyTick        time.Duration // interval between readiness probes
 	ShutdownGrace    time.Duration // how long SIGTERM waits for workers to unwind
 	RegistryTimeout  time.Duration // connect and answer wait of one registry request
+	// ControlPlane (the unix socket of the cluster's control plane) and
+	// Node (this node's name there), when set, make the agent reconcile
+	// the VMs the control plane places against it (cpsync.go).
+	ControlPlane     string
+	Node             string
+	ControlPlaneTick time.Duration // interval between two syncs with the control plane
 }
 
 // DefaultConfig returns the documented defaults (scale 1).
@@ -55,13 +61,14 @@ func DefaultConfig() Config {
 		ReadyTick:        500 * time.Millisecond,
 		ShutdownGrace:    5 * time.Second,
 		RegistryTimeout:  10 * time.Second,
+		ControlPlaneTick: time.Second,
 	}
 }
 
 // Scaled returns c with every timer multiplied by VMCHAOS_TIME_SCALE.
 func (c Config) Scaled() Config {
 	for _, d := range []*time.Duration{&c.BusyCreateBudget, &c.BusyCreateTick, &c.RetryBase, &c.RetryMax,
-		&c.LeaseWait, &c.WatchInterval, &c.ReadyBudget, &c.ReadyTick, &c.ShutdownGrace, &c.RegistryTimeout} {
+		&c.LeaseWait, &c.WatchInterval, &c.ReadyBudget, &c.ReadyTick, &c.ShutdownGrace, &c.RegistryTimeout, &c.ControlPlaneTick} {
 		*d = timescale.D(*d)
 		if *d < time.Millisecond {
 			*d = time.Millisecond
@@ -82,6 +89,9 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.RegistryURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
 			return fmt.Errorf("--registry %q: want http://HOST:PORT or https://HOST:PORT", c.RegistryURL)
 		}
+	}
+	if (c.ControlPlane == "") != (c.Node == "") {
+		return fmt.Errorf("--control-plane and --node go together")
 	}
 	if c.VMCtl == "" {
 		return fmt.Errorf("--vmctl is empty")

@@ -748,7 +748,11 @@ func (a *Agent) doDelete(ctx context.Context, rec *record) error {
 			return err
 		}
 	}
-	if err := a.dropHibernateSnapshot(ctx, name, rec.SnapshotID); err != nil {
+	drop := a.dropHibernateSnapshot
+	if rec.KeepRegistry {
+		drop = a.dropLocalHibernateSnapshot
+	}
+	if err := drop(ctx, name, rec.SnapshotID); err != nil {
 		return opErr("delete_snapshot", err)
 	}
 	if err := a.store.forget(name); err != nil {

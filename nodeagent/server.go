@@ -155,23 +155,33 @@ func (a *Agent) handlePut(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad intent: source snapshot %q has the VM's own name, which is reserved for its hibernate snapshot", name))
 		return
 	}
+	code, view, msg := a.putIntent(a.baseCtx(r), name, in)
+	if msg != "" {
+		writeErr(w, code, msg)
+		return
+	}
+	writeJSON(w, code, view)
+}
+
+// putIntent applies a PUT of in to name: the API's and the control
+// plane sync's one way in (cpsync.go). It answers the HTTP code and either
+// the VM's view or an error message.
+func (a *Agent) putIntent(ctx context.Context, name string, in Intent) (int, VMView, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	cur := a.store.get(name)
 	if msg := conflict(name, cur, in); msg != "" {
-		writeErr(w, http.StatusConflict, msg)
-		return
+		return http.StatusConflict, VMView{}, msg
 	}
 	if cur != nil && cur.Intent == in && cur.Status.Lifecycle != LifecycleFailed {
-		writeJSON(w, http.StatusOK, cur.view()) // no change, no new generation
-		return
+		return http.StatusOK, cur.view(), "" // no change, no new generation
 	}
 	if cur != nil && a.claims[name] {
-		writeErr(w, http.StatusConflict, fmt.Sprintf(MsgResumeInFlight, name))
-		return
+		return http.StatusConflict, VMView{}, fmt.Sprintf(MsgResumeInFlight, name)
 	}
 	code := http.StatusOK
 	var rec *record
+	var err error
 	if cur == nil {
 		rec = &record{Name: name, Intent: in, Generation: 1, Status: Status{UpdatedAt: time.Now().UTC()}}
 		err = a.store.put(rec)
@@ -190,11 +200,10 @@ func (a *Agent) handlePut(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err.Error())
-		return
+		return http.StatusInternalServerError, VMView{}, err.Error()
 	}
-	a.kickLocked(a.baseCtx(r), name, false, nil)
-	writeJSON(w, code, rec.view())
+	a.kickLocked(ctx, name, false, nil)
+	return code, rec.view(), ""
 }
 
 func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
@@ -203,33 +212,41 @@ func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	code, view, msg := a.deleteIntent(a.baseCtx(r), name, false)
+	if msg != "" {
+		writeErr(w, code, msg)
+		return
+	}
+	writeJSON(w, code, view)
+}
+
+// deleteIntent applies a DELETE to name; keepRegistry (a release to
+// another node, cpsync.go) keeps its :hibernate artifact in the registry.
+func (a *Agent) deleteIntent(ctx context.Context, name string, keepRegistry bool) (int, VMView, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	cur := a.store.get(name)
 	if cur == nil {
-		writeErr(w, http.StatusNotFound, fmt.Sprintf("unknown vm %q", name))
-		return
+		return http.StatusNotFound, VMView{}, fmt.Sprintf("unknown vm %q", name)
 	}
 	if cur.Deleted {
-		writeJSON(w, http.StatusAccepted, cur.view())
-		return
+		return http.StatusAccepted, cur.view(), ""
 	}
 	if a.claims[name] {
-		writeErr(w, http.StatusConflict, fmt.Sprintf(MsgResumeInFlight, name))
-		return
+		return http.StatusConflict, VMView{}, fmt.Sprintf(MsgResumeInFlight, name)
 	}
 	rec, err := a.store.update(name, func(r *record) error {
 		r.Deleted = true
+		r.KeepRegistry = keepRegistry
 		r.Generation++
 		r.Status.FailedAttempts = 0
 		return nil
 	})
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err.Error())
-		return
+		return http.StatusInternalServerError, VMView{}, err.Error()
 	}
-	a.kickLocked(a.baseCtx(r), name, false, nil)
-	writeJSON(w, http.StatusAccepted, rec.view())
+	a.kickLocked(ctx, name, false, nil)
+	return http.StatusAccepted, rec.view(), ""
 }
 
 // baseCtx is the lifecycle context workers run on (not the request's).

@@ -375,6 +375,15 @@ func (a *Agent) hibernateEvidence(ctx context.Context, name string) (bool, error
 // dropHibernateSnapshot removes name's hibernate snapshot locally (by id,
 // pending records included) and from the registry.
 func (a *Agent) dropHibernateSnapshot(ctx context.Context, name, id string) error {
+	if err := a.dropLocalHibernateSnapshot(ctx, name, id); err != nil {
+		return err
+	}
+	return a.dropRegistry(ctx, name)
+}
+
+// dropLocalHibernateSnapshot removes name's hibernate snapshot from the
+// node only (by id, then whatever snapshot still holds the name).
+func (a *Agent) dropLocalHibernateSnapshot(ctx context.Context, name, id string) error {
 	if id != "" {
 		if err := a.removeSnapshot(ctx, name, id, true); err != nil {
 			return err
@@ -389,7 +398,7 @@ func (a *Agent) dropHibernateSnapshot(ctx context.Context, name, id string) erro
 			return err
 		}
 	}
-	return a.dropRegistry(ctx, name)
+	return nil
 }
 
 // registryHas is nil when name has a registry entry, os.ErrNotExist when

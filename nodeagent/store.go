@@ -56,6 +56,10 @@ type record struct {
 	// EvidenceChecked: this create already looked for a hibernate snapshot
 	// (and counted the lookup); a resumed create does not look twice.
 	EvidenceChecked bool `json:"evidence_checked,omitempty"`
+	// KeepRegistry: a delete that releases the VM to another node (a
+	// migration's source, cpsync.go) keeps its :hibernate artifact in the
+	// registry, which the target wakes from.
+	KeepRegistry bool `json:"keep_registry,omitempty"`
 }
 
 func (r *record) view() VMView {

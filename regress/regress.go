@@ -108,6 +108,9 @@ var Bugs = []Bug{
 	{"killed-save-not-collected", "issue 31 workload", "nodeagent",
 		"after its save child was killed mid-flight, the agent leaves the dead save's capture to the VM's next save, so a wake that cancels the hibernate leaves it in the running VM's dir for good (nothing else runs the manager's gc)",
 		"no-leftover-staging"},
+	{"migrate-release-before-push", "issue 34 migrate", "nodeagent",
+		"a migration's source releases the VM to its target as soon as the placement moved, deleting it without the hibernate, so no :hibernate snapshot is durable when the target starts",
+		"migrate-source-durable"},
 }
 
 var (

@@ -141,6 +141,10 @@ type Case struct {
 	// answering again); absent where no heal was timed or the case never
 	// converged.
 	ConvergeAfterHealMs *float64 `json:"converge_after_heal_ms,omitempty"`
+	// MigrateMs is how long a migration took (op:migrate cases), from the
+	// control plane's placement move to the VM live on its target alone;
+	// absent where the case migrated nothing or the move never finished.
+	MigrateMs *float64 `json:"migrate_ms,omitempty"`
 }
 
 // Injection is one fault as it was requested and as it landed.

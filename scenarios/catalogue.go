@@ -52,6 +52,9 @@ type Step struct {
 	// Image (wake-image) is the intent's source snapshot: the image the VM
 	// is asked to run now (catalogue_registry.go).
 	Image string
+	// Node (place, migrate) is the cluster node the control plane places
+	// the VM on (catalogue_migrate.go).
+	Node string
 }
 
 // Fault is one injection: an injector fault kind fired by an injector trigger.
@@ -112,6 +115,11 @@ type Env struct {
 	// whose MAC and id the VM's name keeps, so a wake reuses them as in
 	// the field); "": fake mode (a MAC per VM id, fresh on every clone).
 	NetMode string
+	// Nodes is the case's cluster size: 2 or more runs one node stack per
+	// node and the control plane the agents sync against
+	// (catalogue_migrate.go, docs/controlplane.md); 0 or 1: one node, no
+	// control plane.
+	Nodes int
 }
 
 // NetModeTap is Env.NetMode's tap mode.

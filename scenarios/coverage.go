@@ -87,6 +87,9 @@ var verbContexts = []coverContext{
 	// the agent's operation is in flight, no VMM (the VM is saved and
 	// about to go, or not cloned yet)
 	{Op: "registry", Agent: true, Path: []string{"agent.push.blobs", "agent.pull.manifest"}},
+	// the control plane sync of a cluster node (op:migrate cases): the
+	// agent applies a placement or releases a VM it hibernated (no VMM)
+	{Op: OpMigrate, Agent: true, Path: []string{"agent.migrate.applied", "agent.migrate.released"}},
 }
 
 // coverContexts is every operation context: the matrix's agent operations

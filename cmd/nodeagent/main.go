@@ -71,6 +71,9 @@ Example:
 	f.DurationVar(&cfg.WatchInterval, "watch-interval", cfg.WatchInterval, "interval of the vm status --event watcher child (-n)")
 	f.DurationVar(&cfg.ReadyBudget, "ready-budget", cfg.ReadyBudget, "post-clone readiness budget (guest exec retried until then)")
 	f.DurationVar(&cfg.ReadyTick, "ready-tick", cfg.ReadyTick, "interval between readiness probes and lease-wait retries")
+	f.StringVar(&cfg.ControlPlane, "control-plane", "", `unix socket of the cluster's control plane, e.g. /run/vmchaos/cp.sock: the agent runs the VMs placed on --node and hibernates and releases those moved away (docs/controlplane.md); "" runs only the intents PUT on its own API`)
+	f.StringVar(&cfg.Node, "node", "", "this node's name on --control-plane, e.g. node-a")
+	f.DurationVar(&cfg.ControlPlaneTick, "control-plane-tick", cfg.ControlPlaneTick, "interval between two syncs with --control-plane")
 	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "how long SIGTERM waits for operations to unwind")
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)

@@ -480,6 +480,9 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 	if ok, err := cr.registryStep(ctx, step, budget); ok {
 		return err
 	}
+	if ok, err := cr.clusterStep(ctx, step, budget); ok {
+		return err
+	}
 	return harnessErr(fmt.Errorf("unknown step %q", step.Kind))
 }
 

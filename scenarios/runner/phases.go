@@ -71,6 +71,11 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 	if err := st.StartAgent(ctx); err != nil {
 		return startErr(err)
 	}
+	if cr.cl != nil {
+		if err := cr.cl.startAgents(ctx); err != nil {
+			return startErr(err)
+		}
+	}
 	if s.Env.Daemon {
 		if err := st.StartDaemon(ctx, floor(r.scale(orDefault(s.Env.DaemonEvery, 5*time.Second)), 50*time.Millisecond)); err != nil {
 			return harnessErr(err)

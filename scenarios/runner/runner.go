@@ -411,6 +411,7 @@ func (r *Runner) WriteAll() (*reports.Results, error) {
 // caseRun is the state of one case in flight.
 type caseRun struct {
 	r      *Runner
+	cl     *cluster // the case's cluster (Env.Nodes >= 2; cluster.go), nil on one node
 	c      scenarios.Case
 	s      *scenarios.Scenario
 	st     *stack.Stack
@@ -532,12 +533,32 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(err)})
 		return rc
 	}
-	st, err := r.run.New(cctx, r.stackOptions(s, caseDir, bugs, lazy))
+	sopts := r.stackOptions(s, caseDir, bugs, lazy)
+	var cl *cluster
+	if s.Env.Nodes >= 2 {
+		var err error
+		if cl, err = newCluster(r.run.TmpDir, s.Env.Nodes); err != nil {
+			return harnessFailed(rc, err)
+		}
+		sopts.AgentFlags = append(sopts.AgentFlags, cl.agentFlags(cl.names[0])...)
+	}
+	st, err := r.run.New(cctx, sopts)
 	if err != nil {
+		if cl != nil {
+			_ = cl.close(context.Background())
+		}
 		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}
 	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
+	if cl != nil {
+		cr.cl = cl
+		cl.cp.Observe = cr.observeRelease
+		if err := cl.addNodes(cctx, r, st, sopts); err != nil {
+			rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: harnessErr(fmt.Errorf("cluster: %w", err)), TeardownErr: cr.teardown(caseDir)})
+			return rc
+		}
+	}
 	iopts := injector.Options{CtlDir: st.CtlDir}
 	if st.RegistryDisk != nil {
 		iopts.Disk = st.RegistryDisk // never a typed nil in the interface
@@ -586,6 +607,9 @@ func (cr *caseRun) teardown(caseDir string) error {
 	tctx, tcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer tcancel()
 	closeErr := cr.st.Close(tctx)
+	if cr.cl != nil {
+		closeErr = errors.Join(closeErr, cr.cl.close(tctx))
+	}
 	rc := cr.rc
 	rc.Logs = stack.LogRel(caseDir)
 	for k, v := range rc.Logs {

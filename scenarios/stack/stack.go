@@ -241,6 +241,10 @@ type Options struct {
 	// OCIRegistry runs a real OCI registry (the distribution server) for
 	// the case, and the agent pushes and pulls through it (registry.go).
 	OCIRegistry bool
+	// SharedRegistryURL, when set, points the agent at a registry another
+	// stack of the case runs (the second node of a cluster case: both
+	// nodes push and pull through the one registry). Not with OCIRegistry.
+	SharedRegistryURL string
 	// RegistryDisk puts the registry's storage on a tmpfs of its own that
 	// the harness can fill (registry-storage-full; regdisk.go): root only.
 	RegistryDisk bool
@@ -375,6 +379,9 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 		s.Ledger.Dial = s.cocoonDial // each guest inside its VM's netns
 	}
 	s.Agent = NewAgentClient(filepath.Join(s.State, agentapi.SocketName))
+	if o.SharedRegistryURL != "" {
+		s.RegistryURL = o.SharedRegistryURL
+	}
 	if o.NetPath {
 		if err := s.startNet(n); err != nil {
 			s.Trace.Close()

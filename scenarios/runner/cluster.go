@@ -1,0 +1,304 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmchaos/vmchaos/controlplane"
+	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
+	"github.com/vmchaos/vmchaos/scenarios/checker"
+	"github.com/vmchaos/vmchaos/scenarios/stack"
+	vmctlapi "github.com/vmchaos/vmchaos/vmctl/api"
+)
+
+// cluster is a case's cluster (Env.Nodes >= 2, docs/controlplane.md): the
+// control plane, served by the harness on a unix socket every node's agent
+// syncs against, and one node stack per node. The case's own stack
+// (caseRun.st) is the first node and runs the registry; the others push
+// and pull through it.
+type cluster struct {
+	cp     *controlplane.Server
+	srv    *http.Server
+	sock   string
+	dir    string
+	client *controlplane.Client
+	names  []string                // node names, the case's own stack first
+	nodes  map[string]*stack.Stack // by node name
+	mu     sync.Mutex
+	// bad are the MigrateSourceDurable violations seen at releases
+	bad []string
+}
+
+// clusterNodeNames are the node names of an n-node cluster.
+func clusterNodeNames(n int) []string {
+	names := []string{scenarios.NodeA, scenarios.NodeB}
+	for i := 2; i < n; i++ {
+		names = append(names, fmt.Sprintf("node-%c", 'a'+i))
+	}
+	return names[:n]
+}
+
+// newCluster starts the control plane of an n-node case under tmp (the
+// run's short temp dir: a socket path must fit sun_path, and a sandboxed
+// supervisor shares /tmp with the agents).
+func newCluster(tmp string, n int) (*cluster, error) {
+	dir, err := os.MkdirTemp(tmp, "cp")
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	cl := &cluster{cp: controlplane.New(), dir: dir, sock: filepath.Join(dir, "cp.sock"),
+		names: clusterNodeNames(n), nodes: map[string]*stack.Stack{}}
+	if cl.srv, err = controlplane.Serve(cl.cp, cl.sock); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cl.client = controlplane.NewClient(cl.sock, 10*time.Second)
+	return cl, nil
+}
+
+// agentFlags are the flags that make node's agent sync against the
+// control plane.
+func (cl *cluster) agentFlags(node string) []string {
+	// ticks at scale 1: the agent scales them itself
+	return []string{"--control-plane", cl.sock, "--node", node, "--control-plane-tick", "1s"}
+}
+
+// addNodes builds the stacks of every node after the first (the case's
+// own stack, st, already built with the registry).
+func (cl *cluster) addNodes(ctx context.Context, r *Runner, st *stack.Stack, o stack.Options) error {
+	cl.nodes[cl.names[0]] = st
+	for _, name := range cl.names[1:] {
+		no := stack.Options{CaseDir: filepath.Join(o.CaseDir, name), RestartDelay: o.RestartDelay,
+			AgentFlags: append(withoutCPFlags(o.AgentFlags), cl.agentFlags(name)...),
+			Regress:    o.Regress, NetMode: o.NetMode, SharedRegistryURL: st.RegistryURL}
+		if err := os.MkdirAll(no.CaseDir, 0o755); err != nil {
+			return err
+		}
+		ns, err := r.run.New(ctx, no)
+		if err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+		cl.nodes[name] = ns
+	}
+	return nil
+}
+
+// withoutCPFlags drops the first node's control plane flags from its
+// agent flags (the last six).
+func withoutCPFlags(flags []string) []string {
+	for i, f := range flags {
+		if f == "--control-plane" {
+			return append([]string(nil), flags[:i]...)
+		}
+	}
+	return flags
+}
+
+// startAgents starts the agents of every node after the first.
+func (cl *cluster) startAgents(ctx context.Context) error {
+	for _, name := range cl.names[1:] {
+		if err := cl.nodes[name].StartAgent(ctx); err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// close tears down the other nodes' stacks and the control plane.
+func (cl *cluster) close(ctx context.Context) error {
+	var errs []error
+	for _, name := range cl.names[1:] {
+		if s := cl.nodes[name]; s != nil {
+			errs = append(errs, s.Close(ctx))
+		}
+	}
+	errs = append(errs, cl.srv.Close(), os.RemoveAll(cl.dir))
+	return errors.Join(errs...)
+}
+
+// observeRelease judges MigrateSourceDurable at the moment a source
+// releases a VM, before the release takes effect (no target acted on it
+// yet): the registry must hold the VM's whole snapshot under :hibernate,
+// and the source no VM of the name.
+func (cr *caseRun) observeRelease(e controlplane.Event) {
+	if e.Kind != controlplane.EventReleased {
+		return
+	}
+	cl := cr.cl
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	name := e.VM.Name
+	var ev []string
+	if _, err := checker.ReadRegistrySnapshotOnce(ctx, cr.st.RegistryClient(5*time.Second), cr.st.RegistryURL, name); err != nil {
+		ev = append(ev, fmt.Sprintf("%s released %s to %s with no snapshot durable under %s:hibernate: %v", e.From, name, e.VM.Node, name, err))
+	}
+	if src := cl.nodes[e.From]; src != nil {
+		vm, ok, err := src.VMByName(ctx, name)
+		switch {
+		case err != nil:
+			ev = append(ev, fmt.Sprintf("%s released %s: its VMs could not be listed: %v", e.From, name, err))
+		case ok:
+			ev = append(ev, fmt.Sprintf("%s released %s while still holding vm %s (%s)", e.From, name, vm.ID, vm.State))
+		}
+	}
+	cl.mu.Lock()
+	cl.bad = append(cl.bad, ev...)
+	cl.mu.Unlock()
+}
+
+// clusterStep runs the harness steps of the cluster cases; ok is false for
+// a step kind that is not one of them.
+func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget time.Duration) (ok bool, err error) {
+	switch step.Kind {
+	case scenarios.StepPlace, scenarios.StepMigrate:
+	default:
+		return false, nil
+	}
+	if cr.cl == nil {
+		return true, harnessErr(fmt.Errorf("%s step in a case without a cluster (Env.Nodes < 2)", step.Kind))
+	}
+	node := cr.cl.nodes[step.Node]
+	if node == nil {
+		return true, harnessErr(fmt.Errorf("%s %s: no node %q in the cluster %v", step.Kind, step.VM, step.Node, cr.cl.names))
+	}
+	if step.Kind == scenarios.StepMigrate {
+		cr.cycles[step.VM] = true // the target must bring the guest's RAM back
+	}
+	if _, err := cr.cl.client.Place(ctx, step.VM, controlplane.Placement{Snapshot: baseSnapshot, Node: step.Node}); err != nil {
+		return true, harnessErr(err)
+	}
+	// the case's own stack is the one the final checker reads: the VM's
+	// goal there is ready where it is placed, gone where it moved away
+	if node == cr.st {
+		cr.goals[step.VM] = checker.GoalReady
+	} else {
+		cr.goals[step.VM] = checker.GoalDeleted
+	}
+	if !step.Wait {
+		return true, nil
+	}
+	start := time.Now()
+	if err := cr.waitPlaced(ctx, step.VM, step.Node, budget); err != nil {
+		return true, err
+	}
+	if node == cr.st {
+		if v, err := cr.st.Agent.Get(ctx, step.VM); err == nil {
+			cr.gens[step.VM] = v.Generation
+		}
+	}
+	if step.Kind == scenarios.StepMigrate {
+		ms := float64(time.Since(start)) / float64(time.Millisecond)
+		cr.rc.MigrateMs = &ms
+		return true, cr.verifyMigrated(ctx, step.VM, node, budget)
+	}
+	return true, nil
+}
+
+// waitPlaced waits until node's agent has name ready at its generation and
+// no other node holds any record or VM of it, judging ClusterOneLiveVM and
+// MigrateSourceDurable on every poll.
+func (cr *caseRun) waitPlaced(ctx context.Context, name, node string, budget time.Duration) error {
+	deadline := time.Now().Add(budget)
+	var last string
+	for {
+		cr.cl.mu.Lock()
+		bad := append([]string(nil), cr.cl.bad...)
+		cr.cl.mu.Unlock()
+		if len(bad) > 0 {
+			return productErr(checker.MigrateSourceDurable, errors.New(strings.Join(bad, "; ")))
+		}
+		live, elsewhere, err := cr.clusterHolders(ctx, name, node)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case len(live) > 1:
+			return productErr(checker.ClusterOneLiveVM, fmt.Errorf("%s is live on %d nodes at once: %s", name, len(live), strings.Join(live, ", ")))
+		case len(elsewhere) > 0:
+			last = "still held by " + strings.Join(elsewhere, ", ")
+		default:
+			v, gerr := cr.cl.nodes[node].Agent.Get(ctx, name)
+			if gerr == nil && v.Status.Lifecycle == checker.GoalReady && v.Status.ObservedGeneration >= v.Generation {
+				return nil
+			}
+			last = fmt.Sprintf("%s on %s: %s %q (%v)", name, node, v.Status.Lifecycle, v.Status.Message, gerr)
+		}
+		if time.Now().After(deadline) {
+			return productErr(checker.IntentGoal, fmt.Errorf("%s not live on %s alone within %s (last: %s)", name, node, budget, last))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// clusterHolders lists the nodes with a live VM of name ("node:id state")
+// and the nodes other than node that still hold a record or a VM of it.
+func (cr *caseRun) clusterHolders(ctx context.Context, name, node string) (live, elsewhere []string, err error) {
+	for _, n := range cr.cl.names {
+		s := cr.cl.nodes[n]
+		vms, lerr := s.ListVMs(ctx)
+		if lerr != nil {
+			return nil, nil, fmt.Errorf("node %s: list: %w", n, lerr)
+		}
+		held := false
+		for _, v := range vms {
+			if v.Name != name {
+				continue
+			}
+			held = true
+			if v.State != vmctlapi.StateStopped {
+				live = append(live, fmt.Sprintf("%s:%s %s", n, v.ID, v.State))
+			}
+		}
+		if n == node {
+			continue
+		}
+		if _, gerr := s.Agent.Get(ctx, name); gerr == nil {
+			held = true
+		} else if !errors.Is(gerr, stack.ErrNotFound) {
+			return nil, nil, fmt.Errorf("node %s: agent: %w", n, gerr)
+		}
+		if held {
+			elsewhere = append(elsewhere, n)
+		}
+	}
+	sort.Strings(live)
+	return live, elsewhere, nil
+}
+
+// verifyMigrated lists the migrated guest's ledger on its new node: every
+// marker acked on the source must be there, RAM ones under the same boot
+// id (the wake restored the source's memory, not a fresh boot).
+func (cr *caseRun) verifyMigrated(ctx context.Context, name string, node *stack.Stack, budget time.Duration) error {
+	if cr.ledger[name] == 0 {
+		return nil // no marker was written: nothing to hold
+	}
+	_, addr, ok, err := node.GuestOf(ctx, name)
+	if err != nil || !ok || addr == "" {
+		return productErr(checker.LedgerClean, fmt.Errorf("migrated %s has no guest address on its node (listed %v, %v)", name, ok, err))
+	}
+	vctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	v, err := cr.st.Ledger.Verify(vctx, ledger.Guest{Name: name, Addr: addr}, ledger.VerifyOpts{ExpectRAM: true})
+	if err != nil {
+		return harnessErr(fmt.Errorf("verify the migrated guest: %w", err))
+	}
+	cr.rc.Ledger = append(cr.rc.Ledger, reports.LedgerVerdict{Guest: v.Guest, Stable: v.Stable, Lost: v.Lost,
+		InFlight: v.InFlight, Phantom: v.Phantom, LostNames: v.LostNames, PhantomNames: v.PhantomNames, OK: v.OK, Message: v.Message})
+	if !v.OK {
+		return productErr(checker.LedgerClean, fmt.Errorf("migrated %s: %s", name, v.Message))
+	}
+	return nil
+}

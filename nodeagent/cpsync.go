@@ -18,7 +18,9 @@ import (
 // every VM as it is: the node keeps what it runs, and starts and releases
 // nothing, until it answers again.
 func (a *Agent) syncControlPlane(ctx context.Context) {
-	c := controlplane.NewClient(a.cfg.ControlPlane, a.cfg.RegistryTimeout)
+	// a release waits for the control plane to record it: not bounded
+	// by the scaled registry timeout
+	c := controlplane.NewClient(a.cfg.ControlPlane, max(a.cfg.RegistryTimeout, controlPlaneTimeout))
 	for {
 		vms, err := c.List(ctx)
 		if err != nil {
@@ -41,10 +43,10 @@ func (a *Agent) syncVM(ctx context.Context, c *controlplane.Client, v controlpla
 		// before that the source may still run it (two live VMs of one
 		// name) or its :hibernate snapshot may not be durable yet (a
 		// fresh boot where a wake was owed).
-		if v.Source != "" {
+		if v.Source != "" && !regress.On("migrate-target-skips-release") {
 			return
 		}
-		a.putFromControlPlane(ctx, v.Name, Intent{Snapshot: v.Snapshot})
+		a.putFromControlPlane(ctx, v, Intent{Snapshot: v.Snapshot})
 		return
 	}
 	a.mu.Lock()
@@ -72,8 +74,10 @@ func (a *Agent) syncVM(ctx context.Context, c *controlplane.Client, v controlpla
 			return
 		}
 		a.deleteReleased(ctx, v.Name)
-	case v.Source == me && !cur.Intent.Hibernate:
-		a.putFromControlPlane(ctx, v.Name, Intent{Snapshot: cur.Intent.Snapshot, Hibernate: true})
+	case v.Source == me:
+		// hibernate first: the VM leaves this node only through the
+		// registry
+		a.putFromControlPlane(ctx, v, Intent{Snapshot: cur.Intent.Snapshot, Hibernate: true})
 	}
 }
 
@@ -104,26 +108,35 @@ func (a *Agent) deleteReleased(ctx context.Context, name string) {
 	}
 }
 
-// putFromControlPlane applies the control plane's intent for name when it
-// differs from the record's. An unchanged intent is never re-PUT: a
-// failed record is retried by the agent's own backoff, not by a new
-// generation on every sync.
-func (a *Agent) putFromControlPlane(ctx context.Context, name string, in Intent) {
+// putFromControlPlane applies the control plane's intent for v once per
+// control plane generation. A generation already applied is never PUT
+// again (a failed record is retried by the agent's own backoff, not by a
+// new generation on every sync); a newer one is a new generation here when
+// it asks for something else or the record is failed: a leftover failed
+// must not turn the placement's move into a no-op (seed 001 #5).
+func (a *Agent) putFromControlPlane(ctx context.Context, v controlplane.VM, in Intent) {
 	a.mu.Lock()
-	rec := a.store.get(name)
-	same := rec != nil && !rec.Deleted && rec.Intent == in
+	rec := a.store.get(v.Name)
+	applied := rec != nil && !rec.Deleted && rec.CPGeneration >= v.Generation
+	if rec != nil && !rec.Deleted && rec.Intent == in && regress.On("migrate-failed-noop") {
+		applied = true // an unchanged intent taken for applied: a parked failed stays parked
+	}
 	a.mu.Unlock()
-	if same {
+	if applied {
 		return
 	}
-	if code, _, msg := a.putIntent(a.ctx, name, in); msg != "" {
-		a.log.Warn("applying the control plane's intent", "vm", name, "code", code, "err", msg)
+	if code, _, msg := a.putIntent(a.ctx, v.Name, in, v.Generation); msg != "" {
+		a.log.Warn("applying the control plane's intent", "vm", v.Name, "code", code, "err", msg)
 		return
 	}
-	if err := failpoint.Hit(ctx, "agent.migrate.applied", failpoint.Attrs{"vm": name}); err != nil {
+	if err := failpoint.Hit(ctx, "agent.migrate.applied", failpoint.Attrs{"vm": v.Name}); err != nil {
 		a.log.Warn("failpoint", "point", "agent.migrate.applied", "err", err)
 	}
 }
 
 // controlPlaneTickFloor keeps a tiny time scale from spinning the sync.
 const controlPlaneTickFloor = 20 * time.Millisecond
+
+// controlPlaneTimeout is the least time one control plane request is
+// given.
+const controlPlaneTimeout = 5 * time.Second

@@ -155,7 +155,7 @@ func (a *Agent) handlePut(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad intent: source snapshot %q has the VM's own name, which is reserved for its hibernate snapshot", name))
 		return
 	}
-	code, view, msg := a.putIntent(a.baseCtx(r), name, in)
+	code, view, msg := a.putIntent(a.baseCtx(r), name, in, 0)
 	if msg != "" {
 		writeErr(w, code, msg)
 		return
@@ -164,9 +164,10 @@ func (a *Agent) handlePut(w http.ResponseWriter, r *http.Request) {
 }
 
 // putIntent applies a PUT of in to name: the API's and the control
-// plane sync's one way in (cpsync.go). It answers the HTTP code and either
-// the VM's view or an error message.
-func (a *Agent) putIntent(ctx context.Context, name string, in Intent) (int, VMView, string) {
+// plane sync's one way in (cpsync.go; cpGen is the control plane's
+// generation it applies, 0 from the API). It answers the HTTP code and
+// either the VM's view or an error message.
+func (a *Agent) putIntent(ctx context.Context, name string, in Intent, cpGen int64) (int, VMView, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	cur := a.store.get(name)
@@ -174,6 +175,14 @@ func (a *Agent) putIntent(ctx context.Context, name string, in Intent) (int, VMV
 		return http.StatusConflict, VMView{}, msg
 	}
 	if cur != nil && cur.Intent == in && cur.Status.Lifecycle != LifecycleFailed {
+		if cpGen > cur.CPGeneration {
+			// applied: nothing else to do for it
+			rec, err := a.store.update(name, func(r *record) error { r.CPGeneration = cpGen; return nil })
+			if err != nil {
+				return http.StatusInternalServerError, VMView{}, err.Error()
+			}
+			return http.StatusOK, rec.view(), ""
+		}
 		return http.StatusOK, cur.view(), "" // no change, no new generation
 	}
 	if cur != nil && a.claims[name] {
@@ -183,7 +192,7 @@ func (a *Agent) putIntent(ctx context.Context, name string, in Intent) (int, VMV
 	var rec *record
 	var err error
 	if cur == nil {
-		rec = &record{Name: name, Intent: in, Generation: 1, Status: Status{UpdatedAt: time.Now().UTC()}}
+		rec = &record{Name: name, Intent: in, Generation: 1, CPGeneration: cpGen, Status: Status{UpdatedAt: time.Now().UTC()}}
 		err = a.store.put(rec)
 		code = http.StatusCreated
 	} else {
@@ -192,6 +201,7 @@ func (a *Agent) putIntent(ctx context.Context, name string, in Intent) (int, VMV
 		rec, err = a.store.update(name, func(r *record) error {
 			r.Intent = in
 			r.Generation++
+			r.CPGeneration = max(r.CPGeneration, cpGen)
 			r.Status.FailedAttempts = 0
 			if r.Status.Lifecycle == LifecycleFailed {
 				r.Status.Message = "retrying on a new intent generation"

@@ -60,6 +60,11 @@ type record struct {
 	// migration's source, cpsync.go) keeps its :hibernate artifact in the
 	// registry, which the target wakes from.
 	KeepRegistry bool `json:"keep_registry,omitempty"`
+	// CPGeneration is the control plane generation of the VM this record
+	// last applied (cpsync.go; 0: never synced): each newer one is applied
+	// once, as a new generation here when it asks for something else or
+	// the record is failed.
+	CPGeneration int64 `json:"cp_generation,omitempty"`
 }
 
 func (r *record) view() VMView {

@@ -111,6 +111,12 @@ var Bugs = []Bug{
 	{"migrate-release-before-push", "issue 34 migrate", "nodeagent",
 		"a migration's source releases the VM to its target as soon as the placement moved, deleting it without the hibernate, so no :hibernate snapshot is durable when the target starts",
 		"migrate-source-durable"},
+	{"migrate-failed-noop", "001 #5", "nodeagent",
+		"the control plane sync compares only the intent, so a migration's hibernate that equals a leftover parked failed one is a no-op: the source never hibernates again and the migration never starts",
+		"intent-goal"},
+	{"migrate-target-skips-release", "issue 34 migrate", "nodeagent",
+		"a migration's target starts the VM as soon as it is placed there, without waiting for its source to release it, so it boots fresh while the source still runs the VM",
+		"cluster-one-live-vm"},
 }
 
 var (

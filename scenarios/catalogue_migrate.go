@@ -19,10 +19,13 @@ const (
 const (
 	StepPlace   = "place"   // put VM {snapshot: base, node: Node} on the control plane; with Wait: until Node's agent has it ready
 	StepMigrate = "migrate" // move VM's placement to Node; with Wait: until Node's agent has it ready and no other node holds it
+	// StepExpectParked waits until the case's own node reports VM failed
+	// with its automatic retries exhausted: a leftover failed.
+	StepExpectParked = "expect-parked"
 )
 
 func init() {
-	for _, k := range []string{StepPlace, StepMigrate} {
+	for _, k := range []string{StepPlace, StepMigrate, StepExpectParked} {
 		StepKinds[k] = true
 	}
 	Catalogue = append(Catalogue, migrateScenarios()...)
@@ -43,7 +46,19 @@ func migrateScenarios() []Scenario {
 		Setup: placedA, Act: []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB, Wait: true}},
 		Faults:  []Fault{{Kind: "none"}},
 		Env:     migrateEnv,
-		Targets: []string{"migrate-release-before-push"},
+		Targets: []string{"migrate-release-before-push", "migrate-target-skips-release"},
+	}, {
+		ID: "mig-leftover-failed", SeedRef: "001 #5", Op: OpMigrate, Speed: "slow",
+		Title: "a leftover failed must not block a later migration: vm-a's hibernate on node A parked failed (an AR push blip, no retry left); the control plane then moves it to node B, and the move's own hibernate must run again, push, release, and B wake it",
+		Setup: placedA,
+		Act: []Step{{Kind: StepHibernate, VM: vmA}, {Kind: StepExpectParked, VM: vmA},
+			{Kind: StepMigrate, VM: vmA, Node: NodeB, Wait: true}},
+		Faults: []Fault{{Kind: "failpoint", Trigger: "at agent.failed", Window: [2]string{"agent.hibernate.begin", "agent.migrate.released"}}},
+		Env: Env{Registry: RegistryOCI, Nodes: 2, RestartDelay: 1 * time.Second,
+			Failpoints: "agent.push.blobs=1*error(AR push blip)@vm=" + vmA,
+			AgentFlags: []string{"--registry-timeout", "10s", "--retry-attempts=0"}},
+		Expect:  Expect{FailedOK: true},
+		Targets: []string{"migrate-failed-noop"},
 	}}
 	for i := range out {
 		out[i].Backends = []string{"fake"}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/controlplane"
 	"github.com/vmchaos/vmchaos/ledger"
+	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/scenarios/checker"
@@ -161,6 +162,8 @@ func (cr *caseRun) observeRelease(e controlplane.Event) {
 func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget time.Duration) (ok bool, err error) {
 	switch step.Kind {
 	case scenarios.StepPlace, scenarios.StepMigrate:
+	case scenarios.StepExpectParked:
+		return true, cr.expectParked(ctx, step.VM, budget)
 	default:
 		return false, nil
 	}
@@ -301,4 +304,31 @@ func (cr *caseRun) verifyMigrated(ctx context.Context, name string, node *stack.
 		return productErr(checker.LedgerClean, fmt.Errorf("migrated %s: %s", name, v.Message))
 	}
 	return nil
+}
+
+// expectParked waits until the case's own node reports name failed with
+// its automatic retries exhausted (a leftover failed the next change must
+// get past).
+func (cr *caseRun) expectParked(ctx context.Context, name string, budget time.Duration) error {
+	deadline := time.Now().Add(budget)
+	var last string
+	for {
+		v, err := cr.st.Agent.Get(ctx, name)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case v.Status.Lifecycle == nodeagent.LifecycleFailed && strings.Contains(v.Status.Message, "retries exhausted"):
+			return nil
+		default:
+			last = fmt.Sprintf("%s %q", v.Status.Lifecycle, v.Status.Message)
+		}
+		if time.Now().After(deadline) {
+			return harnessErr(fmt.Errorf("%s never parked failed within %s (last: %s): the leftover failed the case needs did not happen", name, budget, last))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

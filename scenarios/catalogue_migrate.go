@@ -1,6 +1,11 @@
 package scenarios
 
-import "time"
+import (
+	"strings"
+	"time"
+
+	"github.com/vmchaos/vmchaos/injector"
+)
 
 // OpMigrate is the cross-node migration (label op:migrate): the control
 // plane moves a VM's placement from node A to node B; A hibernates it to
@@ -22,10 +27,13 @@ const (
 	// StepExpectParked waits until the case's own node reports VM failed
 	// with its automatic retries exhausted: a leftover failed.
 	StepExpectParked = "expect-parked"
+	// StepAwaitMigrated waits until VM is live on Node alone and verifies
+	// its guest's ledger there (a migrate step without Wait, then faults)
+	StepAwaitMigrated = "await-migrated"
 )
 
 func init() {
-	for _, k := range []string{StepPlace, StepMigrate, StepExpectParked} {
+	for _, k := range []string{StepPlace, StepMigrate, StepExpectParked, StepAwaitMigrated} {
 		StepKinds[k] = true
 	}
 	Catalogue = append(Catalogue, migrateScenarios()...)
@@ -60,9 +68,54 @@ func migrateScenarios() []Scenario {
 		Expect:  Expect{FailedOK: true},
 		Targets: []string{"migrate-failed-noop"},
 	}}
+	out = append(out, migrateMatrix()...)
 	for i := range out {
 		out[i].Backends = []string{"fake"}
 		out[i].Labels = append(out[i].Labels, LabelRegistryOCI)
+	}
+	return out
+}
+
+// migratePoints are the phases of a migration on its source, in order:
+// the move applied as a hibernate, the snapshot saved, its blobs up (the
+// manifest not committed), the manifest committed, the VM removed, the
+// release told to the control plane (the record not yet deleted).
+var migratePoints = []string{"agent.migrate.applied", "agent.hibernate.saved", pointPushBlobs,
+	"agent.hibernate.pushed", "agent.hibernate.removed", "agent.migrate.released"}
+
+// migrateMatrix is the migration's phases on its source × the faults:
+// the source's agent SIGKILLed (and restarted by its supervisor) at each
+// phase, systemctl restart at the release, and the registry killed or
+// restarted while the push's manifest is not committed. The placement
+// moves, the fault lands on the parked source, and the migration must
+// still end with the VM live on the target alone, its guest's RAM kept.
+func migrateMatrix() []Scenario {
+	type cell struct {
+		point string
+		fault Fault
+	}
+	var cells []cell
+	for _, p := range migratePoints {
+		cells = append(cells, cell{p, Fault{Kind: "sigkill-main"}})
+	}
+	cells = append(cells, cell{"agent.migrate.released", Fault{Kind: "restart"}},
+		cell{pointPushBlobs, Fault{Kind: injector.FaultRegistrySigkill, Unit: UnitRegistry}},
+		cell{pointPushBlobs, Fault{Kind: injector.FaultRegistryRestart, Unit: UnitRegistry}})
+	var out []Scenario
+	for _, c := range cells {
+		f := c.fault
+		f.Trigger, f.VM = "park "+c.point, vmA
+		short := strings.ReplaceAll(strings.TrimPrefix(c.point, "agent."), ".", "-")
+		out = append(out, Scenario{
+			ID: "mig-" + f.Kind + "-at-" + short, SeedRef: "issue 34 migrate", Op: OpMigrate, Speed: "slow",
+			Title: f.Kind + " on the migration's source at " + c.point + ": the migration resumes by itself and ends with vm-a live on node B alone, woken from the registry with its RAM",
+			Setup: placedA, Act: []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB}},
+			Faults: []Fault{f},
+			After:  []Step{{Kind: StepAwaitMigrated, VM: vmA, Node: NodeB}},
+			Env:    migrateEnv,
+			// a registry fault fails the push at least once
+			Expect: Expect{FailedOK: f.Unit == UnitRegistry},
+		})
 	}
 	return out
 }

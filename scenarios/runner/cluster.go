@@ -34,10 +34,16 @@ type cluster struct {
 	dir    string
 	client *controlplane.Client
 	names  []string                // node names, the case's own stack first
+	// migrateNs is when the case's migration moved the placement
+	migrateNs time.Time
 	nodes  map[string]*stack.Stack // by node name
 	mu     sync.Mutex
-	// bad are the MigrateSourceDurable violations seen at releases
-	bad []string
+	// bad are the MigrateSourceDurable violations seen at releases, two
+	// the ClusterOneLiveVM ones the migration's watch saw
+	bad, two []string
+	// stopWatch ends the migration's watch (watchMigration)
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 }
 
 // clusterNodeNames are the node names of an n-node cluster.
@@ -117,6 +123,7 @@ func (cl *cluster) startAgents(ctx context.Context) error {
 
 // close tears down the other nodes' stacks and the control plane.
 func (cl *cluster) close(ctx context.Context) error {
+	cl.stopWatching()
 	var errs []error
 	for _, name := range cl.names[1:] {
 		if s := cl.nodes[name]; s != nil {
@@ -125,6 +132,16 @@ func (cl *cluster) close(ctx context.Context) error {
 	}
 	errs = append(errs, cl.srv.Close(), os.RemoveAll(cl.dir))
 	return errors.Join(errs...)
+}
+
+// stopWatching ends the migration's watch and waits for its last listing
+// (before any stack is torn down: a vmctl of the watch would outlive it).
+func (cl *cluster) stopWatching() {
+	if cl.stopWatch != nil {
+		cl.stopWatch()
+		<-cl.watchDone
+		cl.stopWatch = nil
+	}
 }
 
 // observeRelease judges MigrateSourceDurable at the moment a source
@@ -161,7 +178,7 @@ func (cr *caseRun) observeRelease(e controlplane.Event) {
 // a step kind that is not one of them.
 func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget time.Duration) (ok bool, err error) {
 	switch step.Kind {
-	case scenarios.StepPlace, scenarios.StepMigrate:
+	case scenarios.StepPlace, scenarios.StepMigrate, scenarios.StepAwaitMigrated:
 	case scenarios.StepExpectParked:
 		return true, cr.expectParked(ctx, step.VM, budget)
 	default:
@@ -174,8 +191,12 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 	if node == nil {
 		return true, harnessErr(fmt.Errorf("%s %s: no node %q in the cluster %v", step.Kind, step.VM, step.Node, cr.cl.names))
 	}
+	if step.Kind == scenarios.StepAwaitMigrated {
+		return true, cr.awaitMigrated(ctx, step.VM, step.Node, budget)
+	}
 	if step.Kind == scenarios.StepMigrate {
 		cr.cycles[step.VM] = true // the target must bring the guest's RAM back
+		cr.cl.migrateNs = time.Now()
 	}
 	if _, err := cr.cl.client.Place(ctx, step.VM, controlplane.Placement{Snapshot: baseSnapshot, Node: step.Node}); err != nil {
 		return true, harnessErr(err)
@@ -187,10 +208,16 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 	} else {
 		cr.goals[step.VM] = checker.GoalDeleted
 	}
+	if step.Kind == scenarios.StepMigrate {
+		cr.watchMigration(step.VM)
+		if step.Wait {
+			return true, cr.awaitMigrated(ctx, step.VM, step.Node, budget)
+		}
+		return true, nil
+	}
 	if !step.Wait {
 		return true, nil
 	}
-	start := time.Now()
 	if err := cr.waitPlaced(ctx, step.VM, step.Node, budget); err != nil {
 		return true, err
 	}
@@ -199,12 +226,48 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 			cr.gens[step.VM] = v.Generation
 		}
 	}
-	if step.Kind == scenarios.StepMigrate {
-		ms := float64(time.Since(start)) / float64(time.Millisecond)
-		cr.rc.MigrateMs = &ms
-		return true, cr.verifyMigrated(ctx, step.VM, node, budget)
-	}
 	return true, nil
+}
+
+// awaitMigrated waits until name is live on node alone, records how long
+// the migration took, and verifies the guest's ledger there.
+func (cr *caseRun) awaitMigrated(ctx context.Context, name, node string, budget time.Duration) error {
+	if err := cr.waitPlaced(ctx, name, node, budget); err != nil {
+		return err
+	}
+	if !cr.cl.migrateNs.IsZero() {
+		ms := float64(time.Since(cr.cl.migrateNs)) / float64(time.Millisecond)
+		cr.rc.MigrateMs = &ms
+	}
+	return cr.verifyMigrated(ctx, name, cr.cl.nodes[node], budget)
+}
+
+// watchMigration samples every node's VMs of name until teardown: two
+// nodes with a live VM of it at once violate ClusterOneLiveVM, whenever
+// it happens (a fault may make it brief).
+func (cr *caseRun) watchMigration(name string) {
+	cl := cr.cl
+	if cl.stopWatch != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cl.stopWatch, cl.watchDone = cancel, make(chan struct{})
+	go func() {
+		defer close(cl.watchDone)
+		for ctx.Err() == nil {
+			if live, _, err := cr.clusterHolders(ctx, name, ""); err == nil && len(live) > 1 {
+				cl.mu.Lock()
+				if len(cl.two) < 5 {
+					cl.two = append(cl.two, fmt.Sprintf("%s live on %d nodes at once: %s", name, len(live), strings.Join(live, ", ")))
+				}
+				cl.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
 }
 
 // waitPlaced waits until node's agent has name ready at its generation and
@@ -215,10 +278,13 @@ func (cr *caseRun) waitPlaced(ctx context.Context, name, node string, budget tim
 	var last string
 	for {
 		cr.cl.mu.Lock()
-		bad := append([]string(nil), cr.cl.bad...)
+		bad, two := append([]string(nil), cr.cl.bad...), append([]string(nil), cr.cl.two...)
 		cr.cl.mu.Unlock()
 		if len(bad) > 0 {
 			return productErr(checker.MigrateSourceDurable, errors.New(strings.Join(bad, "; ")))
+		}
+		if len(two) > 0 {
+			return productErr(checker.ClusterOneLiveVM, errors.New(strings.Join(two, "; ")))
 		}
 		live, elsewhere, err := cr.clusterHolders(ctx, name, node)
 		switch {

@@ -606,6 +606,9 @@ func (cr *caseRun) teardown(caseDir string) error {
 	cr.releaseAll()
 	tctx, tcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer tcancel()
+	if cr.cl != nil {
+		cr.cl.stopWatching()
+	}
 	closeErr := cr.st.Close(tctx)
 	if cr.cl != nil {
 		closeErr = errors.Join(closeErr, cr.cl.close(tctx))

@@ -33,11 +33,11 @@ type cluster struct {
 	sock   string
 	dir    string
 	client *controlplane.Client
-	names  []string                // node names, the case's own stack first
+	names  []string // node names, the case's own stack first
 	// migrateNs is when the case's migration moved the placement
 	migrateNs time.Time
-	nodes  map[string]*stack.Stack // by node name
-	mu     sync.Mutex
+	nodes     map[string]*stack.Stack // by node name
+	mu        sync.Mutex
 	// bad are the MigrateSourceDurable violations seen at releases, two
 	// the ClusterOneLiveVM ones the migration's watch saw
 	bad, two []string

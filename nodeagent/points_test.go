@@ -142,6 +142,9 @@ func TestSIGKILLAtEveryAgentPoint(t *testing.T) {
 				// hit only when a VMM dies: scenario mx-found-wake-vmm-death-in-flight
 				// parks there (ReleaseAfter) with a VMM killed under a wake
 				t.Skip("agent.child.vm-died fires only on a VMM death; covered by scenario mx-found-wake-vmm-death-in-flight")
+			case "agent.migrate.applied", "agent.migrate.released":
+				// hit only by an agent syncing against a control plane
+				t.Skip(p + " fires only with --control-plane; covered by scenarios mig-sigkill-main-at-migrate-applied and mig-sigkill-main-at-migrate-released")
 			case "agent.wedged":
 				// hit only when an intent is stuck past its budget
 				t.Skip("agent.wedged fires only on a wedge; covered by TestWedgeIsReportedAndPersisted and scenario s001-obs-wedge-visible")

@@ -106,15 +106,18 @@ func coverContexts() []coverContext {
 // CoverageFallbackOps are the contexts a credit falls back to, in order,
 // when the case's own operation has no such cell (key "": every operation):
 // a fault in a hibernate case that lands in its save, in a save case that
-// lands in the hibernate around it, a harness-run verb inside a case of
-// another operation, the agent's restart. No other agent operation is a
-// fallback (a create's phase does not credit a wake).
+// lands in the hibernate around it, a migration's fault that lands in the
+// hibernate (or save) it runs on its source, a harness-run verb inside a
+// case of another operation, the agent's restart. No other agent operation
+// is a fallback (a create's phase does not credit a wake).
 func CoverageFallbackOps() map[string][]string {
 	var all []string
 	for _, c := range verbContexts {
 		all = append(all, c.Op)
 	}
-	return map[string][]string{"": all, OpHibernate: {OpSave}, OpSave: {OpHibernate}}
+	return map[string][]string{"": all, OpHibernate: {OpSave}, OpSave: {OpHibernate},
+		// a migration runs a hibernate (and its save) on its source
+		OpMigrate: {OpHibernate, OpSave}}
 }
 
 // coverFact is one candidate (operation, point, kind) with the facts the

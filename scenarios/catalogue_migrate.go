@@ -20,6 +20,9 @@ const (
 	NodeB = "node-b"
 )
 
+// UnitNodeB is Fault.Unit of a fault on the second node's agent.
+const UnitNodeB = NodeB
+
 // Harness steps of the cluster cases (runner/cluster.go).
 const (
 	StepPlace   = "place"   // put VM {snapshot: base, node: Node} on the control plane; with Wait: until Node's agent has it ready
@@ -69,6 +72,7 @@ func migrateScenarios() []Scenario {
 		Targets: []string{"migrate-failed-noop"},
 	}}
 	out = append(out, migrateMatrix()...)
+	out = append(out, migrateTargetScenarios()...)
 	for i := range out {
 		out[i].Backends = []string{"fake"}
 		out[i].Labels = append(out[i].Labels, LabelRegistryOCI)
@@ -115,6 +119,27 @@ func migrateMatrix() []Scenario {
 			Env:    migrateEnv,
 			// a registry fault fails the push at least once
 			Expect: Expect{FailedOK: f.Unit == UnitRegistry},
+		})
+	}
+	return out
+}
+
+// migrateTargetScenarios: the target's agent SIGKILLed (its supervisor
+// restarts it) while the source, parked at a phase of the hibernate it
+// runs for the migration, has not released the VM yet. The restarted
+// target must take the placement up again, still wait for the release,
+// and wake the VM.
+func migrateTargetScenarios() []Scenario {
+	var out []Scenario
+	for _, p := range []string{"agent.hibernate.saved", "agent.hibernate.pushed"} {
+		out = append(out, Scenario{
+			ID: "mig-target-sigkill-main-at-source-" + strings.ReplaceAll(strings.TrimPrefix(p, "agent."), ".", "-"), SeedRef: "issue 34 migrate", Op: OpMigrate, Speed: "slow",
+			Title:  "node B's agent SIGKILLed while node A, hibernating vm-a for it, is at " + p + " (not released): the restarted target takes the placement up again, waits for the release, and wakes vm-a from the registry with its RAM; one live VM throughout",
+			Setup:  placedA,
+			Act:    []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB}},
+			Faults: []Fault{{Kind: "sigkill-main", Unit: UnitNodeB, Trigger: "park " + p, VM: vmA}},
+			After:  []Step{{Kind: StepAwaitMigrated, VM: vmA, Node: NodeB}},
+			Env:    migrateEnv,
 		})
 	}
 	return out

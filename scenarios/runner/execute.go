@@ -84,6 +84,12 @@ func (cr *caseRun) injFault(f scenarios.Fault) injector.Fault {
 		unit = cr.st.DaemonUnit
 	case scenarios.UnitRegistry:
 		unit = cr.st.RegistryUnit
+	case scenarios.UnitNodeB:
+		// the second node's agent (cluster cases): the supervisor is
+		// the run's, shared by every node
+		if cr.cl != nil && cr.cl.nodes[scenarios.NodeB] != nil {
+			unit = cr.cl.nodes[scenarios.NodeB].AgentUnit
+		}
 	}
 	out := injector.Fault{Kind: f.Kind, Unit: unit, Child: f.Child}
 	if f.Kind == "sigstop" || f.Kind == injector.FaultRegistrySigstop || f.Kind == injector.FaultRegistryStorageFull || isNetFault(f.Kind) {

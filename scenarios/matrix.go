@@ -391,6 +391,10 @@ func CoverageKind(s *Scenario) string {
 			return "sigkill-daemon"
 		case f.Unit == "daemon":
 			return ""
+		case f.Unit == UnitNodeB:
+			// the second node's agent, parked on the first node's
+			// phase: no cell is its own (not the parked process's)
+			return ""
 		case f.Kind == "sigstop" && f.StopFor > 0:
 			return "sigstop-cont"
 		case f.Kind == "sigstop":

@@ -39,6 +39,9 @@ func init() {
 	for _, k := range []string{StepPlace, StepMigrate, StepExpectParked, StepAwaitMigrated} {
 		StepKinds[k] = true
 	}
+	// a migration hibernates the VM on its source and wakes it on its
+	// target: the workload's cut of that hibernate is judged on the target
+	snapshotSteps[StepMigrate] = true
 	Catalogue = append(Catalogue, migrateScenarios()...)
 }
 

@@ -36,6 +36,9 @@ type cluster struct {
 	names  []string // node names, the case's own stack first
 	// migrateNs is when the case's migration moved the placement
 	migrateNs time.Time
+	// migrated: VM name → the node it was migrated to and is live on
+	// alone (its guest is there: the ledger and the workload cut read it)
+	migrated map[string]string
 	nodes     map[string]*stack.Stack // by node name
 	mu        sync.Mutex
 	// bad are the MigrateSourceDurable violations seen at releases, two
@@ -239,6 +242,10 @@ func (cr *caseRun) awaitMigrated(ctx context.Context, name, node string, budget 
 		ms := float64(time.Since(cr.cl.migrateNs)) / float64(time.Millisecond)
 		cr.rc.MigrateMs = &ms
 	}
+	if cr.cl.migrated == nil {
+		cr.cl.migrated = map[string]string{}
+	}
+	cr.cl.migrated[name] = node
 	return cr.verifyMigrated(ctx, name, cr.cl.nodes[node], budget)
 }
 
@@ -397,4 +404,15 @@ func (cr *caseRun) expectParked(ctx context.Context, name string, budget time.Du
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// guestNode is the stack whose guest of name the harness reads: the node a
+// migration moved it to, else the case's own stack.
+func (cr *caseRun) guestNode(name string) *stack.Stack {
+	if cr.cl != nil {
+		if n := cr.cl.migrated[name]; n != "" {
+			return cr.cl.nodes[n]
+		}
+	}
+	return cr.st
 }

@@ -684,7 +684,7 @@ var stackErrNotFound = stack.ErrNotFound
 
 // guest is the ledger's view of a VM: its name and SSH address.
 func (cr *caseRun) guest(ctx context.Context, name string) (ledger.Guest, error) {
-	_, addr, ok, err := cr.st.GuestOf(ctx, name)
+	_, addr, ok, err := cr.guestNode(name).GuestOf(ctx, name)
 	if err != nil {
 		return ledger.Guest{}, err
 	}

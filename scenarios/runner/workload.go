@@ -358,11 +358,14 @@ func (cr *caseRun) judgeWakes(ctx context.Context, budget time.Duration, events 
 		if !cr.cycles[n] || !wrote { // no writer ran there (a calibration VM)
 			continue
 		}
-		switch cr.goals[n] {
-		case checker.GoalDeleted:
+		switch {
+		case cr.goals[n] == checker.GoalDeleted && cr.guestNode(n) != cr.st:
+			// migrated: the cut of the source's hibernate is judged on
+			// the guest its target woke
+		case cr.goals[n] == checker.GoalDeleted:
 			f.noCut = append(f.noCut, n+" ends deleted: no guest is left to hold a cut")
 			continue
-		case checker.GoalHibernated:
+		case cr.goals[n] == checker.GoalHibernated:
 			if err := cr.wakeForCheck(ctx, n, budget); err != nil {
 				f.errs = append(f.errs, fmt.Errorf("%s wake for the cut: %w", n, err))
 				continue
@@ -382,7 +385,7 @@ func (cr *caseRun) judgeWakes(ctx context.Context, budget time.Duration, events 
 		w.mu.Lock()
 		_, wrote := w.started[n]
 		w.mu.Unlock()
-		if wrote && !cr.cycles[n] && goal == checker.GoalDeleted {
+		if wrote && !cr.cycles[n] && goal == checker.GoalDeleted && cr.guestNode(n) == cr.st {
 			f.noCut = append(f.noCut, n+" ends deleted: no guest is left to hold a cut")
 		}
 	}

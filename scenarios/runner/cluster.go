@@ -39,8 +39,8 @@ type cluster struct {
 	// migrated: VM name → the node it was migrated to and is live on
 	// alone (its guest is there: the ledger and the workload cut read it)
 	migrated map[string]string
-	nodes     map[string]*stack.Stack // by node name
-	mu        sync.Mutex
+	nodes    map[string]*stack.Stack // by node name
+	mu       sync.Mutex
 	// bad are the MigrateSourceDurable violations seen at releases, two
 	// the ClusterOneLiveVM ones the migration's watch saw
 	bad, two []string

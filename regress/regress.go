@@ -117,6 +117,9 @@ var Bugs = []Bug{
 	{"migrate-target-skips-release", "issue 34 migrate", "nodeagent",
 		"a migration's target starts the VM as soon as it is placed there, without waiting for its source to release it, so it boots fresh while the source still runs the VM",
 		"cluster-one-live-vm"},
+	{"migrate-target-skips-evidence", "issue 34 migrate", "nodeagent",
+		"an agent syncing with a control plane creates a VM without the hibernate-evidence lookup, so a migration's target boots it fresh over the :hibernate snapshot its source pushed",
+		"no-fresh-boot-over-hibernate"},
 }
 
 var (

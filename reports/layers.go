@@ -39,7 +39,7 @@ var invariantLayers = map[string]string{
 	"post-clone-marker-bound": LayerAgent, "metrics-monotonic": LayerAgent, "metric-expectations": LayerAgent,
 	"events-observed": LayerAgent, "no-failed-write": LayerAgent, "failed-left-by-itself": LayerAgent,
 	"image-guard": LayerAgent, "fail-closed": LayerAgent,
-	"cluster-one-live-vm": LayerAgent, "migrate-source-durable": LayerAgent, "wedge-visible": LayerAgent,
+	"cluster-one-live-vm": LayerAgent, "migrate-source-durable": LayerAgent, "no-fresh-boot-over-hibernate": LayerAgent, "wedge-visible": LayerAgent,
 	"evidence-lookups-counted": LayerAgent, "resume-claim-exclusion": LayerAgent, "served-after-restart": LayerAgent,
 	"no-unexpected-restart": LayerAgent, "operation-progressed": LayerAgent, "goal-reached": LayerAgent,
 	// the guest's data

@@ -60,7 +60,7 @@ func migrateScenarios() []Scenario {
 		Setup: placedA, Act: []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB, Wait: true}},
 		Faults:  []Fault{{Kind: "none"}},
 		Env:     migrateEnv,
-		Targets: []string{"migrate-release-before-push", "migrate-target-skips-release"},
+		Targets: []string{"migrate-release-before-push", "migrate-target-skips-release", "migrate-target-skips-evidence"},
 	}, {
 		ID: "mig-leftover-failed", SeedRef: "001 #5", Op: OpMigrate, Speed: "slow",
 		Title: "a leftover failed must not block a later migration: vm-a's hibernate on node A parked failed (an AR push blip, no retry left); the control plane then moves it to node B, and the move's own hibernate must run again, push, release, and B wake it",

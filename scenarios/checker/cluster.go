@@ -16,6 +16,10 @@ const (
 	// its snapshot is durable in the registry (<name>:hibernate committed,
 	// every blob served) and no VM of the name is left on it.
 	MigrateSourceDurable = "migrate-source-durable"
+	// NoFreshBootOverHibernate: a migration's target brings the VM back by
+	// a wake from the :hibernate snapshot its source pushed, never by a
+	// fresh boot of the image.
+	NoFreshBootOverHibernate = "no-fresh-boot-over-hibernate"
 )
 
 // ReadRegistrySnapshotOnce is ReadRegistrySnapshot for a single read: every

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vmchaos/vmchaos/controlplane"
+	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/reports"
@@ -35,7 +36,9 @@ type cluster struct {
 	client *controlplane.Client
 	names  []string // node names, the case's own stack first
 	// migrateNs is when the case's migration moved the placement
+	// (migrateTs: the same on the trace's clock)
 	migrateNs time.Time
+	migrateTs int64
 	// migrated: VM name → the node it was migrated to and is live on
 	// alone (its guest is there: the ledger and the workload cut read it)
 	migrated map[string]string
@@ -199,7 +202,7 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 	}
 	if step.Kind == scenarios.StepMigrate {
 		cr.cycles[step.VM] = true // the target must bring the guest's RAM back
-		cr.cl.migrateNs = time.Now()
+		cr.cl.migrateNs, cr.cl.migrateTs = time.Now(), failpoint.Now()
 	}
 	if _, err := cr.cl.client.Place(ctx, step.VM, controlplane.Placement{Snapshot: baseSnapshot, Node: step.Node}); err != nil {
 		return true, harnessErr(err)
@@ -358,6 +361,9 @@ func (cr *caseRun) clusterHolders(ctx context.Context, name, node string) (live,
 // marker acked on the source must be there, RAM ones under the same boot
 // id (the wake restored the source's memory, not a fresh boot).
 func (cr *caseRun) verifyMigrated(ctx context.Context, name string, node *stack.Stack, budget time.Duration) error {
+	if err := cr.wokeFromHibernate(name, node); err != nil {
+		return err
+	}
 	if cr.ledger[name] == 0 {
 		return nil // no marker was written: nothing to hold
 	}
@@ -415,4 +421,27 @@ func (cr *caseRun) guestNode(name string) *stack.Stack {
 		}
 	}
 	return cr.st
+}
+
+// wokeFromHibernate judges NoFreshBootOverHibernate on the target: its
+// trace must show the VM's create become a wake (agent.wake.begin) since
+// the move, and no fresh create reach its clone.
+func (cr *caseRun) wokeFromHibernate(name string, node *stack.Stack) error {
+	since := cr.cl.migrateTs
+	woke, fresh := false, false
+	for _, e := range node.Trace.Sorted() {
+		if e.VM != name || e.TsNs < since {
+			continue
+		}
+		switch e.Point {
+		case "agent.wake.begin":
+			woke = true
+		case "agent.create.cloned":
+			fresh = true
+		}
+	}
+	if fresh || !woke {
+		return productErr(checker.NoFreshBootOverHibernate, fmt.Errorf("%s on its target: a fresh create reached its clone: %v, a wake began: %v (the source pushed %s:hibernate before its release)", name, fresh, woke, name))
+	}
+	return nil
 }

@@ -30,13 +30,16 @@ const (
 	// StepExpectParked waits until the case's own node reports VM failed
 	// with its automatic retries exhausted: a leftover failed.
 	StepExpectParked = "expect-parked"
+	// StepExpectImageRefusedOn waits until Node's agent refuses to restore
+	// VM into another image (image_changed) and holds no VM of it
+	StepExpectImageRefusedOn = "expect-image-refused-on"
 	// StepAwaitMigrated waits until VM is live on Node alone and verifies
 	// its guest's ledger there (a migrate step without Wait, then faults)
 	StepAwaitMigrated = "await-migrated"
 )
 
 func init() {
-	for _, k := range []string{StepPlace, StepMigrate, StepExpectParked, StepAwaitMigrated} {
+	for _, k := range []string{StepPlace, StepMigrate, StepExpectParked, StepAwaitMigrated, StepExpectImageRefusedOn} {
 		StepKinds[k] = true
 	}
 	// a migration hibernates the VM on its source and wakes it on its
@@ -74,6 +77,18 @@ func migrateScenarios() []Scenario {
 		Expect:  Expect{FailedOK: true},
 		Targets: []string{"migrate-failed-noop"},
 	}}
+	out = append(out, Scenario{
+		ID: "mig-image-changed", SeedRef: "001 image guard", Op: OpMigrate, Speed: "slow",
+		Title: "the control plane moves vm-a to node B and asks for another image at the same time: B must refuse to restore A's :hibernate snapshot into it (image_changed, no VM); put back on its image, B wakes vm-a with its RAM",
+		Setup: placedA,
+		Act: []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB, Image: imageV2}, {Kind: StepExpectImageRefusedOn, VM: vmA, Node: NodeB},
+			{Kind: StepMigrate, VM: vmA, Node: NodeB, Wait: true}},
+		Faults: []Fault{{Kind: "none"}},
+		// the refusal's failed is node B's: node A (the stack the final
+		// checker reads) writes none
+		Env:     migrateEnv,
+		Targets: []string{"image-guard-off"},
+	})
 	out = append(out, migrateMatrix()...)
 	out = append(out, migrateTargetScenarios()...)
 	for i := range out {

@@ -187,6 +187,8 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 	case scenarios.StepPlace, scenarios.StepMigrate, scenarios.StepAwaitMigrated:
 	case scenarios.StepExpectParked:
 		return true, cr.expectParked(ctx, step.VM, budget)
+	case scenarios.StepExpectImageRefusedOn:
+		return true, cr.expectImageRefusedOn(ctx, step.VM, step.Node, budget)
 	default:
 		return false, nil
 	}
@@ -204,7 +206,17 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 		cr.cycles[step.VM] = true // the target must bring the guest's RAM back
 		cr.cl.migrateNs, cr.cl.migrateTs = time.Now(), failpoint.Now()
 	}
-	if _, err := cr.cl.client.Place(ctx, step.VM, controlplane.Placement{Snapshot: baseSnapshot, Node: step.Node}); err != nil {
+	image := baseSnapshot
+	if step.Image != "" {
+		// another image (a new release of it): imported on the node first
+		image = step.Image
+		if _, err := node.Vmctl(ctx, "snapshot", "inspect", image); err != nil {
+			if _, err := node.Vmctl(ctx, "snapshot", "import", "--name", image, cr.r.run.BaseExport); err != nil {
+				return true, harnessErr(fmt.Errorf("import image %s on %s: %w", image, step.Node, err))
+			}
+		}
+	}
+	if _, err := cr.cl.client.Place(ctx, step.VM, controlplane.Placement{Snapshot: image, Node: step.Node}); err != nil {
 		return true, harnessErr(err)
 	}
 	// the case's own stack is the one the final checker reads: the VM's
@@ -444,4 +456,42 @@ func (cr *caseRun) wokeFromHibernate(name string, node *stack.Stack) error {
 		return productErr(checker.NoFreshBootOverHibernate, fmt.Errorf("%s on its target: a fresh create reached its clone: %v, a wake began: %v (the source pushed %s:hibernate before its release)", name, fresh, woke, name))
 	}
 	return nil
+}
+
+// expectImageRefusedOn waits until node's agent refuses to restore name
+// into another image than its :hibernate snapshot was taken from (failed,
+// reason image_changed) while node holds no VM of it; a VM of the name on
+// node, or a ready lifecycle there, violates ImageGuard.
+func (cr *caseRun) expectImageRefusedOn(ctx context.Context, name, nodeName string, budget time.Duration) error {
+	node := cr.cl.nodes[nodeName]
+	if node == nil {
+		return harnessErr(fmt.Errorf("expect-image-refused-on: no node %q", nodeName))
+	}
+	deadline := time.Now().Add(budget)
+	var last string
+	for {
+		v, err := node.Agent.Get(ctx, name)
+		vm, exists, lerr := node.VMByName(ctx, name)
+		switch {
+		case err != nil || lerr != nil:
+			last = fmt.Sprint(errors.Join(err, lerr))
+		case exists:
+			return productErr(checker.ImageGuard, fmt.Errorf("%s restored %s into another image: vm %s (%s) exists (agent: %s %s %q)",
+				nodeName, name, vm.ID, vm.State, v.Status.Lifecycle, v.Status.FailedReason, v.Status.Message))
+		case v.Status.Lifecycle == nodeagent.LifecycleReady:
+			return productErr(checker.ImageGuard, fmt.Errorf("%s: %s is ready on image %s", nodeName, name, v.Intent.Snapshot))
+		case v.Status.Lifecycle == nodeagent.LifecycleFailed && v.Status.FailedReason == "image_changed":
+			return nil
+		default:
+			last = fmt.Sprintf("%s %s %q", v.Status.Lifecycle, v.Status.FailedReason, v.Status.Message)
+		}
+		if time.Now().After(deadline) {
+			return productErr(checker.ImageGuard, fmt.Errorf("%s: no image_changed refusal of %s within %s (last: %s)", nodeName, name, budget, last))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

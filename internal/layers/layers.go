@@ -38,6 +38,10 @@ var Product = []string{
 	// docs/architecture.md §14), and the harness drives them too. Being
 	// product, they may import no harness package.
 	"manager/...",
+	// The cluster's control plane (docs/controlplane.md): the agents
+	// reconcile against it as the field's agent does against its API
+	// server, so it is product; the harness serves it.
+	"controlplane/...",
 }
 
 // Harness is what drives and judges the product.

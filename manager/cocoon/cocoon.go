@@ -604,3 +604,15 @@ func StripLogLines(b []byte) []byte {
 	}
 	return bytes.Join(out, nil)
 }
+
+var _ manager.StoreLayout = (*Adapter)(nil)
+
+// StoreDirs: cocoon's root (its databases, images, the VMs' disks,
+// snapshots) and its log dir are durable. Its run dir is neither: its
+// default, /var/lib/cocoon/run (cmd/root.go), is on the node's disk, so a
+// reboot does not empty it, and cocoon's boot meets the dead VMMs' pid
+// files and sockets there; it stays a plain dir (the VMMs bind their API
+// sockets in it), so it keeps everything, durable or not.
+func (a *Adapter) StoreDirs() (durable, volatile []string) {
+	return []string{a.root, a.logDir}, nil
+}

@@ -98,17 +98,18 @@ func (mc *mgrCase) stopCase() ([]injector.Proc, error) {
 }
 
 // cutUnderVerb cuts the power while the verb is at its trigger (parked VMM
-// or offset). The harness's event stream is stopped first (it is the
-// embedder's watcher: it dies with the node and starts again at the boot).
+// or offset). The harness's event stream is stopped before the cut (it is
+// the embedder's watcher: it dies with the node and starts again at the
+// boot).
 func (mc *mgrCase) cutUnderVerb(ctx context.Context, inj reports.Injection, w phaseWindow, rv *running, fromNs int64) (reports.Injection, error) {
-	mc.events.stop()
-	mc.events = nil
 	inj.RequestedNs = failpoint.Now()
-	// the verb first, at once (an offset's instant); the scan of the rest
-	// takes milliseconds
+	// the verb first, at once (an offset's instant); stopping the stream
+	// and the scan of the rest take milliseconds
 	if root, err := injector.Identify(rv.cmd.Process.Pid); err == nil {
 		signalTree(root, syscall.SIGSTOP)
 	}
+	mc.events.stop()
+	mc.events = nil
 	procs, err := mc.stopCase()
 	inj.ActualNs = failpoint.Now()
 	if err != nil {

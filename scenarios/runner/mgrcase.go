@@ -243,7 +243,7 @@ func (mc *mgrCase) prepare(ctx context.Context) error {
 	}
 	mr := mc.r.mgr
 	if mc.m, err = NewManager(mr.name, manager.Options{Bin: mr.bin, Config: mr.config, Dir: mc.dir,
-		VMMDir: mr.binDir, Image: mr.image, Env: env}); err != nil {
+		VMMDir: mr.binDir, Image: mr.image, Env: env, OneFS: mc.mc.PowerCut}); err != nil {
 		return harnessErr(err)
 	}
 	if mc.mc.PowerCut {

@@ -55,7 +55,7 @@ func (mc *mgrCase) mountStore() error {
 	return nil
 }
 
-// caseProcs SIGSTOPs every process of the case (the tag's) and their
+// stopCase SIGSTOPs every process of the case (the tag's) and their
 // descendants, rescanning until a scan finds none it had not stopped (a
 // verb that forked between two scans), and returns them: the node frozen
 // at one instant, before the power cut kills it.

@@ -137,6 +137,12 @@ type Options struct {
 	// Env is appended to every verb's environment (time scale, trace
 	// socket, failpoints of the VMM).
 	Env []string
+	// OneFS: lay the store out on as few filesystems as the manager's own
+	// default does (cocoon: the run dir inside the root, as
+	// /var/lib/cocoon/run is in /var/lib/cocoon), so that a power cut's
+	// lazy mount of the root does not split what the manager expects on
+	// one filesystem (a hard link from a snapshot into a VM's run dir).
+	OneFS bool
 }
 
 // Manager is what the manager-level catalogue needs from one manager: the

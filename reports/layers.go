@@ -34,6 +34,8 @@ var invariantLayers = map[string]string{
 	"name-freed-by-recovery": LayerManager, "vmm-death-seen": LayerManager, "events-match-state": LayerManager,
 	"manager-setup": LayerManager, "manager-calibration": LayerManager, "manager-event-stream": LayerManager,
 	"manager-listed": LayerManager, "racer-held-off": LayerManager, "verb-ends-when-vmm-dies": LayerManager, "raced-verb-succeeds": LayerManager,
+	"acked-verbs-kept": LayerManager, "boots-after-cut": LayerManager, "verb-ends-after-thaw": LayerManager,
+	"thawed-verb-result-holds": LayerManager,
 	// the agent's intents, recovery and what it shows outside the node
 	"intent-goal": LayerAgent, "vms-adopted": LayerAgent, "acked-intents-kept": LayerAgent,
 	"post-clone-marker-bound": LayerAgent, "metrics-monotonic": LayerAgent, "metric-expectations": LayerAgent,

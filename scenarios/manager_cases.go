@@ -69,6 +69,16 @@ type MgrCase struct {
 	// VMMOnly (park): the parked VMM is kill -9ed while the verb waits on
 	// it alive; the verb must end, and the recovery succeed.
 	VMMOnly bool
+	// PowerCut (park, offset): the power of the node is cut instead of the
+	// verb being killed: the store on lazy filesystems, every process of
+	// the case frozen and killed at once, every write not durable lost;
+	// then the boot (the manager's own recovery, the VMs restarted) and
+	// the retry (manager_matrix.go).
+	PowerCut bool
+	// Freeze (park): the verb is SIGSTOPped (with its children) while the
+	// VMM is parked, the VMM finishes the request, and the verb is
+	// SIGCONTed; it must come back (manager_matrix.go).
+	Freeze bool
 }
 
 // MgrRace is a second verb racing the verb under test as embedders make
@@ -188,6 +198,7 @@ func ExpandManager(m manager.Manager, phases map[manager.Verb][]string, failed m
 	name := m.Name()
 	var out []Case
 	add := func(id, title string, mc MgrCase, fault, trigger string, extra ...string) {
+		mc.Manager = name
 		op := MgrOpName(mc.Op.Verb)
 		labels := append([]string{LayerManager, "manager:" + name, "backend:fake", "op:" + op, "fault:" + fault}, extra...)
 		labels = append(labels, "case:"+CaseLabel(id))
@@ -215,12 +226,14 @@ func ExpandManager(m manager.Manager, phases map[manager.Verb][]string, failed m
 			add(fmt.Sprintf("mgr-%s-vmm-kill9-at-%s", verb, p),
 				fmt.Sprintf("the VMM kill -9ed while parked at %s with %s waiting on it alive: the verb ends, then the manager's recovery", p, verb),
 				MgrCase{Manager: name, Op: op, Trigger: MgrTrigPark, Point: p, VMMOnly: true}, "sigkill-vmm", "park "+p, "trigger:park")
+			mgrMatrixPark(add, m, op, p)
 		}
 		for _, f := range MgrFractions {
 			pct := int(f*100 + 0.5)
 			add(fmt.Sprintf("mgr-%s-kill-at-%d%%", verb, pct),
 				fmt.Sprintf("%s SIGKILLed %d%% into its measured window, then the manager's recovery", verb, pct),
 				MgrCase{Manager: name, Op: op, Trigger: MgrTrigOffset, Fraction: f}, "sigkill-verb", fmt.Sprintf("%s start + %d%%", verb, pct), "trigger:offset")
+			mgrMatrixOffset(add, m, op, f)
 		}
 	}
 	for i := range MgrRaces {

@@ -117,3 +117,34 @@ func TestExportImportThroughPipes(t *testing.T) {
 	s2.check()
 	s.check()
 }
+
+// TestGCRemovesASpentRestoreCopy: a clone removes its restore copy once the
+// guest runs, but not durably; a power cut right after brings it back (the
+// manager-verb power-cut cases found it: mgr-clone-powercut-at-10%). gc
+// removes the copy of a VM committed past creating.
+func TestGCRemovesASpentRestoreCopy(t *testing.T) {
+	s := newStack(t, "0.02")
+	s.runVM("a")
+	s.ok("snapshot", "save", "--name", "base", "a")
+	s.ok("vm", "clone", "--name", "b", "base")
+	b := s.vm("b")
+	rd := s.m.restoreDir(b.ID)
+	if _, err := os.Stat(rd); !os.IsNotExist(err) {
+		t.Fatalf("the clone left its restore copy: %v", err)
+	}
+	// what the power cut brings back: the copy, as before its removal
+	if err := os.MkdirAll(rd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rd, "memory-ranges"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var rep GCReport
+	if err := json.Unmarshal([]byte(s.ok("gc")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(rd); !os.IsNotExist(err) || len(rep.Restores) != 1 || rep.Restores[0] != b.ID {
+		t.Fatalf("gc kept the spent restore copy of %s (%v): %+v", b.ID, err, rep)
+	}
+	s.check()
+}

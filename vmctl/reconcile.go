@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmchaos/vmchaos/durable"
 	"github.com/vmchaos/vmchaos/regress"
 )
 
@@ -311,6 +312,7 @@ func (m *Manager) GC(ctx context.Context) (GCReport, error) {
 	if err != nil {
 		return rep, err
 	}
+	rep.Restores = m.removeSpentRestores(ctx, vx)
 	candidates := map[string]bool{}
 	for _, dir := range []string{m.vmsDir(), m.cfg.RunDir} {
 		ents, _ := os.ReadDir(dir)
@@ -362,6 +364,35 @@ func (m *Manager) GC(ctx context.Context) (GCReport, error) {
 	})
 	rep.TempFile = m.removeTempIndexFiles(ctx)
 	return rep, nil
+}
+
+// removeSpentRestores deletes the restore copy of every VM committed past
+// creating: a clone removes it once the guest runs, but that removal is not
+// durable, so a power cut right after it brings the copy (the guest's whole
+// memory) back, and nothing else would ever remove it. A VM still creating
+// is left alone (its clone may be reading the copy); the ops lock, taken
+// without waiting, keeps a live operation's copy too.
+func (m *Manager) removeSpentRestores(ctx context.Context, vx *vmIndex) []string {
+	var out []string
+	for id, v := range vx.VMs {
+		if v.State == StateCreating {
+			continue
+		}
+		if _, err := os.Stat(m.restoreDir(id)); err != nil {
+			continue
+		}
+		l, err := lockFile(ctx, m.opsLockPath(id), exclusive, false)
+		if err != nil {
+			continue
+		}
+		if err := os.RemoveAll(m.restoreDir(id)); err == nil {
+			_ = durable.SyncDir(m.vmDir(id))
+			m.logf("gc: removed the spent restore copy of vm %s", id)
+			out = append(out, id)
+		}
+		l.Unlock()
+	}
+	return out
 }
 
 // removeTempIndexFiles deletes temp files of index commits that died before

@@ -181,6 +181,9 @@ func finish(cmd *cobra.Command, r *runner.Runner, dir string) error {
 // mode generates the manager's cases (after discovering its verbs' phases)
 // and runs the one named, once, --repeat or --count times.
 func reproManager(cmd *cobra.Command, f *runFlags, mf *managerFlags, id string, repeat, count int) error {
+	if code, done := inPrivateMountNS(f, mgrMayCut); done {
+		os.Exit(code)
+	}
 	bugs, err := regressFromEnv()
 	if err != nil {
 		return err

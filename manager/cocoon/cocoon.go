@@ -66,6 +66,9 @@ var (
 func New(o manager.Options) *Adapter {
 	a := &Adapter{opts: o, root: filepath.Join(o.Dir, "root"), runDir: filepath.Join(o.Dir, "run"),
 		logDir: filepath.Join(o.Dir, "log")}
+	if o.OneFS {
+		a.runDir = filepath.Join(a.root, "run") // cocoon's default layout (cmd/root.go)
+	}
 	a.exec = a.run
 	a.help = a.runHelp
 	a.version = func(ctx context.Context) (string, error) {
@@ -519,7 +522,11 @@ func (a *Adapter) VMMOf(argv []string) (string, bool) {
 // runs, so every one found is a leftover.
 func (a *Adapter) TempDirs(context.Context) ([]string, error) {
 	var out []string
-	for _, top := range []string{a.root, a.runDir} {
+	tops := []string{a.root}
+	if !strings.HasPrefix(a.runDir, a.root+"/") {
+		tops = append(tops, a.runDir)
+	}
+	for _, top := range tops {
 		err := filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
 			if err != nil {
 				if os.IsNotExist(err) {
@@ -603,4 +610,17 @@ func StripLogLines(b []byte) []byte {
 		}
 	}
 	return bytes.Join(out, nil)
+}
+
+var _ manager.StoreLayout = (*Adapter)(nil)
+
+// StoreDirs: cocoon's root (its databases, images, the VMs' disks,
+// snapshots) and its log dir are durable. Its run dir is not emptied: its
+// default, /var/lib/cocoon/run (cmd/root.go), is on the node's disk inside
+// the root, so a reboot keeps what was durable there and cocoon's boot
+// meets the dead VMMs' pid files; with Options.OneFS it is inside the root
+// and so on the root's lazy mount (clone hard-links a snapshot's memory
+// file into it: on another filesystem cocoon before v0.3.x fails EXDEV).
+func (a *Adapter) StoreDirs() (durable, volatile []string) {
+	return []string{a.root, a.logDir}, nil
 }

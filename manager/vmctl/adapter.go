@@ -170,3 +170,11 @@ func (a *Adapter) exec(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	return out.Bytes(), nil
 }
+
+var _ manager.StoreLayout = (*Adapter)(nil)
+
+// StoreDirs: the root (records, images, the VMs' disks, snapshots) is
+// durable; the run dir (API sockets, pid files) is what a reboot empties.
+func (a *Adapter) StoreDirs() (durable, volatile []string) {
+	return []string{a.root}, []string{a.runDir}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/powercut"
 	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
@@ -62,6 +63,12 @@ type mgrCase struct {
 	second   *reports.Injection // a double fault's second injection
 	verbEnd  string             // VMMOnly: how the verb ended after its VMM's death
 	bugs     []string           // VMCHAOS_REGRESS of the bundled vmctl (selftest, a planted bug)
+	node     *powercut.Node     // PowerCut: the store's durable dirs on lazyfs
+	thawCode int                // Freeze: the thawed verb's exit code
+	// beforeNames names the records of the baseline ("vm src",
+	// "snapshot base"): evidence, and the rm under test's own VM
+	beforeNames   map[string]string
+	beforeRunning []string // the VMs running before the verb: the boot after a cut starts them
 }
 
 // runMgrCase runs one manager-verb case end to end through the one
@@ -159,6 +166,14 @@ func (mc *mgrCase) fault(ctx context.Context, window time.Duration) (reports.Inj
 		return inj, nil, err
 	}
 	var invs []reports.Invariant
+	if mc.mc.Freeze {
+		return inj, mc.afterThaw(ctx), nil
+	}
+	if mc.mc.PowerCut {
+		if invs, err = mc.afterCut(ctx); err != nil {
+			return inj, invs, err
+		}
+	}
 	if mc.mc.Trigger == scenarios.MgrTrigKillVMM {
 		invs = append(invs, mc.deathSeen(ctx, inj.ActualNs))
 	}
@@ -228,8 +243,13 @@ func (mc *mgrCase) prepare(ctx context.Context) error {
 	}
 	mr := mc.r.mgr
 	if mc.m, err = NewManager(mr.name, manager.Options{Bin: mr.bin, Config: mr.config, Dir: mc.dir,
-		VMMDir: mr.binDir, Image: mr.image, Env: env}); err != nil {
+		VMMDir: mr.binDir, Image: mr.image, Env: env, OneFS: mc.mc.PowerCut}); err != nil {
 		return harnessErr(err)
+	}
+	if mc.mc.PowerCut {
+		if err := mc.mountStore(); err != nil {
+			return err
+		}
 	}
 	if err := mc.m.Setup(ctx); err != nil {
 		return productErr(ManagerSetup, fmt.Errorf("%s setup: %w", mr.name, err))
@@ -292,6 +312,17 @@ func (mc *mgrCase) baseline(ctx context.Context) error {
 		return productErr(ManagerListed, fmt.Errorf("snapshot list before the verb: %w", err))
 	}
 	mc.before = checker.NewStoreListing(dirs, vms, snaps)
+	mc.beforeNames = map[string]string{}
+	mc.beforeRunning = nil
+	for _, v := range vms {
+		mc.beforeNames[v.ID] = "vm " + v.Name
+		if v.State == manager.StateRunning {
+			mc.beforeRunning = append(mc.beforeRunning, v.Name)
+		}
+	}
+	for _, s := range snaps {
+		mc.beforeNames[s.ID] = "snapshot " + s.Name
+	}
 	mc.r.mu.Lock()
 	mc.before.Layout = mc.r.mgr.layout[mc.mc.Op.Verb]
 	mc.r.mu.Unlock()
@@ -357,6 +388,11 @@ func (mc *mgrCase) teardown() error {
 			errs = append(errs, err.Error())
 		}
 		mc.trace.Close()
+	}
+	if mc.node != nil {
+		if err := mc.node.Unmount(); err != nil {
+			errs = append(errs, "unmount the store's lazyfs: "+err.Error())
+		}
 	}
 	_ = os.RemoveAll(mc.dir)
 	if len(errs) > 0 {

@@ -53,6 +53,12 @@ func (mc *mgrCase) inject(ctx context.Context, window time.Duration) (reports.In
 	if mc.mc.VMMOnly {
 		return mc.killVMMUnderVerb(ctx, rv, mark, fromNs)
 	}
+	if mc.mc.PowerCut {
+		return mc.cutUnderVerb(ctx, inj, w, rv, fromNs)
+	}
+	if mc.mc.Freeze {
+		return mc.freezeVerb(ctx, inj, w, rv, fromNs)
+	}
 	inj.RequestedNs = failpoint.Now()
 	// The verb is our own child and not yet waited for, so its pid cannot
 	// have been reused: a plain kill(2) hits exactly it.
@@ -103,7 +109,7 @@ func (mc *mgrCase) plan(window time.Duration) (reports.Injection, phaseWindow, e
 	c := mc.mc
 	switch c.Trigger {
 	case scenarios.MgrTrigPark:
-		inj := reports.Injection{Fault: "sigkill-verb", Trigger: "park " + c.Point}
+		inj := reports.Injection{Fault: mc.faultKind(), Trigger: "park " + c.Point}
 		for _, f := range []string{".release", ".paused"} {
 			if err := os.Remove(filepath.Join(mc.ctl, c.Point+f)); err != nil && !os.IsNotExist(err) {
 				return inj, phaseWindow{}, harnessErr(err)
@@ -113,12 +119,23 @@ func (mc *mgrCase) plan(window time.Duration) (reports.Injection, phaseWindow, e
 	case scenarios.MgrTrigOffset:
 		off := time.Duration(float64(window) * c.Fraction)
 		mc.rc.OffsetMs = float64(off) / float64(time.Millisecond)
-		inj := reports.Injection{Fault: "sigkill-verb", Trigger: fmt.Sprintf("%s start + %.0f%% of %s (%s)", c.Op.Verb, c.Fraction*100,
+		inj := reports.Injection{Fault: mc.faultKind(), Trigger: fmt.Sprintf("%s start + %.0f%% of %s (%s)", c.Op.Verb, c.Fraction*100,
 			window.Round(time.Millisecond), off.Round(time.Millisecond))}
 		// the verb's own lifetime is the window an offset must land in
 		return inj, phaseWindow{Open: mgrVerbStarted, Close: mgrVerbExited}, nil
 	}
 	return reports.Injection{}, phaseWindow{}, harnessErr(fmt.Errorf("unknown trigger %q", c.Trigger))
+}
+
+// faultKind is what the case delivers at its park or offset.
+func (mc *mgrCase) faultKind() string {
+	switch {
+	case mc.mc.PowerCut:
+		return scenarios.MgrFaultPowerCut
+	case mc.mc.Freeze:
+		return scenarios.MgrFaultFreeze
+	}
+	return "sigkill-verb"
 }
 
 // land judges the injection against its window over the case's trace and

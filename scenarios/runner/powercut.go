@@ -228,8 +228,14 @@ func (cr *caseRun) cutPower(ctx context.Context, trig, parked string, pl *cutPla
 // it: the store loads, no VM record past creating is without its disk, no
 // ready snapshot without its files.
 func (cr *caseRun) recordsHaveData(ctx context.Context) reports.Invariant {
+	return recordsHaveDataAfterCut(ctx, cr.st.ManagerObserver())
+}
+
+// recordsHaveDataAfterCut is the judgement of recordsHaveData on any
+// manager's check (the agent's stack, a manager-verb case's adapter).
+func recordsHaveDataAfterCut(ctx context.Context, obs manager.Observer) reports.Invariant {
 	inv := reports.Invariant{Name: checker.RecordsHaveData + "-after-cut"}
-	rep, err := cr.st.ManagerObserver().Check(ctx)
+	rep, err := obs.Check(ctx)
 	if err != nil {
 		inv.Evidence = "manager check after the cut: " + err.Error()
 		return inv

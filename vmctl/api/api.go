@@ -175,6 +175,10 @@ type GCReport struct {
 	Orphans  []string `json:"orphans,omitempty"` // unreferenced VM dirs (and their VMMs) removed
 	TempFile []string `json:"temp_files,omitempty"`
 	Cgroups  []string `json:"cgroups,omitempty"` // empty per-VM cgroups of unreferenced ids removed
+	// Restores: spent restore copies (a clone's memory and state) of VMs
+	// committed past creating, which a power cut brought back after the
+	// clone's non-durable removal
+	Restores []string `json:"restores,omitempty"`
 }
 
 // Exact strings embedders match on (docs/architecture.md §4.5). Defined once

@@ -36,7 +36,8 @@ Actions at a point (VMCHAOS_FAILPOINTS="POINT=ACTION;POINT=ACTION", docs/archite
                       delivery is not part of its timing (injector.InVictim, docs/injector.md).
   signal(SIG,DELAY,once=TOKEN)  the same, one-shot across processes: only the process that
                       creates <VMCHAOS_FAILPOINT_CTL>/once-TOKEN.claimed first (O_EXCL) fires, so a
-                      restarted victim with the same environment does not signal itself again
+                      restarted victim with the same environment does not signal itself again;
+                      kill(once=TOKEN), exit(CODE,once=TOKEN), error(MSG,once=TOKEN): one-shot the same way
 Each optionally prefixed "N*" (the first N hits only) and suffixed "@vm=ID" (that VM only), e.g.
   VMCHAOS_FAILPOINTS='vm.clone.reserved=1*signal(KILL,59ms)@vm=web-1'`,
 		Example: `  vmchaos points

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/vmchaos/vmchaos/failpoint"
 )
 
 // The coverage cases (issue #31 item 5: nightly reaches 100 % of the
@@ -123,7 +125,7 @@ func buildCoverageCases(cat []Scenario) coverGen {
 		if targeted[cellKeyS{c.Op, c.Point, c.Kind}] {
 			continue
 		}
-		if !ops[c.Op] && c.Op != OpClone {
+		if !ops[c.Op] && c.Op != OpClone && viaOp[c.Point].Op == "" {
 			g.gaps = append(g.gaps, CoverageGap{c, "no generated shape for the " + c.Op + " context yet (a harness-run verb, the agent's own lifecycle, the ledger or the registry)"})
 			continue
 		}
@@ -151,6 +153,9 @@ func buildCoverageCases(cat []Scenario) coverGen {
 func coverageScenario(c CoverageCell) (Scenario, string) {
 	if c.Op == OpClone {
 		return directCloneScenario(c)
+	}
+	if v := viaOp[c.Point]; v.Op != "" && !covOps()[c.Op] {
+		return viaOpScenario(c, v)
 	}
 	armed := c.Proc == "fakech" && (c.Op == OpSave || c.Op == OpHibernate)
 	if armed && createHits(c.Point) {
@@ -244,4 +249,83 @@ func directCloneScenario(c CoverageCell) (Scenario, string) {
 	s.Faults = []Fault{park}
 	s.Labels = append(s.Labels, "trigger:park")
 	return s, ""
+}
+
+// viaOpShape is the agent operation a cell of the agent's lifecycle or of
+// the registry context is reached in: the operation has no such cell, so a
+// landing there falls back to the context (CoverageFallbackOps).
+type viaOpShape struct {
+	Op    string
+	Setup []Step
+	Env   Env
+}
+
+// viaOp are the points of those contexts an operation passes for the
+// intent's VM on every run: the agent's children of a create (the clone),
+// its hibernate-evidence lookup, the push and pull of an agent with a real
+// registry. Its startup, agent.failed, agent.wedged and agent.child.vm-died
+// come only after another fault: no shape here.
+var viaOp = map[string]viaOpShape{
+	"agent.child.exec":      {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
+	"agent.child.exit":      {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
+	"agent.evidence.lookup": {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
+	pointPushBlobs:          {Op: OpHibernate, Setup: readyA, Env: registryEnv},
+	pointPullManifest:       {Op: OpWake, Setup: coldHibernated, Env: registryEnv},
+}
+
+// viaOpScenario is the case of a cell reached inside operation v.Op: a
+// matrix kind parked at the point for the intent's VM (matrixScenario's
+// shape), a power cut parked there, or the failpoint action there.
+func viaOpScenario(c CoverageCell, v viaOpShape) (Scenario, string) {
+	var s Scenario
+	if mk, ok := matrixKindNamed(c.Kind); ok {
+		s = matrixScenario(matrixCell{Op: v.Op, Point: failpointPoint(c.Point), Kind: mk, VMMAlive: v.Op != OpCreate, Indexed: true}, "nightly")
+		s.Labels = []string{"trigger:park"}
+		if mk.Second != nil {
+			s.Labels = append(s.Labels, "double")
+		}
+	} else {
+		cc := c
+		cc.Op = v.Op
+		var why string
+		if s, why = coverageScenario(cc); why != "" {
+			return Scenario{}, why
+		}
+		s.Labels = s.Labels[3:] // its trigger label; the cell's are set below
+		if s.Faults[0].Kind == "failpoint" {
+			s.Env.Failpoints = c.Point + "=" + covActions[c.Kind] + "@vm=" + vmA
+		} else {
+			s.Faults[0].VM = vmA
+		}
+	}
+	s.ID = "cov-" + c.Op + "-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind
+	s.SeedRef, s.Speed = "coverage", "nightly"
+	s.Title = fmt.Sprintf("%s at %s inside a %s (%s context)", c.Kind, c.Point, v.Op, c.Op)
+	s.Labels = append([]string{"coverage", "point:" + c.Point, "kind:" + c.Kind}, s.Labels...)
+	if v.Setup != nil {
+		s.Setup = v.Setup
+	}
+	restart := s.Env.RestartDelay
+	s.Env.Registry, s.Env.AgentFlags = v.Env.Registry, v.Env.AgentFlags
+	if restart == 0 {
+		s.Env.RestartDelay = v.Env.RestartDelay
+	}
+	return s, ""
+}
+
+// matrixKindNamed is the matrix kind called name.
+func matrixKindNamed(name string) (MatrixKind, bool) {
+	for _, k := range MatrixKinds {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return MatrixKind{}, false
+}
+
+// failpointPoint is the catalogue entry of a denominator cell's point
+// (every cell's point is catalogued: coverFacts panics otherwise).
+func failpointPoint(name string) failpoint.Point {
+	p, _ := failpoint.Lookup(name)
+	return p
 }

@@ -157,6 +157,9 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	if v := viaOp[c.Point]; v.Op != "" && !covOps()[c.Op] {
 		return viaOpScenario(c, v)
 	}
+	if c.Kind == FaultSigkillDirect {
+		return directSaveScenario(c)
+	}
 	armed := c.Proc == "fakech" && (c.Op == OpSave || c.Op == OpHibernate)
 	if armed && createHits(c.Point) {
 		return Scenario{}, "the armed act's create hits " + c.Point + " before the " + c.Op + " does: neither a park nor a one-shot action singles out the " + c.Op + "'s hit"
@@ -328,4 +331,27 @@ func matrixKindNamed(name string) (MatrixKind, bool) {
 func failpointPoint(name string) failpoint.Point {
 	p, _ := failpoint.Lookup(name)
 	return p
+}
+
+// directSaveScenario is a save cell's sigkill-direct: an operator's
+// `snapshot save` the harness runs itself on the agent's ready VM, killed
+// parked at the point; the daemon collects what the dead save left, and a
+// hibernate after it must still go through (s001-2's shape). A VMM point
+// is parked by the VMM, not the harness's vmctl: no shape there.
+func directSaveScenario(c CoverageCell) (Scenario, string) {
+	if c.Op != OpSave || c.Proc != "vmctl" {
+		return Scenario{}, "sigkill-direct at a VMM point: a park there holds the VMM, and the harness kills the parked hitter (the VMM), not its own vmctl waiting on it"
+	}
+	return Scenario{
+		ID:      "cov-save-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
+		Title:   fmt.Sprintf("an operator's snapshot save SIGKILLed parked at %s; a hibernate after it", c.Point),
+		SeedRef: "coverage", Op: OpSave, Speed: "nightly",
+		Setup:  readyA,
+		Act:    []Step{{Kind: StepDirectSave, VM: vmA}},
+		Faults: []Fault{{Kind: FaultSigkillDirect, Trigger: "park " + c.Point}},
+		After:  []Step{{Kind: StepHibernate, VM: vmA}},
+		Env:    Env{RestartDelay: 1 * time.Second, Daemon: true, DaemonEvery: 5 * time.Second},
+		Expect: Expect{Ledger: true},
+		Labels: []string{"coverage", "point:" + c.Point, "kind:" + c.Kind, "trigger:park"},
+	}, ""
 }

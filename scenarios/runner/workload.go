@@ -333,6 +333,11 @@ func vmmKilledReason(s *scenarios.Scenario) string {
 			return "the fault killed the VMM (sigkill-vmm): its RAM is legitimately lost"
 		}
 	}
+	if p, k := scenarios.FailpointAction(s); k == scenarios.CovFailpointKill || k == scenarios.CovFailpointExit {
+		if fp, ok := failpoint.Lookup(p); ok && fp.Proc == "fakech" {
+			return "the failpoint action (" + k + " at " + p + ") ended the VMM: its RAM is legitimately lost"
+		}
+	}
 	for _, st := range append(append([]scenarios.Step{}, s.WhileStopped...), s.After...) {
 		if st.Kind == scenarios.StepKillVMM {
 			return "the case killed the VMM (kill-vmm step): its RAM is legitimately lost"

@@ -266,20 +266,36 @@ func directCloneScenario(c CoverageCell) (Scenario, string) {
 type viaOpShape struct {
 	Op    string
 	Setup []Step
-	Env   Env
+	Act   []Step // nil: the operation's own act
+	Env   Env    // its Failpoints are what makes the point come (after the case's own action)
+	// FailedOK: the shape writes a transient failed on purpose
+	FailedOK bool
 }
+
+// transientHibernateFailure makes a hibernate write failed once (s001-5's
+// shape): one error of the agent's own step, one attempt.
+var transientHibernateFailure = Env{RestartDelay: 1 * time.Second,
+	Failpoints: "agent.hibernate.dhcp-released=1*error(transient DHCP release blip)@vm=" + vmA,
+	AgentFlags: []string{"--retry-attempts=1"}}
 
 // viaOp are the points of those contexts an operation passes for the
 // intent's VM on every run: the agent's children of a create (the clone),
 // its hibernate-evidence lookup, the push and pull of an agent with a real
-// registry. Its startup, agent.failed, agent.wedged and agent.child.vm-died
-// come only after another fault: no shape here.
+// registry; a transient failure's agent.failed; the watcher's report of a
+// VMM killed under a ready VM. Its startup and agent.wedged come only after
+// another fault or an operator's act: no shape here.
 var viaOp = map[string]viaOpShape{
 	"agent.child.exec":      {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
 	"agent.child.exit":      {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
 	"agent.evidence.lookup": {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
 	pointPushBlobs:          {Op: OpHibernate, Setup: readyA, Env: registryEnv},
 	pointPullManifest:       {Op: OpWake, Setup: coldHibernated, Env: registryEnv},
+	// a transient failure of the hibernate writes failed; the intent
+	// leaves it by itself
+	"agent.failed": {Op: OpHibernate, Setup: readyA, Env: transientHibernateFailure, FailedOK: true},
+	// the VMM killed the way an OOM kill does: the watcher reports it
+	"agent.child.vm-died": {Op: OpCreate, Setup: readyA, Act: []Step{{Kind: StepKillVMM, VM: vmA}},
+		Env: Env{RestartDelay: 1 * time.Second}},
 }
 
 // viaOpScenario is the case of a cell reached inside operation v.Op: a
@@ -302,6 +318,8 @@ func viaOpScenario(c CoverageCell, v viaOpShape) (Scenario, string) {
 		}
 		s.Labels = s.Labels[3:] // its trigger label; the cell's are set below
 		if s.Faults[0].Kind == "failpoint" {
+			// the case's action first: FailpointAction and the runner
+			// read the first rule as the fault
 			s.Env.Failpoints = c.Point + "=" + covActions[c.Kind] + "@vm=" + vmA
 		} else {
 			s.Faults[0].VM = vmA
@@ -314,11 +332,19 @@ func viaOpScenario(c CoverageCell, v viaOpShape) (Scenario, string) {
 	if v.Setup != nil {
 		s.Setup = v.Setup
 	}
+	if v.Act != nil {
+		s.Act = v.Act
+		s.Expect.Ledger = false // the act kills the VMM: its RAM is gone
+	}
 	restart := s.Env.RestartDelay
 	s.Env.Registry, s.Env.AgentFlags = v.Env.Registry, v.Env.AgentFlags
 	if restart == 0 {
 		s.Env.RestartDelay = v.Env.RestartDelay
 	}
+	if v.Env.Failpoints != "" {
+		s.Env.Failpoints = strings.TrimPrefix(s.Env.Failpoints+";"+v.Env.Failpoints, ";")
+	}
+	s.Expect.FailedOK = v.FailedOK
 	return s, ""
 }
 

@@ -117,3 +117,30 @@ func TestExportImportThroughPipes(t *testing.T) {
 	s2.check()
 	s.check()
 }
+
+// TestDaemonCollectsDeadSaves: an operator's save killed after its pending
+// record leaves the name held with the build lease free; the daemon's pass
+// removes it (nothing else would but a manual gc) and keeps a live save's.
+func TestDaemonCollectsDeadSaves(t *testing.T) {
+	s := newStack(t, "0.02")
+	s.runVM("a")
+	if r := s.runEnv([]string{failpoint.EnvFailpoints + "=snapshot.save.pending=kill"}, "snapshot", "save", "--name", "p", "a"); r.signal != syscall.SIGKILL {
+		t.Fatal(r)
+	}
+	pid, wait := s.park("snapshot.save.pending", nil, "snapshot", "save", "--name", "live", "a")
+	s.ok("daemon", "--once")
+	names := map[string]string{}
+	for _, sn := range s.snaps() {
+		names[sn.Name] = sn.State
+	}
+	if len(names) != 1 || names["live"] != SnapPending {
+		t.Fatalf("after a daemon pass: %v, want only the live save's pending record", names)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	wait()
+	s.ok("daemon", "--once")
+	if len(s.snaps()) != 0 {
+		t.Fatalf("pending record of the killed live save survived the daemon: %+v", s.snaps())
+	}
+	s.check()
+}

@@ -112,10 +112,40 @@ func (m *Manager) DaemonPass(ctx context.Context) (PassReport, error) {
 	rolled, errs := m.rollForward(ctx)
 	rep.RolledVMs, rep.RolledSnaps = rolled.vms, rolled.snaps
 	rep.Errors = append(rep.Errors, errs...)
+	// A save that died after its pending record (an operator's, killed)
+	// leaves the record holding the name with its build lease free, and
+	// its staging: the agent collects only its own saves, so without this
+	// nothing but a manual gc ever would.
+	dead, err := m.collectDeadSaves(ctx)
+	if err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
+	}
+	rep.DeadSaves = dead
 	if err := hit(ctx, "daemon.pass", ""); err != nil {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// collectDeadSaves removes the pending snapshots whose build lease is free
+// (SnapshotRemove takes it exclusive without waiting: a live save keeps its
+// record) and the staging dirs of dead builds.
+func (m *Manager) collectDeadSaves(ctx context.Context) ([]string, error) {
+	sx, err := m.loadSnaps()
+	if err != nil {
+		return nil, fmt.Errorf("daemon: dead saves: %w", err)
+	}
+	var out []string
+	for id, s := range sx.Snapshots {
+		if s.State != SnapPending {
+			continue
+		}
+		if err := m.SnapshotRemove(ctx, id); err == nil {
+			m.logf("daemon: removed pending snapshot %s (%s) of a dead save", id, s.Name)
+			out = append(out, id)
+		}
+	}
+	return append(out, m.collectDeadStaging(ctx, sx)...), nil
 }
 
 // convergeDead records a running VM whose VMM is dead as stopped, if no

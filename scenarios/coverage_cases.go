@@ -310,6 +310,9 @@ func viaOpScenario(c CoverageCell, v viaOpShape) (Scenario, string) {
 	}
 	restart := s.Env.RestartDelay
 	s.Env.Registry, s.Env.AgentFlags = v.Env.Registry, v.Env.AgentFlags
+	if v.Env.Registry == RegistryOCI {
+		s.Labels = append(s.Labels, LabelRegistryOCI)
+	}
 	if restart == 0 {
 		s.Env.RestartDelay = v.Env.RestartDelay
 	}

@@ -41,6 +41,10 @@ const (
 	StepDirectSave   = "direct-save"   // the harness runs `vmctl snapshot save --name VM-manual VM` itself (an operator's manual save)
 	StepOrphanPause  = "orphan-pause"  // a harness `snapshot save` of VM SIGKILLed inside its pause window: the VMM stays Paused under a running record
 	StepHoldLease    = "hold-lease"    // a harness `vm clone --name reader VM` parked at vm.clone.reserved holds snapshot VM's lease shared until the agent's next `snapshot rm` exited
+	// StepDirectVmctl: the harness runs `vmctl ARGS` itself (Step.Args, a
+	// verb of the manager run by itself, no agent); with Wait (setup) it
+	// waits for its exit 0
+	StepDirectVmctl = "direct-vmctl"
 )
 
 // Step is one harness action on one VM name.
@@ -52,6 +56,8 @@ type Step struct {
 	// Image (wake-image) is the intent's source snapshot: the image the VM
 	// is asked to run now (catalogue_registry.go).
 	Image string
+	// Args (direct-vmctl) are the vmctl arguments, VMs and snapshots by name.
+	Args []string
 }
 
 // Fault is one injection: an injector fault kind fired by an injector trigger.

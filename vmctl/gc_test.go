@@ -3,6 +3,7 @@ package vmctl
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,5 +143,23 @@ func TestDaemonCollectsDeadSaves(t *testing.T) {
 	if len(s.snaps()) != 0 {
 		t.Fatalf("pending record of the killed live save survived the daemon: %+v", s.snaps())
 	}
+	s.check()
+}
+
+// TestFailedBootLeavesNoSocket: a VMM that dies while `vm start` waits for
+// its boot (SIGKILL at ch.boot) fails the start, which commits nothing; it
+// must not leave the dead VMM's api.sock behind (no daemon pass or later
+// verb of a stopped VM cleans it up).
+func TestFailedBootLeavesNoSocket(t *testing.T) {
+	s := newStack(t, "0.02")
+	v := s.runVM("a")
+	s.ok("vm", "stop", "a")
+	if r := s.runEnv([]string{failpoint.EnvFailpoints + "=ch.boot=kill"}, "vm", "start", "a"); r.code == 0 {
+		t.Fatalf("start over a VMM killed at boot: %+v, want a failure", r)
+	}
+	if _, err := os.Stat(s.m.apiSocket(v.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("api.sock of the dead VMM: %v, want gone", err)
+	}
+	s.ok("vm", "start", "a")
 	s.check()
 }

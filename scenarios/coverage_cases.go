@@ -228,11 +228,8 @@ func noShape(op string) string {
 	case "daemon":
 		return "no shape singles out the daemon's pass and its own store commits yet"
 	}
-	// a harness-run verb (s002's clone) has no agent intent, and the
-	// checker needs positive evidence (issue 31 item 2): a goal, or a VM
-	// of the case's own that must run; a verb killed mid-flight
-	// legitimately leaves none (a collected clone, a half-done rm)
-	return "a manager verb run by the harness alone: a case needs an end state the checker can require (no intent goal; Expect.DirectVMs wants the VM running, which a verb killed mid-flight legitimately does not leave); the trial cases of this context all failed intent-goal on 'no evidence'"
+	// vm-create: the one verb without a directVerbs shape
+	return "`vm create` boots a guest disk IMAGE: the fake backend's cases clone the base snapshot, and no harness step hands vmctl an image yet"
 }
 
 // directVM is the VM a coverage case's harness-run verbs act on.

@@ -89,9 +89,11 @@ func TestCoverageCaseShapes(t *testing.T) {
 	if why != "" || len(s.Act) != len(armedHibernate) || s.Faults[0].Trigger != "park ch.eject.acked" {
 		t.Errorf("hibernate VMM point power cut: %q %+v (want the armed act)", why, s)
 	}
-	for _, g := range CoverageGaps() {
-		if g.Cell.Op == OpClone && !strings.Contains(g.Why, "end state") {
-			t.Errorf("clone cell %+v: gap %q, want the missing end state named", g.Cell, g.Why)
-		}
+	s, why = coverageScenario(CoverageCell{Op: OpClone, Point: "vm.clone.files-copied", Proc: "vmctl", Kind: "sigkill-daemon"})
+	if why != "" || s.Act[0].Kind != StepDirectVmctl || s.Act[0].Args[1] != "clone" || !s.Env.Daemon || s.Faults[0].Unit != "daemon" {
+		t.Errorf("clone daemon case: %q %+v", why, s)
+	}
+	if len(s.Setup) == 0 || s.Setup[0].Kind != StepCreate || s.Setup[0].VM != vmA {
+		t.Errorf("clone case setup %+v: want the agent's bystander VM first (intent-goal's evidence)", s.Setup)
 	}
 }

@@ -154,11 +154,15 @@ func TestFailedBootLeavesNoSocket(t *testing.T) {
 	s := newStack(t, "0.02")
 	v := s.runVM("a")
 	s.ok("vm", "stop", "a")
-	if r := s.runEnv([]string{failpoint.EnvFailpoints + "=ch.boot=kill"}, "vm", "start", "a"); r.code == 0 {
-		t.Fatalf("start over a VMM killed at boot: %+v, want a failure", r)
-	}
-	if _, err := os.Stat(s.m.apiSocket(v.ID)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("api.sock of the dead VMM: %v, want gone", err)
+	// killed at boot (bootVMM's wait) and right after binding its socket
+	// (launchVMM's wait for the first answer)
+	for _, point := range []string{"ch.boot", "ch.cli.start"} {
+		if r := s.runEnv([]string{failpoint.EnvFailpoints + "=" + point + "=kill"}, "vm", "start", "a"); r.code == 0 {
+			t.Fatalf("start over a VMM killed at %s: %+v, want a failure", point, r)
+		}
+		if _, err := os.Stat(s.m.apiSocket(v.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: api.sock of the dead VMM: %v, want gone", point, err)
+		}
 	}
 	s.ok("vm", "start", "a")
 	s.check()

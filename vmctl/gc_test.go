@@ -167,3 +167,22 @@ func TestFailedBootLeavesNoSocket(t *testing.T) {
 	s.ok("vm", "start", "a")
 	s.check()
 }
+
+// TestDaemonFinishesAnInterruptedNet: a vm net killed after it recorded the
+// NIC to eject leaves the record waiting for that eject; nobody reruns an
+// operator's verb, so the daemon's pass finishes the change.
+func TestDaemonFinishesAnInterruptedNet(t *testing.T) {
+	s := newStack(t, "0.02")
+	s.runVM("a")
+	if r := s.runEnv([]string{failpoint.EnvFailpoints + "=vm.net.removed=kill"}, "vm", "net", "a", "--nics", "0"); r.signal != syscall.SIGKILL {
+		t.Fatal(r)
+	}
+	if v := s.vm("a"); len(v.Ejecting) == 0 {
+		t.Fatalf("the killed net left no eject in the record: %+v", v)
+	}
+	s.ok("daemon", "--once")
+	if v := s.vm("a"); len(v.Ejecting) != 0 || v.Config.NICs != 0 || len(v.Network) != 0 {
+		t.Fatalf("after a daemon pass: ejecting %v, %d NICs %v: want the change finished", v.Ejecting, v.Config.NICs, v.Network)
+	}
+	s.check()
+}

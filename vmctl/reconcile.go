@@ -86,6 +86,14 @@ func (m *Manager) DaemonPass(ctx context.Context) (PassReport, error) {
 			case r.Outcome == OutcomeBusy:
 				rep.Busy = append(rep.Busy, v.ID)
 			}
+		case v.State == StateRunning && len(v.Ejecting) > 0:
+			ok, err := m.finishNet(ctx, v.ID)
+			if err != nil {
+				rep.Errors = append(rep.Errors, err.Error())
+			} else if ok {
+				m.logf("daemon: VM %s: finished an interrupted NIC change", v.ID)
+				rep.NetFinished = append(rep.NetFinished, v.ID)
+			}
 		case v.State == StateStale:
 			ok, err := m.convergeDead(ctx, v.ID)
 			if err != nil {
@@ -125,6 +133,23 @@ func (m *Manager) DaemonPass(ctx context.Context) (PassReport, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// finishNet completes a NIC change whose vm net died (or failed) after it
+// recorded the ids to eject: its target is already the record's Network, so
+// the change is that verb run again, as its error message asks of whoever
+// ran it; the agent reruns its own, an operator's was left to nobody. Only
+// when no operation holds the VM.
+func (m *Manager) finishNet(ctx context.Context, id string) (bool, error) {
+	return m.ifIdle(ctx, id, func(v *VM) (bool, error) {
+		if v.State != StateRunning || len(v.Ejecting) == 0 || !m.vmmAlive(v) {
+			return false, nil
+		}
+		if _, err := m.netLocked(ctx, v, len(v.Network)); err != nil {
+			return false, fmt.Errorf("daemon: finish the NIC change of %s: %w", id, err)
+		}
+		return true, nil
+	})
 }
 
 // collectDeadSaves removes the pending snapshots whose build lease is free

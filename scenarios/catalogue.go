@@ -45,6 +45,9 @@ const (
 	// verb of the manager run by itself, no agent); with Wait (setup) it
 	// waits for its exit 0
 	StepDirectVmctl = "direct-vmctl"
+	// ArgImage in a direct-vmctl step's Args is the run's guest disk image
+	// (what `vm create` boots).
+	ArgImage = "{image}"
 )
 
 // Step is one harness action on one VM name.
@@ -56,7 +59,8 @@ type Step struct {
 	// Image (wake-image) is the intent's source snapshot: the image the VM
 	// is asked to run now (catalogue_registry.go).
 	Image string
-	// Args (direct-vmctl) are the vmctl arguments, VMs and snapshots by name.
+	// Args (direct-vmctl) are the vmctl arguments, VMs and snapshots by
+	// name; ArgImage stands for the run's guest disk image.
 	Args []string
 }
 

@@ -255,9 +255,10 @@ var directVerbs = map[string]struct{ Setup, Act []Step }{
 	OpClone: {Setup: []Step{createA}, Act: []Step{vmctlStep(false, "vm", "clone", "--name", directVM, "base")}},
 	"start": {Setup: []Step{createA, directClone, vmctlStep(true, "vm", "stop", directVM)},
 		Act: []Step{vmctlStep(false, "vm", "start", directVM)}},
-	"stop": {Setup: []Step{createA}, Act: []Step{directClone, vmctlStep(false, "vm", "stop", directVM)}},
-	"rm":   {Setup: []Step{createA}, Act: []Step{directClone, vmctlStep(false, "vm", "rm", "--force", directVM)}},
-	"net":  {Setup: []Step{createA}, Act: []Step{directClone, vmctlStep(false, "vm", "net", directVM, "--nics", "0")}},
+	"vm-create": {Setup: []Step{createA}, Act: []Step{vmctlStep(false, "vm", "create", "--name", directVM, ArgImage)}},
+	"stop":      {Setup: []Step{createA}, Act: []Step{directClone, vmctlStep(false, "vm", "stop", directVM)}},
+	"rm":        {Setup: []Step{createA}, Act: []Step{directClone, vmctlStep(false, "vm", "rm", "--force", directVM)}},
+	"net":       {Setup: []Step{createA}, Act: []Step{directClone, vmctlStep(false, "vm", "net", directVM, "--nics", "0")}},
 	"snapshot-rm": {Setup: []Step{createA, directClone, vmctlStep(true, "snapshot", "save", "--name", directVM+"-snap", directVM)},
 		Act: []Step{vmctlStep(false, "snapshot", "rm", directVM+"-snap")}},
 }

@@ -578,8 +578,12 @@ func (cr *caseRun) stepDirectVmctl(ctx context.Context, step scenarios.Step) err
 		return harnessErr(fmt.Errorf("direct-vmctl: want a verb, got %q", step.Args))
 	}
 	name := "direct-" + strings.Join(step.Args[:2], "-") + "-" + step.VM
+	args := make([]string, len(step.Args))
+	for i, a := range step.Args {
+		args[i] = strings.ReplaceAll(a, scenarios.ArgImage, cr.st.Image())
+	}
 	exit, err := cr.startDirect(name, func() (*exec.Cmd, <-chan int, error) {
-		return cr.st.StartProc(name, step.Args...)
+		return cr.st.StartProc(name, args...)
 	})
 	if err != nil {
 		return harnessErr(err)

@@ -387,7 +387,8 @@ func park(ctx context.Context, dir, name string) error {
 }
 
 // ParseSpec parses "name=action;name=action". Actions: pause, sleep(ms),
-// exit(code), kill, error(msg), signal(SIG,DELAY[,once=TOKEN]); each optionally prefixed
+// exit(code), kill, error(msg), signal(SIG,DELAY), the last four with an
+// optional once=TOKEN as their last argument; each optionally prefixed
 // "N*" and suffixed "@vm=<id>".
 func ParseSpec(spec string) ([]*rule, error) {
 	var out []*rule
@@ -438,7 +439,8 @@ func parseRule(part string) (*rule, error) {
 }
 
 // parseAction sets r's action from act, one of pause, kill, sleep(ms),
-// exit(code), signal(SIG,DELAY[,once=TOKEN]), error(msg); part is the
+// exit(code[,once=TOKEN]), signal(SIG,DELAY[,once=TOKEN]),
+// error(msg[,once=TOKEN]), kill(once=TOKEN); part is the
 // whole rule, for errors.
 func (r *rule) parseAction(part, act string) error {
 	verb, arg, hasArg := strings.Cut(act, "(")
@@ -447,6 +449,16 @@ func (r *rule) parseAction(part, act string) error {
 			return fmt.Errorf("%s: %q: unclosed (", EnvFailpoints, part)
 		}
 		arg = strings.TrimSuffix(arg, ")")
+	}
+	// kill, exit and error take once=TOKEN as their last argument, like
+	// signal: a restarted victim (or the next vmctl child) gets the same
+	// environment, so without it the action fires again at every
+	// incarnation's hit and the stack can never converge.
+	if verb == "kill" || verb == "exit" || verb == "error" {
+		var err error
+		if arg, hasArg, err = r.cutOnce(part, arg, hasArg); err != nil {
+			return err
+		}
 	}
 	num := func() error {
 		var v int
@@ -488,6 +500,28 @@ func (r *rule) parseAction(part, act string) error {
 		return fmt.Errorf("%s: %q: unknown action %q (want pause, sleep(ms), exit(code), kill, error(msg), signal(SIG,DELAY))", EnvFailpoints, part, act)
 	}
 	return nil
+}
+
+// cutOnce takes a trailing "once=TOKEN" (alone, or after a comma) off a
+// kill, exit or error argument into r.once; hasArg is false when nothing is
+// left (kill(once=T) is kill).
+func (r *rule) cutOnce(part, arg string, hasArg bool) (string, bool, error) {
+	if !hasArg {
+		return arg, false, nil
+	}
+	rest, tail := "", arg
+	if i := strings.LastIndex(arg, ","); i >= 0 {
+		rest, tail = arg[:i], arg[i+1:]
+	}
+	k, tok, ok := strings.Cut(strings.TrimSpace(tail), "=")
+	if !ok || k != "once" {
+		return arg, true, nil
+	}
+	if !validToken(tok) {
+		return "", false, fmt.Errorf("%s: %q: want once=TOKEN (1-64 of A-Za-z0-9_-)", EnvFailpoints, part)
+	}
+	r.once = tok
+	return rest, rest != "", nil
 }
 
 // Release releases a parked point by creating <dir>/<name>.release.

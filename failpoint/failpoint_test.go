@@ -255,6 +255,10 @@ func TestParseSpec(t *testing.T) {
 		{"a=signal(SIGSTOP, 2950us)", []*rule{{point: "a", action: actSignal, sig: syscall.SIGSTOP, delay: 2950 * time.Microsecond}}},
 		{"a=signal(TERM,0)", []*rule{{point: "a", action: actSignal, sig: syscall.SIGTERM}}},
 		{"a=1*signal(KILL,59ms,once=ab_C-9)", []*rule{{point: "a", action: actSignal, limit: 1, sig: syscall.SIGKILL, delay: 59 * time.Millisecond, once: "ab_C-9"}}},
+		{"a=kill(once=k1)@vm=V", []*rule{{point: "a", action: actKill, vm: "V", once: "k1"}}},
+		{"a=exit(3,once=e1)", []*rule{{point: "a", action: actExit, arg: 3, once: "e1"}}},
+		{"a=error(x, y,once=r1)", []*rule{{point: "a", action: actError, msg: "x, y", once: "r1"}}},
+		{"a=error(once upon a time)", []*rule{{point: "a", action: actError, msg: "once upon a time"}}},
 	} {
 		got, err := ParseSpec(tc.spec)
 		if err != nil {
@@ -274,7 +278,7 @@ func TestParseSpec(t *testing.T) {
 	for _, bad := range []string{"a", "=pause", "a=", "a=jump", "a=sleep", "a=sleep(x)", "a=sleep(-1)", "a=exit(256)",
 		"a=pause(1)", "a=kill()", "a=0*kill", "a=x*kill", "a=sleep(1", "a=kill@vm=", "a=+1*kill",
 		"a=signal", "a=signal()", "a=signal(KILL)", "a=signal(NOPE,1)", "a=signal(KILL,-1ms)", "a=signal(KILL,25h)", "a=signal(KILL,x)", "a=signal(9,1)",
-		"a=signal(KILL,1,once=)", "a=signal(KILL,1,once=a/b)", "a=signal(KILL,1,twice=a)", "a=signal(KILL,1,once=a.b)"} {
+		"a=signal(KILL,1,once=)", "a=kill(once=)", "a=kill(once=a.b)", "a=exit(once=e)", "a=error(m,once=a/b)", "a=signal(KILL,1,once=a/b)", "a=signal(KILL,1,twice=a)", "a=signal(KILL,1,once=a.b)"} {
 		if _, err := ParseSpec(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -588,6 +592,24 @@ func TestOnceTokenFiresInOneProcessOnly(t *testing.T) {
 	}
 	if len(signals) != 1 || signals[0].Pid != first.Process.Pid || signals[0].Attrs["once"] != "tok-1" {
 		t.Fatalf("signal datagrams %+v: want one, from pid %d, once=tok-1", signals, first.Process.Pid)
+	}
+}
+
+// TestOnceErrorFiresOnceAcrossConfigurations: an error(MSG,once=T) action
+// fires in the first configuration (a process) that hits its point; a
+// restarted process with the same spec and control dir goes on unharmed.
+func TestOnceErrorFiresOnceAcrossConfigurations(t *testing.T) {
+	ctl := t.TempDir()
+	ctx := context.Background()
+	for i, want := range []string{"blip", "", ""} {
+		configure(t, "", "a=error(blip,once=err-1)", ctl)
+		err := Hit(ctx, "a", nil)
+		if got := fmt.Sprint(err); (want == "" && err != nil) || (want != "" && got != want) {
+			t.Fatalf("incarnation %d: %v, want %q", i+1, err, want)
+		}
+	}
+	if _, err := os.Stat(OnceClaimFile(ctl, "err-1")); err != nil {
+		t.Fatalf("claim file: %v", err)
 	}
 }
 

@@ -287,3 +287,41 @@ func (r *Results) CoverageMap() (*Coverage, error) {
 	}
 	return nil, fmt.Errorf("it has no coverage map (a run written before the coverage map, or not an agent-layer run)")
 }
+
+// UnionCoverage is the map over several runs' cases together (a nightly
+// selection run apart from `make chaos`'s, when the label filters differ
+// and merge refuses them): the first run's map is the spec, every run's
+// landed cases credit it. Runs whose denominators differ (another
+// vmchaos's cells) are refused, not mixed.
+func UnionCoverage(runs []*Results) (*Coverage, error) {
+	if len(runs) == 0 {
+		return nil, fmt.Errorf("no runs")
+	}
+	spec, err := runs[0].CoverageMap()
+	if err != nil {
+		return nil, err
+	}
+	want := cellSet(spec)
+	var cases []Case
+	for i, r := range runs {
+		m, err := r.CoverageMap()
+		if err != nil {
+			return nil, fmt.Errorf("run %d: %w", i+1, err)
+		}
+		if got := cellSet(m); got != want {
+			return nil, fmt.Errorf("run %d (%s): its denominator differs from run 1's (%d cells, want %d of the same): runs of different vmchaos builds are not comparable", i+1, r.RunID, len(m.Cells), len(spec.Cells))
+		}
+		cases = append(cases, r.Cases...)
+	}
+	return ComputeCoverage(spec, cases), nil
+}
+
+// cellSet is a map's cells as one comparable string.
+func cellSet(c *Coverage) string {
+	keys := make([]string, 0, len(c.Cells))
+	for _, p := range c.Cells {
+		keys = append(keys, p.Op+"\x00"+p.Point+"\x00"+p.Kind)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, "\x01")
+}

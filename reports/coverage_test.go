@@ -244,3 +244,29 @@ func TestCoverageRendersInEveryReport(t *testing.T) {
 		t.Errorf("results.json keys: %s", b)
 	}
 }
+
+// Two runs of one build (a nightly-only selection and the make chaos run
+// it complements) credit one map together; runs whose denominators differ
+// are refused, not mixed.
+func TestUnionCoverage(t *testing.T) {
+	a := &Results{RunID: "chaos", Cases: []Case{timedCase("a", "create", "sigkill-main", 10, 300, true)}}
+	b := &Results{RunID: "nightly", Cases: []Case{parkCase("b", "save", "sigkill-main", "snapshot.save.paused", true)}}
+	a.Coverage = ComputeCoverage(covSpec(), a.Cases)
+	b.Coverage = ComputeCoverage(covSpec(), b.Cases)
+	u, err := UnionCoverage([]*Results{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Covered != 2 || u.Applicable != a.Coverage.Applicable || a.Coverage.Covered != 1 {
+		t.Fatalf("union covered %d of %d, want 2 of %d", u.Covered, u.Applicable, a.Coverage.Applicable)
+	}
+	other := covSpec()
+	other.Cells = other.Cells[1:]
+	c := &Results{RunID: "older", Coverage: ComputeCoverage(other, nil)}
+	if _, err := UnionCoverage([]*Results{a, c}); err == nil || !strings.Contains(err.Error(), "denominator differs") {
+		t.Errorf("different denominators: %v", err)
+	}
+	if _, err := UnionCoverage([]*Results{a, {RunID: "nomap"}}); err == nil {
+		t.Error("a run without a map was taken")
+	}
+}

@@ -395,7 +395,7 @@ const FaultSigkillDirect = "sigkill-direct"
 // StepKinds are the step kinds the runner implements.
 var StepKinds = map[string]bool{StepCreate: true, StepHibernate: true, StepWake: true, StepDelete: true,
 	StepLedgerWrite: true, StepDirectClone: true, StepReconcile: true, StepKillVMM: true,
-	StepWipeStatus: true, StepCounterClaim: true, StepDirectSave: true, StepHoldLease: true, StepOrphanPause: true}
+	StepWipeStatus: true, StepCounterClaim: true, StepDirectSave: true, StepHoldLease: true, StepOrphanPause: true, StepDirectVmctl: true}
 
 func contains(xs []string, x string) bool {
 	for _, y := range xs {

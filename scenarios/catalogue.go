@@ -41,6 +41,13 @@ const (
 	StepDirectSave   = "direct-save"   // the harness runs `vmctl snapshot save --name VM-manual VM` itself (an operator's manual save)
 	StepOrphanPause  = "orphan-pause"  // a harness `snapshot save` of VM SIGKILLed inside its pause window: the VMM stays Paused under a running record
 	StepHoldLease    = "hold-lease"    // a harness `vm clone --name reader VM` parked at vm.clone.reserved holds snapshot VM's lease shared until the agent's next `snapshot rm` exited
+	// StepDirectVmctl: the harness runs `vmctl ARGS` itself (Step.Args, a
+	// verb of the manager run by itself, no agent); with Wait (setup) it
+	// waits for its exit 0
+	StepDirectVmctl = "direct-vmctl"
+	// ArgImage in a direct-vmctl step's Args is the run's guest disk image
+	// (what `vm create` boots).
+	ArgImage = "{image}"
 )
 
 // Step is one harness action on one VM name.
@@ -55,6 +62,9 @@ type Step struct {
 	// Node (place, migrate) is the cluster node the control plane places
 	// the VM on (catalogue_migrate.go).
 	Node string
+	// Args (direct-vmctl) are the vmctl arguments, VMs and snapshots by
+	// name; ArgImage stands for the run's guest disk image.
+	Args []string
 }
 
 // Fault is one injection: an injector fault kind fired by an injector trigger.

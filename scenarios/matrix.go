@@ -254,7 +254,13 @@ type matrix struct {
 
 var generated = buildMatrix(append(withReal(seedScenarios), parkScenarios()...), chFidelityScenarios, matrixFound)
 
-func init() { Catalogue = append(append(Catalogue, matrixFound...), generated.scenarios...) }
+func init() {
+	Catalogue = append(append(Catalogue, matrixFound...), generated.scenarios...)
+	// last: the coverage cases fill the cells every other case left
+	// untargeted (coverage_cases.go)
+	coverageGen = buildCoverageCases(Catalogue)
+	Catalogue = append(Catalogue, coverageGen.scenarios...)
+}
 
 // MatrixPairs is every applicable (point × fault kind) pair, in path order.
 func MatrixPairs() []MatrixPair { return append([]MatrixPair(nil), generated.pairs...) }

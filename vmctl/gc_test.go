@@ -3,6 +3,7 @@ package vmctl
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,6 +146,74 @@ func TestGCRemovesASpentRestoreCopy(t *testing.T) {
 	}
 	if _, err := os.Stat(rd); !os.IsNotExist(err) || len(rep.Restores) != 1 || rep.Restores[0] != b.ID {
 		t.Fatalf("gc kept the spent restore copy of %s (%v): %+v", b.ID, err, rep)
+	}
+	s.check()
+}
+
+// TestDaemonCollectsDeadSaves: an operator's save killed after its pending
+// record leaves the name held with the build lease free; the daemon's pass
+// removes it (nothing else would but a manual gc) and keeps a live save's.
+func TestDaemonCollectsDeadSaves(t *testing.T) {
+	s := newStack(t, "0.02")
+	s.runVM("a")
+	if r := s.runEnv([]string{failpoint.EnvFailpoints + "=snapshot.save.pending=kill"}, "snapshot", "save", "--name", "p", "a"); r.signal != syscall.SIGKILL {
+		t.Fatal(r)
+	}
+	pid, wait := s.park("snapshot.save.pending", nil, "snapshot", "save", "--name", "live", "a")
+	s.ok("daemon", "--once")
+	names := map[string]string{}
+	for _, sn := range s.snaps() {
+		names[sn.Name] = sn.State
+	}
+	if len(names) != 1 || names["live"] != SnapPending {
+		t.Fatalf("after a daemon pass: %v, want only the live save's pending record", names)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	wait()
+	s.ok("daemon", "--once")
+	if len(s.snaps()) != 0 {
+		t.Fatalf("pending record of the killed live save survived the daemon: %+v", s.snaps())
+	}
+	s.check()
+}
+
+// TestFailedBootLeavesNoSocket: a VMM that dies while `vm start` waits for
+// its boot (SIGKILL at ch.boot) fails the start, which commits nothing; it
+// must not leave the dead VMM's api.sock behind (no daemon pass or later
+// verb of a stopped VM cleans it up).
+func TestFailedBootLeavesNoSocket(t *testing.T) {
+	s := newStack(t, "0.02")
+	v := s.runVM("a")
+	s.ok("vm", "stop", "a")
+	// killed at boot (bootVMM's wait) and right after binding its socket
+	// (launchVMM's wait for the first answer)
+	for _, point := range []string{"ch.boot", "ch.cli.start"} {
+		if r := s.runEnv([]string{failpoint.EnvFailpoints + "=" + point + "=kill"}, "vm", "start", "a"); r.code == 0 {
+			t.Fatalf("start over a VMM killed at %s: %+v, want a failure", point, r)
+		}
+		if _, err := os.Stat(s.m.apiSocket(v.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: api.sock of the dead VMM: %v, want gone", point, err)
+		}
+	}
+	s.ok("vm", "start", "a")
+	s.check()
+}
+
+// TestDaemonFinishesAnInterruptedNet: a vm net killed after it recorded the
+// NIC to eject leaves the record waiting for that eject; nobody reruns an
+// operator's verb, so the daemon's pass finishes the change.
+func TestDaemonFinishesAnInterruptedNet(t *testing.T) {
+	s := newStack(t, "0.02")
+	s.runVM("a")
+	if r := s.runEnv([]string{failpoint.EnvFailpoints + "=vm.net.removed=kill"}, "vm", "net", "a", "--nics", "0"); r.signal != syscall.SIGKILL {
+		t.Fatal(r)
+	}
+	if v := s.vm("a"); len(v.Ejecting) == 0 {
+		t.Fatalf("the killed net left no eject in the record: %+v", v)
+	}
+	s.ok("daemon", "--once")
+	if v := s.vm("a"); len(v.Ejecting) != 0 || v.Config.NICs != 0 || len(v.Network) != 0 {
+		t.Fatalf("after a daemon pass: ejecting %v, %d NICs %v: want the change finished", v.Ejecting, v.Config.NICs, v.Network)
 	}
 	s.check()
 }

@@ -41,6 +41,12 @@ func (m *Manager) Net(ctx context.Context, ref string, n int) (*VM, error) {
 		return nil, err
 	}
 	defer l.Unlock()
+	return m.netLocked(ctx, v, n)
+}
+
+// netLocked is Net's change of v's NICs to n under v's ops lock (held by the
+// caller: vm net, or the daemon finishing an interrupted change).
+func (m *Manager) netLocked(ctx context.Context, v *VM, n int) (*VM, error) {
 	if v.State != StateRunning {
 		return nil, fmt.Errorf("net: "+MsgVMNotRunningState, v.ID, v.State)
 	}

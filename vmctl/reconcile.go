@@ -87,6 +87,14 @@ func (m *Manager) DaemonPass(ctx context.Context) (PassReport, error) {
 			case r.Outcome == OutcomeBusy:
 				rep.Busy = append(rep.Busy, v.ID)
 			}
+		case v.State == StateRunning && len(v.Ejecting) > 0:
+			ok, err := m.finishNet(ctx, v.ID)
+			if err != nil {
+				rep.Errors = append(rep.Errors, err.Error())
+			} else if ok {
+				m.logf("daemon: VM %s: finished an interrupted NIC change", v.ID)
+				rep.NetFinished = append(rep.NetFinished, v.ID)
+			}
 		case v.State == StateStale:
 			ok, err := m.convergeDead(ctx, v.ID)
 			if err != nil {
@@ -113,10 +121,57 @@ func (m *Manager) DaemonPass(ctx context.Context) (PassReport, error) {
 	rolled, errs := m.rollForward(ctx)
 	rep.RolledVMs, rep.RolledSnaps = rolled.vms, rolled.snaps
 	rep.Errors = append(rep.Errors, errs...)
+	// A save that died after its pending record (an operator's, killed)
+	// leaves the record holding the name with its build lease free, and
+	// its staging: the agent collects only its own saves, so without this
+	// nothing but a manual gc ever would.
+	dead, err := m.collectDeadSaves(ctx)
+	if err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
+	}
+	rep.DeadSaves = dead
 	if err := hit(ctx, "daemon.pass", ""); err != nil {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// finishNet completes a NIC change whose vm net died (or failed) after it
+// recorded the ids to eject: its target is already the record's Network, so
+// the change is that verb run again, as its error message asks of whoever
+// ran it; the agent reruns its own, an operator's was left to nobody. Only
+// when no operation holds the VM.
+func (m *Manager) finishNet(ctx context.Context, id string) (bool, error) {
+	return m.ifIdle(ctx, id, func(v *VM) (bool, error) {
+		if v.State != StateRunning || len(v.Ejecting) == 0 || !m.vmmAlive(v) {
+			return false, nil
+		}
+		if _, err := m.netLocked(ctx, v, len(v.Network)); err != nil {
+			return false, fmt.Errorf("daemon: finish the NIC change of %s: %w", id, err)
+		}
+		return true, nil
+	})
+}
+
+// collectDeadSaves removes the pending snapshots whose build lease is free
+// (SnapshotRemove takes it exclusive without waiting: a live save keeps its
+// record) and the staging dirs of dead builds.
+func (m *Manager) collectDeadSaves(ctx context.Context) ([]string, error) {
+	sx, err := m.loadSnaps()
+	if err != nil {
+		return nil, fmt.Errorf("daemon: dead saves: %w", err)
+	}
+	var out []string
+	for id, s := range sx.Snapshots {
+		if s.State != SnapPending {
+			continue
+		}
+		if err := m.SnapshotRemove(ctx, id); err == nil {
+			m.logf("daemon: removed pending snapshot %s (%s) of a dead save", id, s.Name)
+			out = append(out, id)
+		}
+	}
+	return append(out, m.collectDeadStaging(ctx, sx)...), nil
 }
 
 // convergeDead records a running VM whose VMM is dead as stopped, if no

@@ -195,7 +195,7 @@ func (m *Manager) bootVMM(ctx context.Context, v *VM) (int, error) {
 		return 0, err
 	}
 	if err := waitState(ctx, c, chapi.StateRunning, func() bool { return m.isOurVMM(pid, v.ID) }); err != nil {
-		_ = m.killVMM(context.WithoutCancel(ctx), pid, v.ID)
+		m.dropFailedVMM(context.WithoutCancel(ctx), pid, v.ID)
 		return 0, fmt.Errorf("boot: %w%s", err, logTail(m.vmRunDir(v.ID)+"/vmm.log"))
 	}
 	return pid, nil

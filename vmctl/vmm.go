@@ -204,10 +204,20 @@ func (m *Manager) launchVMM(ctx context.Context, id string, extra []string) (int
 		if cause := context.Cause(dctx); cause != nil && wctx.Err() == nil && !errors.Is(cause, context.Canceled) {
 			err = cause
 		}
-		_ = m.killVMM(context.WithoutCancel(ctx), pid, id)
+		m.dropFailedVMM(context.WithoutCancel(ctx), pid, id)
 		return 0, nil, fmt.Errorf("launch VMM: %w%s", err, logTail(filepath.Join(run, "vmm.log")))
 	}
 	return pid, c, nil
+}
+
+// dropFailedVMM kills the VMM a failed launch or boot started and removes
+// its api.sock: a VMM that died on its own (after binding the socket) left
+// it behind, and the failed verb commits nothing a later pass would clean
+// it up for. The socket stays while the pid is still our live VMM.
+func (m *Manager) dropFailedVMM(ctx context.Context, pid int, id string) {
+	if err := m.killVMM(ctx, pid, id); err == nil || !m.isOurVMM(pid, id) {
+		_ = os.Remove(m.apiSocket(id))
+	}
 }
 
 func vmmReadyTimeout() time.Duration { return 10*time.Second + timescale.D(10*time.Second) }

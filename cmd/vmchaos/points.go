@@ -13,7 +13,8 @@ import (
 func init() { register(newPointsCmd) }
 
 func newPointsCmd() *cobra.Command {
-	var proc, coverage string
+	var proc string
+	var coverage []string
 	var kinds bool
 	c := &cobra.Command{
 		Use:   "points",
@@ -35,16 +36,18 @@ Actions at a point (VMCHAOS_FAILPOINTS="POINT=ACTION;POINT=ACTION", docs/archite
                       delivery is not part of its timing (injector.InVictim, docs/injector.md).
   signal(SIG,DELAY,once=TOKEN)  the same, one-shot across processes: only the process that
                       creates <VMCHAOS_FAILPOINT_CTL>/once-TOKEN.claimed first (O_EXCL) fires, so a
-                      restarted victim with the same environment does not signal itself again
+                      restarted victim with the same environment does not signal itself again;
+                      kill(once=TOKEN), exit(CODE,once=TOKEN), error(MSG,once=TOKEN): one-shot the same way
 Each optionally prefixed "N*" (the first N hits only) and suffixed "@vm=ID" (that VM only), e.g.
   VMCHAOS_FAILPOINTS='vm.clone.reserved=1*signal(KILL,59ms)@vm=web-1'`,
 		Example: `  vmchaos points
   vmchaos points --proc vmctl
   vmchaos points --kinds
-  vmchaos points --coverage vmchaos-results/chaos-20261201-120000/results.json`,
+  vmchaos points --coverage vmchaos-results/chaos-20261201-120000/results.json
+  vmchaos points --coverage chaos/results.json,nightly-only/results.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if coverage != "" {
+			if len(coverage) > 0 {
 				return printCoverage(cmd.OutOrStdout(), coverage)
 			}
 			if kinds {
@@ -62,7 +65,7 @@ Each optionally prefixed "N*" (the first N hits only) and suffixed "@vm=ID" (tha
 		},
 	}
 	c.Flags().StringVar(&proc, "proc", "", "only points of this process (vmctl, nodeagent, fakech)")
-	c.Flags().StringVar(&coverage, "coverage", "", "print the phase-coverage map of a run instead: for every operation × failpoint, which applicable fault kinds landed there (and the case that landed), which never did, and which this host cannot run and why (the results.json of a run or a merge), e.g. out/results.json")
+	c.Flags().StringSliceVar(&coverage, "coverage", nil, "print the phase-coverage map of a run instead: for every operation × failpoint, which applicable fault kinds landed there (and the case that landed), which never did, and which this host cannot run and why (the results.json of a run or a merge), e.g. out/results.json; several (comma-separated or repeated): the cases of every run credit the first's map (runs of one build: a nightly-only selection and the make chaos run it complements)")
 	c.Flags().BoolVar(&kinds, "kinds", false, "print the fault kinds instead (the injector's one list, power-cut included): what each does and when it counts as landed")
 	return c
 }

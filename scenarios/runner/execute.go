@@ -467,6 +467,8 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		return cr.stepDirect(step.VM, "direct-clone-"+step.VM, "vm", "clone", "--name", step.VM, baseSnapshot)
 	case scenarios.StepDirectSave:
 		return cr.stepDirectSave(ctx, step)
+	case scenarios.StepDirectVmctl:
+		return cr.stepDirectVmctl(ctx, step)
 	case scenarios.StepHoldLease:
 		return cr.holdLease(ctx, step.VM)
 	case scenarios.StepOrphanPause:
@@ -575,6 +577,43 @@ func (cr *caseRun) stepDirect(key, log string, args ...string) error {
 		return harnessErr(err)
 	}
 	return nil
+}
+
+// stepDirectVmctl starts `vmctl ARGS` as the harness's own process (a
+// manager verb run by itself: sigkill-direct's victim); with Wait it waits
+// for the verb's exit and fails unless it is 0.
+func (cr *caseRun) stepDirectVmctl(ctx context.Context, step scenarios.Step) error {
+	if len(step.Args) < 2 {
+		return harnessErr(fmt.Errorf("direct-vmctl: want a verb, got %q", step.Args))
+	}
+	name := "direct-" + strings.Join(step.Args[:2], "-") + "-" + step.VM
+	args := make([]string, len(step.Args))
+	for i, a := range step.Args {
+		args[i] = strings.ReplaceAll(a, scenarios.ArgImage, cr.st.Image())
+	}
+	exit, err := cr.startDirect(name, func() (*exec.Cmd, <-chan int, error) {
+		return cr.st.StartProc(name, args...)
+	})
+	if err != nil {
+		return harnessErr(err)
+	}
+	if !step.Wait {
+		return nil
+	}
+	select {
+	case code := <-exit:
+		cr.mu.Lock()
+		if d := cr.direct[name]; d != nil {
+			d.exit = closedWith(code)
+		}
+		cr.mu.Unlock()
+		if code != 0 {
+			return fmt.Errorf("vmctl %s: exit %d (log %s.log)", strings.Join(step.Args, " "), code, name)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("vmctl %s: %w", strings.Join(step.Args, " "), ctx.Err())
+	}
 }
 
 // stepDirectSave starts the harness's own snapshot save of the step's VM.

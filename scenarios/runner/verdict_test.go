@@ -170,3 +170,24 @@ func TestVerdictNamesItsCulprit(t *testing.T) {
 		})
 	}
 }
+
+// A failpoint kill or exit at one of the agent's own points is one expected
+// agent start (the unit restarts it); at a vmctl or VMM point, or an error
+// action, none.
+func TestFailpointActionRestartsTheAgentOnce(t *testing.T) {
+	for id, want := range map[string]int{
+		"cov-create-agent-create-begin-failpoint-kill":  1,
+		"cov-create-agent-create-begin-failpoint-exit":  1,
+		"cov-create-agent-create-begin-failpoint-error": 0,
+		"cov-create-vm-clone-reserved-failpoint-kill":   0,
+		"cov-save-ch-pause-failpoint-kill":              0,
+	} {
+		s, ok := scenarios.Lookup(id)
+		if !ok {
+			t.Fatalf("no scenario %s", id)
+		}
+		if got := actionRestarts(s); got != want {
+			t.Errorf("%s: %d expected agent starts, want %d", id, got, want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/scenarios/checker"
 	"github.com/vmchaos/vmchaos/scenarios/stack"
+	vmctlapi "github.com/vmchaos/vmchaos/vmctl/api"
 )
 
 // The guest workload in the runner (issue #13). Every guest that gets a
@@ -289,6 +290,13 @@ func (cr *caseRun) judgeSaves(ctx context.Context, budget time.Duration, events 
 			}
 			continue
 		}
+		if by := savesKilledBy(cr.s); by != "" && !cr.snapshotReady(ctx, s.vm+"-manual") {
+			// killed after its resume, before its record was final (or
+			// its pending record collected since): the pair is there, the
+			// snapshot is not
+			f.killed = append(f.killed, fmt.Sprintf("save of %s killed by the fault (%s) after its resume, before its snapshot was final: no snapshot of its own", s.vm, by))
+			continue
+		}
 		win.Snapshot, win.FaultNs, win.GuestClock = s.vm+"-manual", cr.faultNs, cr.guestClock()
 		clone := fmt.Sprintf("%s-cut%d", s.vm, i)
 		cctx, cancel := context.WithTimeout(ctx, budget)
@@ -308,6 +316,22 @@ func (cr *caseRun) judgeSaves(ctx context.Context, budget time.Duration, events 
 		}
 		f.cuts = append(f.cuts, v)
 	}
+}
+
+// snapshotReady reports a ready (finalized) snapshot called name; a
+// listing that fails reads as ready, so the judgement goes on and names
+// the real error.
+func (cr *caseRun) snapshotReady(ctx context.Context, name string) bool {
+	snaps, err := cr.st.ListSnapshots(ctx)
+	if err != nil {
+		return true
+	}
+	for _, sn := range snaps {
+		if sn.Name == name && sn.State == vmctlapi.SnapReady {
+			return true
+		}
+	}
+	return false
 }
 
 // savesKilledBy names the fault of s that kills a save in flight (its
@@ -331,6 +355,11 @@ func vmmKilledReason(s *scenarios.Scenario) string {
 	for _, f := range s.Faults {
 		if f.Kind == "sigkill-vmm" {
 			return "the fault killed the VMM (sigkill-vmm): its RAM is legitimately lost"
+		}
+	}
+	if p, k := scenarios.FailpointAction(s); k == scenarios.CovFailpointKill || k == scenarios.CovFailpointExit {
+		if fp, ok := failpoint.Lookup(p); ok && fp.Proc == "fakech" {
+			return "the failpoint action (" + k + " at " + p + ") ended the VMM: its RAM is legitimately lost"
 		}
 	}
 	for _, st := range append(append([]scenarios.Step{}, s.WhileStopped...), s.After...) {

@@ -314,6 +314,10 @@ func TestKilledSavesAndColdBootsComeFromTheCase(t *testing.T) {
 		{"mx-hibernate-agent-hibernate-saved-sigkill-vmm", true, true},
 		{"s001-4-owed-hibernate-dead-vmm", false, true}, // kill-vmm while stopped
 		{"park-snapshot-save-paused-sigkill-main", false, false},
+		{"cov-hibernate-ch-eject-acked-failpoint-kill", false, true}, // the VMM kills itself at the point
+		{"cov-save-ch-pause-failpoint-exit", false, true},
+		{"cov-save-ch-pause-failpoint-error", false, false}, // the VMM answers an error and lives on
+		{"cov-create-agent-create-begin-failpoint-kill", false, false},
 	} {
 		s, ok := scenarios.Lookup(tc.id)
 		if !ok {

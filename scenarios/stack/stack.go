@@ -312,6 +312,9 @@ type Stack struct {
 	built     bool // New finished (else it unmounts Lazy again)
 }
 
+// Image is the run's guest disk image (what `vm create` boots).
+func (s *Stack) Image() string { return s.run.Image }
+
 // New builds a case stack: dirs, trace, imported base snapshot, ledger.
 func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 	r.mu.Lock()

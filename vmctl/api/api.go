@@ -164,6 +164,8 @@ type PassReport struct {
 	Adopted     []string `json:"adopted,omitempty"`      // stopped records whose VMM is alive (a start died before its commit), now running
 	RolledVMs   []string `json:"rolled_vms,omitempty"`   // VM tombstones completed
 	RolledSnaps []string `json:"rolled_snaps,omitempty"` // snapshot tombstones completed
+	DeadSaves   []string `json:"dead_saves,omitempty"`   // daemon: pending snapshots and staging dirs of dead saves removed
+	NetFinished []string `json:"net_finished,omitempty"` // daemon: running VMs whose interrupted NIC change it completed
 	Errors      []string `json:"errors,omitempty"`
 }
 

@@ -1,0 +1,99 @@
+package scenarios
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every cell of the denominator is either targeted by a catalogue case
+// (generated coverage cases included) or listed as a gap with a reason,
+// never both and never neither: nightly's reach is said cell by cell.
+func TestCoverageCasesPartitionTheDenominator(t *testing.T) {
+	targeted := coverTargets(Catalogue)
+	gaps := map[cellKeyS]string{}
+	for _, g := range CoverageGaps() {
+		if g.Why == "" {
+			t.Errorf("gap %+v without a reason", g.Cell)
+		}
+		gaps[cellKeyS{g.Cell.Op, g.Cell.Point, g.Cell.Kind}] = g.Why
+	}
+	for _, c := range CoverageCells() {
+		k := cellKeyS{c.Op, c.Point, c.Kind}
+		switch why, gap := gaps[k]; {
+		case targeted[k] && gap:
+			t.Errorf("%+v both targeted and a gap (%s)", k, why)
+		case !targeted[k] && !gap:
+			t.Errorf("%+v neither targeted nor a gap", k)
+		}
+	}
+}
+
+// Each generated case targets exactly the cell it is named after, runs
+// nightly only, and validates; none repeats a cell another case targets.
+func TestCoverageCasesTargetTheirCell(t *testing.T) {
+	var gen []Scenario
+	for _, s := range Catalogue {
+		if s.SeedRef == "coverage" {
+			gen = append(gen, s)
+		}
+	}
+	if len(gen) == 0 {
+		t.Fatal("no coverage case generated")
+	}
+	rest := map[cellKeyS]bool{}
+	for _, s := range Catalogue {
+		if s.SeedRef != "coverage" {
+			for k := range coverTargets([]Scenario{s}) {
+				rest[k] = true
+			}
+		}
+	}
+	for _, s := range gen {
+		if s.Speed != "nightly" {
+			t.Errorf("%s: speed %s, want nightly", s.ID, s.Speed)
+		}
+		got := coverTargets([]Scenario{s})
+		if len(got) != 1 {
+			t.Errorf("%s targets %v, want one cell", s.ID, got)
+			continue
+		}
+		for k := range got {
+			want := "cov-" + k.Op + "-" + strings.ReplaceAll(k.Point, ".", "-") + "-" + k.Kind
+			// the op is the cell's, or an agent operation whose landing
+			// there falls back to the cell's context (viaOp)
+			if s.ID != want || (s.Op != k.Op && viaOp[k.Point].Op != s.Op) {
+				t.Errorf("%s (op %s) targets %+v, want id %s", s.ID, s.Op, k, want)
+			}
+			if rest[k] {
+				t.Errorf("%s repeats %+v, which another case already targets", s.ID, k)
+			}
+		}
+	}
+}
+
+// A failpoint coverage case fires once across processes (once=), and a
+// VMM point of a save that the armed act's create hits first is a gap, not
+// a case crediting the create's hit to the save.
+func TestCoverageCaseShapes(t *testing.T) {
+	s, why := coverageScenario(CoverageCell{Op: OpWake, Point: "vm.clone.reserved", Proc: "vmctl", Kind: CovFailpointKill})
+	if why != "" || !strings.Contains(s.Env.Failpoints, "once=") || s.Faults[0].Kind != "failpoint" {
+		t.Errorf("wake failpoint case: %q %+v", why, s)
+	}
+	if p, k := FailpointAction(&s); p != "vm.clone.reserved" || k != CovFailpointKill {
+		t.Errorf("its action reads as %s × %s", p, k)
+	}
+	if _, why := coverageScenario(CoverageCell{Op: OpSave, Point: "ch.resume", Proc: "fakech", Kind: CovFailpointKill}); !strings.Contains(why, "create hits") {
+		t.Errorf("save ch.resume: %q, want the create-hits-first gap", why)
+	}
+	s, why = coverageScenario(CoverageCell{Op: OpHibernate, Point: "ch.eject.acked", Proc: "fakech", Kind: FaultPowerCut})
+	if why != "" || len(s.Act) != len(armedHibernate) || s.Faults[0].Trigger != "park ch.eject.acked" {
+		t.Errorf("hibernate VMM point power cut: %q %+v (want the armed act)", why, s)
+	}
+	s, why = coverageScenario(CoverageCell{Op: OpClone, Point: "vm.clone.files-copied", Proc: "vmctl", Kind: "sigkill-daemon"})
+	if why != "" || s.Act[0].Kind != StepDirectVmctl || s.Act[0].Args[1] != "clone" || !s.Env.Daemon || s.Faults[0].Unit != "daemon" {
+		t.Errorf("clone daemon case: %q %+v", why, s)
+	}
+	if len(s.Setup) == 0 || s.Setup[0].Kind != StepCreate || s.Setup[0].VM != vmA {
+		t.Errorf("clone case setup %+v: want the agent's bystander VM first (intent-goal's evidence)", s.Setup)
+	}
+}

@@ -31,8 +31,11 @@ const (
 //     fault's window is measured on the case's stack before arming);
 //   - an at or after-exit trigger on any fault (failpoint kinds included:
 //     their window is judged against the clock of the trace);
-//   - a while-down second fault: the agent is down for StopFor or its
-//     RestartSec, a timer, and the harness must land inside it;
+//   - a while-down second fault after a kill or a freeze: the agent is
+//     down for its RestartSec or the freeze's StopFor, a timer, and the
+//     harness must land inside it (after a stop the down period ends only
+//     when the harness itself starts the unit again, after the while-down
+//     fault: no clock, so that case stays shared);
 //   - a "now" fault fired while an act step is still in flight (a step
 //     without Wait): it lands wherever the operation got to;
 //   - while-stopped steps after a fault that is not a stop: they race the
@@ -56,7 +59,7 @@ func Classify(c scenarios.Case) (Class, string) {
 		switch {
 		case strings.HasPrefix(t, "at "), strings.HasPrefix(t, "after-exit "):
 			return Alone, "timed trigger " + t
-		case t == scenarios.TriggerWhileDown:
+		case t == scenarios.TriggerWhileDown && !downUntilStarted(s):
 			return Alone, "while-down fault (the down period ends on a timer)"
 		case t == "now" && f.Kind != "none" && actInFlight(s):
 			return Alone, "now fault during an act step in flight"
@@ -67,6 +70,15 @@ func Classify(c scenarios.Case) (Class, string) {
 		return Alone, "while-stopped steps race the agent's RestartSec"
 	}
 	return Shared, "exact phase (park) or steady state"
+}
+
+// downUntilStarted: the first fault is a stop, so the agent stays down
+// until the harness's operator start (runner restore), which comes after
+// every while-down fault was fired (runner inject): the while-down fault
+// lands in the down period whatever the load. The runner sends no SIGCONT
+// and the supervisor restarts no stopped unit on a timer.
+func downUntilStarted(s *scenarios.Scenario) bool {
+	return len(s.Faults) > 0 && s.Faults[0].Kind == "stop"
 }
 
 // NeedsCalibration mirrors the runner's condition for measuring the first

@@ -450,6 +450,7 @@ type caseRun struct {
 	// unreached: the triggers whose point never came within the budget
 	// (stall.go)
 	unreached []string
+	laps      *laps             // VMCHAOS_LAPS: phase wall times (laps.go)
 	vArms     map[int]victimArm // faults armed in their victim (invictim.go)
 	// macs: per name, the MACs of its VM listed right before its
 	// hibernate (Expect.MACKept, macs.go), and the first listing error
@@ -532,12 +533,14 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(err)})
 		return rc
 	}
+	lp := newLaps()
 	st, err := r.run.New(cctx, r.stackOptions(s, caseDir, bugs, lazy))
 	if err != nil {
 		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}
+	lp.lap("stack")
 	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
-		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
+		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs, laps: lp}
 	iopts := injector.Options{CtlDir: st.CtlDir}
 	if st.RegistryDisk != nil {
 		iopts.Disk = st.RegistryDisk // never a typed nil in the interface
@@ -559,6 +562,8 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	}
 	o.TeardownErr = cr.teardown(caseDir)
 	cr.judge(o)
+	lp.lap("judge")
+	lp.flush(c.ID)
 	return rc
 }
 
@@ -585,7 +590,9 @@ func (cr *caseRun) teardown(caseDir string) error {
 	cr.releaseAll()
 	tctx, tcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer tcancel()
+	cr.laps.lap("teardown-pre")
 	closeErr := cr.st.Close(tctx)
+	cr.laps.lap("close")
 	rc := cr.rc
 	rc.Logs = stack.LogRel(caseDir)
 	for k, v := range rc.Logs {

@@ -23,14 +23,20 @@ const (
 	Alone Class = "alone"
 )
 
+// failpointAction is the catalogue's fault kind for a VMCHAOS_FAILPOINTS
+// action (scenarios.Fault.Kind "failpoint").
+const failpointAction = "failpoint"
+
 // Classify is the class of a case, read from its spec, and why. Rules in
 // order; the first that names a clock makes the case alone:
 //   - a sweep point (a fraction of a window calibrated on the case's own
 //     stack) or a fixed offset: the fault lands at a time after its trigger;
 //   - a window calibration (docs/architecture.md §15: an at/after-exit
 //     fault's window is measured on the case's stack before arming);
-//   - an at or after-exit trigger on any fault (failpoint kinds included:
-//     their window is judged against the clock of the trace);
+//   - an at or after-exit trigger on any fault but a "failpoint" one (a
+//     VMCHAOS_FAILPOINTS action the product runs itself, in the hit of its
+//     point; the trigger only waits for the trace to show it, so no clock
+//     of the harness places it: runner waitFailpoint);
 //   - a while-down second fault after a kill or a freeze: the agent is
 //     down for its RestartSec or the freeze's StopFor, a timer, and the
 //     harness must land inside it (after a stop the down period ends only
@@ -42,7 +48,8 @@ const (
 //     agent's RestartSec.
 //
 // Everything else (park triggers, exact and deterministic per
-// docs/architecture.md §7; "now" at steady state; no fault) is shared.
+// docs/architecture.md §7; failpoint actions; "now" at steady state; no
+// fault) is shared.
 func Classify(c scenarios.Case) (Class, string) {
 	s := c.Scenario
 	switch {
@@ -53,10 +60,13 @@ func Classify(c scenarios.Case) (Class, string) {
 	case NeedsCalibration(c):
 		return Alone, "window calibration"
 	}
-	stop := false
+	stop, action := false, false
 	for _, f := range s.Faults {
 		t := strings.TrimSpace(f.Trigger)
 		switch {
+		case f.Kind == failpointAction:
+			// placed by the product at its point, whatever the load
+			action = true
 		case strings.HasPrefix(t, "at "), strings.HasPrefix(t, "after-exit "):
 			return Alone, "timed trigger " + t
 		case t == scenarios.TriggerWhileDown && !downUntilStarted(s):
@@ -68,6 +78,9 @@ func Classify(c scenarios.Case) (Class, string) {
 	}
 	if len(s.WhileStopped) > 0 && !stop {
 		return Alone, "while-stopped steps race the agent's RestartSec"
+	}
+	if action {
+		return Shared, "failpoint action (the product runs it in the hit of its point)"
 	}
 	return Shared, "exact phase (park) or steady state"
 }

@@ -110,6 +110,43 @@ func (r CheckReport) Of(invariant string) []string {
 	return out
 }
 
+// Store is one read of a manager's store: its VM list, snapshot list and
+// (asked for) check report, each with the error that stands in its place.
+type Store struct {
+	VMs      []VM
+	VMsErr   error
+	Snaps    []Snapshot
+	SnapsErr error
+	Check    CheckReport
+	CheckErr error
+}
+
+// StoreReader is an Observer that can read VMs, Snapshots and Check in one
+// call (vmctl's `observe` verb: one exec a poll instead of three). ReadStore
+// returns ok=false when this manager binary has no such call; the caller
+// then reads the three in turn (ReadStore below).
+type StoreReader interface {
+	ReadStore(ctx context.Context, check bool) (st Store, ok bool)
+}
+
+// ReadStore reads m's store: in one call when m is a StoreReader that has
+// one, else VMs, Snapshots and Check in turn. The data and the errors are
+// the same either way; only the cost differs.
+func ReadStore(ctx context.Context, m Observer, check bool) Store {
+	if r, ok := m.(StoreReader); ok {
+		if st, ok := r.ReadStore(ctx, check); ok {
+			return st
+		}
+	}
+	var st Store
+	st.VMs, st.VMsErr = m.VMs(ctx)
+	st.Snaps, st.SnapsErr = m.Snapshots(ctx)
+	if check {
+		st.Check, st.CheckErr = m.Check(ctx)
+	}
+	return st
+}
+
 // Holder is a process holding a lock, identified through /proc/locks (by
 // device and inode) and /proc/PID.
 type Holder struct {

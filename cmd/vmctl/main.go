@@ -125,7 +125,7 @@ process; state lives in flocked, fsynced JSON indexes under --root-dir. Errors p
 	f.StringVar(&g.cfg.Initramfs, "initramfs", envOr("VMCTL_INITRAMFS", ""), "initramfs with --kernel (env VMCTL_INITRAMFS)")
 	f.StringVar(&g.cfg.GuestNet, "guest-net", envOr("VMCTL_GUEST_NET", vmctl.GuestNetStatic), "tap mode: how the guest gets its address: static (the seed pins it by MAC) or dhcp (the seed asks for DHCP; run realch's DHCP responder on the TAP side so clones under a new name take their own TAP's address) (env VMCTL_GUEST_NET)")
 	f.StringVar(&g.cfg.Netns, "netns", envOr("VMCTL_NETNS", ""), "network namespace (ip netns name) vm exec dials guests from, where the VMMs' TAPs are; needs root (env VMCTL_NETNS)")
-	root.AddCommand(newVMCmd(g), newSnapshotCmd(g), newDaemonCmd(g), newGCCmd(g), newCheckCmd(g))
+	root.AddCommand(newVMCmd(g), newSnapshotCmd(g), newDaemonCmd(g), newGCCmd(g), newCheckCmd(g), newObserveCmd(g))
 	return root
 }
 

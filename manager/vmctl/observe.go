@@ -31,6 +31,9 @@ type Observer struct {
 	exec   Exec
 	root   string
 	runDir string
+	// observeVerb: the binary has `vmctl observe` (the bundled one), so
+	// ReadStore reads the three lists in one exec
+	observeVerb bool
 }
 
 var _ manager.Observer = (*Observer)(nil)
@@ -40,19 +43,36 @@ func NewObserver(exec Exec, root, runDir string) *Observer {
 	return &Observer{exec: exec, root: root, runDir: runDir}
 }
 
+// WithObserveVerb is o reading the store with `vmctl observe`, one exec
+// instead of three (ReadStore): only for a vmctl binary that has the verb,
+// the bundled one; a binary under test (--manager-bin) keeps the three verbs.
+func (o *Observer) WithObserveVerb() *Observer {
+	c := *o
+	c.observeVerb = true
+	return &c
+}
+
 // Name is "vmctl".
 func (o *Observer) Name() string { return "vmctl" }
 
 // VMs is `vm list -o json`.
 func (o *Observer) VMs(ctx context.Context) ([]manager.VM, error) {
-	var ws []api.VM
+	var ws []*api.VM
 	if err := o.json(ctx, &ws, "vm", "list", "-o", "json"); err != nil {
 		return nil, err
 	}
+	return vmsOf("vmctl vm list", ws)
+}
+
+// vmsOf converts vm list's records; a record without an id is an error.
+func vmsOf(verb string, ws []*api.VM) ([]manager.VM, error) {
 	out := make([]manager.VM, 0, len(ws))
 	for _, w := range ws {
+		if w == nil {
+			return nil, fmt.Errorf("%s: a null record", verb)
+		}
 		if w.ID == "" {
-			return nil, fmt.Errorf("vmctl vm list: a record without an id (name %q)", w.Name)
+			return nil, fmt.Errorf("%s: a record without an id (name %q)", verb, w.Name)
 		}
 		v := manager.VM{ID: w.ID, Name: w.Name, State: w.State, PID: w.Pid, Reason: w.Reason, Ejecting: w.Ejecting}
 		for _, n := range w.Network {
@@ -68,14 +88,23 @@ func (o *Observer) VMs(ctx context.Context) ([]manager.VM, error) {
 
 // Snapshots is `snapshot list -o json`.
 func (o *Observer) Snapshots(ctx context.Context) ([]manager.Snapshot, error) {
-	var ws []api.Snapshot
+	var ws []*api.Snapshot
 	if err := o.json(ctx, &ws, "snapshot", "list", "-o", "json"); err != nil {
 		return nil, err
 	}
+	return snapsOf("vmctl snapshot list", ws)
+}
+
+// snapsOf converts snapshot list's records; a record without an id is an
+// error.
+func snapsOf(verb string, ws []*api.Snapshot) ([]manager.Snapshot, error) {
 	out := make([]manager.Snapshot, 0, len(ws))
 	for _, w := range ws {
+		if w == nil {
+			return nil, fmt.Errorf("%s: a null record", verb)
+		}
 		if w.ID == "" {
-			return nil, fmt.Errorf("vmctl snapshot list: a record without an id (name %q)", w.Name)
+			return nil, fmt.Errorf("%s: a record without an id (name %q)", verb, w.Name)
 		}
 		out = append(out, manager.Snapshot{ID: w.ID, Name: w.Name, State: w.State, VMID: w.VMID, Dir: w.Dir})
 	}
@@ -99,6 +128,66 @@ func (o *Observer) Check(ctx context.Context) (manager.CheckReport, error) {
 	}
 	if err == nil && !rep.OK {
 		return rep, fmt.Errorf("vmctl check: report has %d violation(s) but the verb exited 0", len(rep.Violations))
+	}
+	return rep, nil
+}
+
+// ReadStore is `vmctl observe` (WithObserveVerb), one exec for what VMs,
+// Snapshots and Check read, judged as strictly: a list absent without its
+// error, or a check report that lacks ok or violations or whose ok
+// contradicts them, is an error, never an empty store. ok=false: this
+// Observer reads with the three verbs.
+func (o *Observer) ReadStore(ctx context.Context, check bool) (manager.Store, bool) {
+	if !o.observeVerb {
+		return manager.Store{}, false
+	}
+	args := []string{"observe"}
+	if !check {
+		args = append(args, "--check=false")
+	}
+	var st manager.Store
+	var raw struct {
+		VMs            *[]*api.VM       `json:"vms"`
+		VMsError       string           `json:"vms_error"`
+		Snapshots      *[]*api.Snapshot `json:"snapshots"`
+		SnapshotsError string           `json:"snapshots_error"`
+		Check          json.RawMessage  `json:"check"`
+	}
+	if err := o.json(ctx, &raw, args...); err != nil {
+		st.VMsErr, st.SnapsErr = err, err
+		if check {
+			st.CheckErr = err
+		}
+		return st, true
+	}
+	st.VMs, st.VMsErr = observed("vm list", raw.VMs, raw.VMsError, vmsOf)
+	st.Snaps, st.SnapsErr = observed("snapshot list", raw.Snapshots, raw.SnapshotsError, snapsOf)
+	if check {
+		st.Check, st.CheckErr = observedCheck(raw.Check)
+	}
+	return st, true
+}
+
+// observed is one list of an observation: its records, or its error.
+func observed[W, M any](verb string, ws *[]W, errText string, conv func(string, []W) ([]M, error)) ([]M, error) {
+	switch {
+	case errText != "":
+		return nil, fmt.Errorf("vmctl observe: %s: %s", verb, errText)
+	case ws == nil:
+		return nil, fmt.Errorf("vmctl observe: no %s and no error", verb)
+	}
+	return conv("vmctl observe: "+verb, *ws)
+}
+
+// observedCheck is the check report of an observation, read as strictly
+// as Check reads `vmctl check`.
+func observedCheck(b json.RawMessage) (manager.CheckReport, error) {
+	var rep manager.CheckReport
+	if len(b) == 0 || string(b) == "null" {
+		return rep, fmt.Errorf("vmctl observe: no check report")
+	}
+	if err := decodeReport(b, &rep); err != nil {
+		return rep, fmt.Errorf("vmctl observe: check: %w", err)
 	}
 	return rep, nil
 }

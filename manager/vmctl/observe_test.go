@@ -125,3 +125,62 @@ func TestAPISocketsListsPresentSockets(t *testing.T) {
 		t.Fatal("lock paths do not follow docs/architecture.md §4.1")
 	}
 }
+
+// TestReadStoreIsTheThreeVerbs: `vmctl observe` read through ReadStore
+// gives the same VMs, snapshots and check report as the three verbs (a
+// report with violations included), and the same errors where a verb's
+// answer is missing or garbled: one exec, never a weaker read.
+func TestReadStoreIsTheThreeVerbs(t *testing.T) {
+	vms := `[{"id":"A1","name":"a","state":"running","pid":42,"network":[{"id":"n1","mac":"m","ip":"127.1.0.2","ssh_port":2222}]}]`
+	snaps := `[{"id":"S1","name":"base","state":"ready","vm_id":"","dir":"/d"}]`
+	rep := `{"ok":false,"violations":[{"invariant":"no-leftover-staging","evidence":"X"}]}`
+	three := NewObserver(canned(map[string]string{"vm list -o json": vms, "snapshot list -o json": snaps, "check": rep},
+		map[string]error{"check": errors.New("exit 1")}), "/r", "/run")
+	one := NewObserver(canned(map[string]string{"observe": `{"vms":` + vms + `,"snapshots":` + snaps + `,"check":` + rep + `}`}, nil), "/r", "/run").WithObserveVerb()
+	want := manager.ReadStore(context.Background(), three, true)
+	if _, ok := three.ReadStore(context.Background(), true); ok {
+		t.Fatal("an Observer without WithObserveVerb read with observe")
+	}
+	got, ok := one.ReadStore(context.Background(), true)
+	if !ok || !reflect.DeepEqual(got, want) || want.VMsErr != nil || want.SnapsErr != nil || want.CheckErr != nil || len(got.VMs) != 1 || len(got.Check.Violations) != 1 {
+		t.Fatalf("observe read %+v (ok %v), the three verbs %+v", got, ok, want)
+	}
+	if got := manager.ReadStore(context.Background(), one, true); !reflect.DeepEqual(got, want) {
+		t.Fatalf("manager.ReadStore did not take the one call: %+v", got)
+	}
+}
+
+// TestReadStoreMissingDataIsAnError: a list absent without its error, a
+// record without an id, a check report without ok/violations or
+// contradicting itself, a failed exec: each is that source's error, never
+// an empty store.
+func TestReadStoreMissingDataIsAnError(t *testing.T) {
+	boom := errors.New("exit 1: Error: unknown command \"observe\"")
+	okRep := `{"ok":true,"violations":[]}`
+	for name, c := range map[string]struct {
+		out            string
+		err            error
+		vms, snaps, ck bool // which sources must fail
+	}{
+		"exec fails":          {"", boom, true, true, true},
+		"garbled":             {`{"vms":[`, nil, true, true, true},
+		"no vms":              {`{"snapshots":[],"check":` + okRep + `}`, nil, true, false, false},
+		"vms null":            {`{"vms":null,"snapshots":[],"check":` + okRep + `}`, nil, true, false, false},
+		"vms error":           {`{"vms":null,"vms_error":"index corrupt","snapshots":[],"check":` + okRep + `}`, nil, true, false, false},
+		"snapshot without id": {`{"vms":[],"snapshots":[{"name":"s"}],"check":` + okRep + `}`, nil, false, true, false},
+		"no check":            {`{"vms":[],"snapshots":[]}`, nil, false, false, true},
+		"check without ok":    {`{"vms":[],"snapshots":[],"check":{"violations":[]}}`, nil, false, false, true},
+		"ok with a violation": {`{"vms":[],"snapshots":[],"check":{"ok":true,"violations":[{"invariant":"x","evidence":"y"}]}}`, nil, false, false, true},
+	} {
+		o := NewObserver(canned(map[string]string{"observe": c.out}, map[string]error{"observe": c.err}), "/r", "/run").WithObserveVerb()
+		st, ok := o.ReadStore(context.Background(), true)
+		if !ok || (st.VMsErr != nil) != c.vms || (st.SnapsErr != nil) != c.snaps || (st.CheckErr != nil) != c.ck {
+			t.Errorf("%s: errors vms=%v snaps=%v check=%v", name, st.VMsErr, st.SnapsErr, st.CheckErr)
+		}
+	}
+	// --check=false: no report asked, none required
+	o := NewObserver(canned(map[string]string{"observe --check=false": `{"vms":[],"snapshots":[]}`}, nil), "/r", "/run").WithObserveVerb()
+	if st, ok := o.ReadStore(context.Background(), false); !ok || st.VMsErr != nil || st.SnapsErr != nil || st.CheckErr != nil {
+		t.Fatalf("observe --check=false: %+v", st)
+	}
+}

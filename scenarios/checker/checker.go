@@ -260,15 +260,18 @@ func Collect(ctx context.Context, in *Input, now func() int64) *Poll {
 			}
 		}
 	}
-	var err error
-	p.VMs, err = m.VMs(ctx)
-	p.got(SrcVMs, err)
-	p.Snaps, err = m.Snapshots(ctx)
-	p.got(SrcSnaps, err)
-	if !in.Without[SrcCheck] {
-		p.Check, err = m.Check(ctx)
-		p.got(SrcCheck, err)
+	// one read of the three (vmctl observe: one exec a poll) where the
+	// manager has it, else its three verbs: the same data and errors
+	check := !in.Without[SrcCheck]
+	store := manager.ReadStore(ctx, m, check)
+	p.VMs, p.Snaps = store.VMs, store.Snaps
+	p.got(SrcVMs, store.VMsErr)
+	p.got(SrcSnaps, store.SnapsErr)
+	if check {
+		p.Check = store.Check
+		p.got(SrcCheck, store.CheckErr)
 	}
+	var err error
 	p.collectStore(in)
 
 	procs, err := s.ScanProcesses()

@@ -22,6 +22,7 @@ import (
 func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	o := outcome{Budget: budget}
 	o.Err = cr.arm(ctx, budget)
+	cr.laps.lap("arm")
 	if o.Err == nil && cr.refusal != "" {
 		o.Refusal = cr.refusal
 		return o
@@ -36,9 +37,11 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	if o.Err == nil {
 		results = startWaits(wctx, waits)
 		o.Err = cr.act(ctx, budget)
+		cr.laps.lap("act")
 	}
 	if o.Err == nil {
 		o.NotLanded = cr.inject(ctx, waits, results)
+		cr.laps.lap("inject")
 		if len(o.NotLanded) > 0 {
 			// a fault whose trigger point never came: the stack is
 			// judged as it is (stall.go); any other miss proves nothing
@@ -49,6 +52,7 @@ func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	}
 	if o.Err == nil {
 		o.Err = cr.restore(ctx, budget)
+		cr.laps.lap("restore")
 	}
 	if o.Err == nil {
 		o.Invariants, o.Converged = cr.converge(ctx, budget)
@@ -76,6 +80,7 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 			return startErr(err)
 		}
 	}
+	cr.laps.lap("agent")
 	if s.Env.Daemon {
 		if err := st.StartDaemon(ctx, floor(r.scale(orDefault(s.Env.DaemonEvery, 5*time.Second)), 50*time.Millisecond)); err != nil {
 			return harnessErr(err)
@@ -90,6 +95,7 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 			return stepErr("setup", step, err)
 		}
 	}
+	cr.laps.lap("setup")
 	if windowed(s) && (cr.c.HasFrac || cr.c.HasOff) {
 		refusal, err := cr.placeFault(ctx, budget)
 		if err != nil {
@@ -109,6 +115,7 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 	// The in-victim specs go to the processes that hit their points: the
 	// agent (and its children, which inherit its environment) or the
 	// harness's own vmctl processes.
+	cr.laps.lap("window")
 	fps := withSpecs(cr.failpoints(), cr.victimSpecs(false))
 	st.SetHarnessFailpoints(withSpecs(cr.failpoints(), cr.victimSpecs(true)))
 	if fps != "" {
@@ -350,6 +357,7 @@ func (cr *caseRun) converge(ctx context.Context, budget time.Duration) ([]report
 		in.InFlight = cr.st.CocoonVerbs
 	}
 	invs, convergedNs := cr.pollStable(ctx, in, budget)
+	cr.laps.lap("poll")
 	if convergedNs > 0 {
 		cr.rc.ConvergeMs = max(float64(convergedNs-cr.faultNs)/1e6, 0)
 		if cr.healNs > 0 {
@@ -364,6 +372,7 @@ func (cr *caseRun) converge(ctx context.Context, budget time.Duration) ([]report
 			Evidence: fmt.Sprintf("the state never held for %d consecutive polls within %s", cr.r.opts.StablePolls, budget)})
 	}
 	invs = append(invs, cr.history(ctx, convergedNs > 0, budget)...)
+	cr.laps.lap("history")
 	invs = append(invs, cr.restarts())
 	invs = append(invs, cr.powerCutInvariants()...)
 	cr.rc.Metrics = cr.metricDeltas()

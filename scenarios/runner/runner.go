@@ -451,6 +451,7 @@ type caseRun struct {
 	// unreached: the triggers whose point never came within the budget
 	// (stall.go)
 	unreached []string
+	laps      *laps             // VMCHAOS_LAPS: phase wall times (laps.go)
 	vArms     map[int]victimArm // faults armed in their victim (invictim.go)
 	// macs: per name, the MACs of its VM listed right before its
 	// hibernate (Expect.MACKept, macs.go), and the first listing error
@@ -533,6 +534,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: preconditionErr(err)})
 		return rc
 	}
+	lp := newLaps()
 	sopts := r.stackOptions(s, caseDir, bugs, lazy)
 	var cl *cluster
 	if s.Env.Nodes >= 2 {
@@ -549,8 +551,9 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		}
 		return harnessFailed(rc, fmt.Errorf("case stack: %w", err))
 	}
+	lp.lap("stack")
 	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
-		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs}
+		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs, laps: lp}
 	if cl != nil {
 		cr.cl = cl
 		cl.cp.Observe = cr.observeRelease
@@ -580,6 +583,8 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	}
 	o.TeardownErr = cr.teardown(caseDir)
 	cr.judge(o)
+	lp.lap("judge")
+	lp.flush(c.ID)
 	return rc
 }
 
@@ -609,7 +614,9 @@ func (cr *caseRun) teardown(caseDir string) error {
 	if cr.cl != nil {
 		cr.cl.stopWatching()
 	}
+	cr.laps.lap("teardown-pre")
 	closeErr := cr.st.Close(tctx)
+	cr.laps.lap("close")
 	if cr.cl != nil {
 		closeErr = errors.Join(closeErr, cr.cl.close(tctx))
 	}

@@ -18,7 +18,8 @@ func (s *Stack) ManagerObserver() manager.Observer {
 		// list must never stand in for cocoon's
 		return s.Cocoon
 	}
-	return mvmctl.NewObserver(s.Vmctl, s.Root, s.RunDir)
+	// the bundled vmctl has `observe`: one exec a poll instead of three
+	return mvmctl.NewObserver(s.Vmctl, s.Root, s.RunDir).WithObserveVerb()
 }
 
 // GuestOf is the VM named name as the ledger reaches its guest: its id and

@@ -30,19 +30,21 @@ func TestClassifyRealCatalogueCases(t *testing.T) {
 		want Class
 		why  string // a word of the reason
 	}{
-		{"s001-1-busy-create-orphan", Shared, "park"},                   // park vm.clone.reserved
-		{"s002-verb-spares-live-clone", Shared, "park"},                 // park, ReleaseAfter
-		{"s001-h-ten-vms-adopted", Shared, "steady"},                    // now, setup waited
-		{"gap-wake-restores-snapshot", Shared, "steady"},                // no fault
-		{"powercut-create-agent-create-begin", Shared, "park"},          // power cut at a park
-		{"s001-5-transient-failed", Alone, "at agent.failed"},           // at (failpoint)
-		{"s001-h-delete-restart-144ms@144ms", Alone, "offset"},          // at + fixed offset
-		{"s000-vmm-kill-event@500ms", Alone, "offset"},                  // now + offset
-		{"s001-3-sigkill-after-save-exit@20%", Alone, "calibrated"},     // sweep fraction: calibration
-		{"sweep-clone-sigkill@30%", Alone, "calibrated"},                // coarse sweep point
-		{"s001-h-double-restart", Alone, "at agent.startup.reconciled"}, // park first, at second
-		{"mx-create-agent-create-cloned-vmm-kill-while-stopped", Alone, "while-down"},
-		{"powercut-hibernate-after-save-exit", Alone, "after-exit"}, // power cut by after-exit
+		{"s001-1-busy-create-orphan", Shared, "park"},                                // park vm.clone.reserved
+		{"s002-verb-spares-live-clone", Shared, "park"},                              // park, ReleaseAfter
+		{"s001-h-ten-vms-adopted", Shared, "steady"},                                 // now, setup waited
+		{"gap-wake-restores-snapshot", Shared, "steady"},                             // no fault
+		{"powercut-create-agent-create-begin", Shared, "park"},                       // power cut at a park
+		{"s001-5-transient-failed", Shared, "failpoint action"},                      // a failpoint action: the product places it
+		{"s001-h-delete-restart-144ms@144ms", Alone, "offset"},                       // at + fixed offset
+		{"s000-vmm-kill-event@500ms", Alone, "offset"},                               // now + offset
+		{"s001-3-sigkill-after-save-exit@20%", Alone, "calibrated"},                  // sweep fraction: calibration
+		{"sweep-clone-sigkill@30%", Alone, "calibrated"},                             // coarse sweep point
+		{"s001-h-double-restart", Alone, "at agent.startup.reconciled"},              // park first, at second
+		{"mx-create-agent-create-cloned-vmm-kill-while-stopped", Shared, "park"},     // down until the harness starts it
+		{"mx-create-agent-create-cloned-vmm-kill-while-dead", Alone, "while-down"},   // down for RestartSec
+		{"mx-create-agent-create-cloned-vmm-kill-while-frozen", Alone, "while-down"}, // frozen for StopFor
+		{"powercut-hibernate-after-save-exit", Alone, "after-exit"},                  // power cut by after-exit
 	} {
 		c := catalogueCase(t, tc.id)
 		got, why := Classify(c)
@@ -70,8 +72,11 @@ func TestClassifyEveryTimedCaseIsAlone(t *testing.T) {
 			}
 		}
 		for _, f := range c.Scenario.Faults {
-			timed := strings.HasPrefix(f.Trigger, "at ") || strings.HasPrefix(f.Trigger, "after-exit ") ||
-				f.Trigger == scenarios.TriggerWhileDown
+			// a while-down fault after a stop waits for no clock
+			// (downUntilStarted); a failpoint action is placed by the
+			// product itself
+			timed := (strings.HasPrefix(f.Trigger, "at ") || strings.HasPrefix(f.Trigger, "after-exit ")) && f.Kind != failpointAction ||
+				f.Trigger == scenarios.TriggerWhileDown && c.Scenario.Faults[0].Kind != "stop"
 			if timed && cl != Alone {
 				t.Errorf("%s: fault %s %q is timed but the case is %s", c.ID, f.Kind, f.Trigger, cl)
 			}

@@ -10,7 +10,7 @@ import (
 // Annotate puts results appended in completion order back in catalogue
 // order and records each case's class and concurrency.
 func TestAnnotateSortsAndRecordsClassAndConcurrency(t *testing.T) {
-	cases := []scenarios.Case{catalogueCase(t, "s001-1-busy-create-orphan"), catalogueCase(t, "s001-5-transient-failed"),
+	cases := []scenarios.Case{catalogueCase(t, "s001-1-busy-create-orphan"), catalogueCase(t, "s001-h-double-restart"),
 		catalogueCase(t, "s001-h-ten-vms-adopted")}
 	res := &reports.Results{Cases: []reports.Case{{ID: cases[2].ID}, {ID: cases[0].ID}, {ID: cases[1].ID}}}
 	slots := []Slot{{Class: Shared, Concurrency: 3, Ran: true}, {Class: Alone, Concurrency: 1, Ran: true},

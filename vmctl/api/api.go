@@ -155,6 +155,19 @@ type CheckReport struct {
 	Violations []Violation `json:"violations"`
 }
 
+// Observation is the output of `vmctl observe`: what `vm list -o json`,
+// `snapshot list -o json` and `check` print, read one after the other in
+// one process (a poller's one exec instead of three). A list that could not
+// be read carries its error instead of its data; Check is absent with
+// --check=false.
+type Observation struct {
+	VMs            []*VM        `json:"vms"`
+	VMsError       string       `json:"vms_error,omitempty"`
+	Snapshots      []*Snapshot  `json:"snapshots"`
+	SnapshotsError string       `json:"snapshots_error,omitempty"`
+	Check          *CheckReport `json:"check,omitempty"`
+}
+
 // PassReport lists what one supervision pass did (`vmctl daemon` logs it,
 // `gc -o json` prints it inside GCReport).
 type PassReport struct {

@@ -45,6 +45,8 @@ func TestWireKeysAreTheContract(t *testing.T) {
 		{"CheckReport", CheckReport{}, []string{"ok", "violations"}},
 		{"Violation", Violation{}, []string{"evidence", "invariant"}},
 		{"StaleCreateResult", StaleCreateResult{}, []string{"id", "outcome"}},
+		{"Observation", Observation{VMsError: "e", SnapshotsError: "e", Check: &CheckReport{}}, []string{"check", "snapshots", "snapshots_error", "vms", "vms_error"}},
+		{"Observation (omitempty)", Observation{}, []string{"snapshots", "vms"}},
 	} {
 		if got := keys(t, tc.v); !slices.Equal(got, tc.want) {
 			t.Errorf("%s keys = %q, want %q", tc.name, got, tc.want)

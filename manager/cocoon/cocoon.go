@@ -168,6 +168,9 @@ func (a *Adapter) Env() []string {
 // <root>/firmware/CLOUDHV.fd (fakech checks only that it exists), and
 // imports the fake guest as a qcow2 cloud image (`image import`).
 func (a *Adapter) Setup(ctx context.Context) error {
+	if err := a.checkSocketPaths(); err != nil {
+		return err
+	}
 	for _, d := range []string{a.root, a.runDir, a.logDir, filepath.Join(a.root, "firmware"),
 		filepath.Join(a.opts.Dir, "cni", "net.d"), filepath.Join(a.opts.Dir, "cni", "bin")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -185,6 +188,27 @@ func (a *Adapter) Setup(ctx context.Context) error {
 		return fmt.Errorf("cocoon adapter: image import: %w", err)
 	}
 	return os.Remove(qcow)
+}
+
+// vmIDLen is the length of a cocoon VM id (26 base32 characters).
+const vmIDLen = 26
+
+// maxSocketPath is the longest path a unix socket can bind: sun_path is 108
+// bytes with its NUL.
+const maxSocketPath = 107
+
+// checkSocketPaths refuses a run dir under which the sockets of cocoon's
+// VMMs (<run>/cloudhypervisor/<id>/console.sock, the longest) cannot be
+// bound: cloud-hypervisor then fails "Error creation API server's socket:
+// Invalid argument" and cocoon only says "launch VM: timeout after 5s",
+// which reads like load. The reason names the path and what to shorten.
+func (a *Adapter) checkSocketPaths() error {
+	p := filepath.Join(a.vmRunDir(strings.Repeat("X", vmIDLen)), "console.sock")
+	if len(p) > maxSocketPath {
+		return fmt.Errorf("cocoon adapter: a VMM socket under %s would be %d bytes (%s), over the %d a unix socket path can have: use a shorter TMPDIR",
+			a.runDir, len(p), p, maxSocketPath)
+	}
+	return nil
 }
 
 // ImageRef is the imported image's name.

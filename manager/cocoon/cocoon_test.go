@@ -214,3 +214,20 @@ func TestSnapshotsNameTheirDir(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupRefusesARunDirTooLongForSockets: under a run dir whose VMM
+// sockets cannot be bound, cocoon's VMMs fail to start and cocoon reports a
+// timeout; Setup says why instead, and a short dir passes the check.
+func TestSetupRefusesARunDirTooLongForSockets(t *testing.T) {
+	long := New(manager.Options{Dir: "/tmp/" + strings.Repeat("d", 60) + "/c1/cocoon"})
+	err := long.checkSocketPaths()
+	if err == nil || !strings.Contains(err.Error(), "shorter TMPDIR") {
+		t.Fatalf("a run dir too long for unix sockets: %v", err)
+	}
+	if err := long.Setup(context.Background()); err == nil || !strings.Contains(err.Error(), "unix socket") {
+		t.Fatalf("Setup under it: %v", err)
+	}
+	if err := New(manager.Options{Dir: "/tmp/vmchaos-0123456789abcdef/c1/cocoon"}).checkSocketPaths(); err != nil {
+		t.Fatalf("a short run dir refused: %v", err)
+	}
+}

@@ -18,7 +18,8 @@ import (
 // TestCocoonAgentCasesListsTheRest: every agent case a filter selects is
 // either kept for the agent over cocoon or listed under not_supported with
 // its reason, exactly once (never dropped silently): a trigger on vmctl's
-// point, a power cut and a child kill are listed, an agent-only case is kept.
+// point, a power cut and a child kill at vmctl's point are listed, an
+// agent-only case is kept.
 func TestCocoonAgentCasesListsTheRest(t *testing.T) {
 	all, err := scenarios.Expand("fake")
 	if err != nil {
@@ -46,7 +47,7 @@ func TestCocoonAgentCasesListsTheRest(t *testing.T) {
 		}
 	}
 	for id, want := range map[string]string{"s001-1-busy-create-orphan": "vm.clone.reserved",
-		"powercut-create-agent-create-begin": "power-cut", "s002-clone-sigkill-59ms-agent@59ms": "sigkill-child"} {
+		"powercut-create-agent-create-begin": "power-cut", "s002-clone-sigkill-59ms-agent@59ms": "vm.clone.reserved"} {
 		if !strings.Contains(listed[id], want) {
 			t.Errorf("%s: not_supported reason %q, want it to name %s", id, listed[id], want)
 		}
@@ -171,6 +172,38 @@ func TestCocoonSupervisor(t *testing.T) {
 	}
 	if _, err := New(context.Background(), Options{ReportDir: t.TempDir(), Supervisor: injector.KindSandbox, AgentCocoon: "/x"}); err == nil {
 		t.Error("New with --supervisor sandbox over cocoon: no error")
+	}
+}
+
+// TestCocoonRunsTheVMMPhasesItReaches: the matrix cells parked at a fakech
+// point that cocoon's clone or snapshot save reaches (restore, the NIC swap,
+// resume; pause, snapshot, resume) run over
+// cocoon, the agent's cocoon child killed there included; a VMM phase its
+// flow never reaches (ch.eject.acked during a hibernate: no NIC removed),
+// a kill of the VMM or of every process of the unit stay listed.
+func TestCocoonRunsTheVMMPhasesItReaches(t *testing.T) {
+	r := &Runner{opts: Options{Scale: 1}, res: &reports.Results{}}
+	for id, want := range map[string]string{
+		"mx-create-ch-restore-begin-sigkill-child": "",
+		"mx-create-ch-restore-done-sigkill-main":   "",
+		"mx-create-ch-net-added-restart":           "",
+		"mx-create-ch-resume-sigstop-cont":         "",
+		"mx-create-ch-resume-stop":                 "",
+		"mx-hibernate-ch-eject-acked-restart":      "never reaches",
+		"mx-create-ch-resume-sigkill-vmm":          "sigkill-vmm",
+		"mx-create-ch-resume-kill-all":             "kill-all",
+		"mx-save-ch-pause-sigkill-main":            "",
+		"mx-save-ch-snapshot-done-sigkill-child":   "",
+		"mx-save-snapshot-save-paused-restart":     "vmctl's point",
+	} {
+		c, err := scenarios.CaseFor(id, 0, false, "fake")
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		got := r.cocoonUnsupported(c)
+		if (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("%s: unsupported %q, want %q", id, got, map[bool]string{true: "kept", false: "listed naming " + want}[want == ""])
+		}
 	}
 }
 

@@ -586,13 +586,17 @@ func (cr *caseRun) judgeWake(ctx context.Context, name string, events []failpoin
 		return ledger.CutVerdict{}, "no writer ran in the guest", nil
 	}
 	dropNs := nicDropNs(events, name, cr.wl().writerVMs())
-	if dropNs == 0 {
-		if cr.r.opts.AgentCocoon != "" {
-			// the agent's plan over a manager without a NIC verb (issue 33
-			// item 2): the writer acks through the save until the VM is
-			// removed, so no cut of the hibernate exists to judge
-			return ledger.CutVerdict{}, "no NIC drop before the hibernate: the agent's plan over cocoon, which has no NIC verb, saves with the NIC up, so the writer went on acking past the snapshot and the wake holds no cut of it", nil
+	var resumeNs int64
+	if dropNs == 0 && cr.r.opts.AgentCocoon != "" {
+		// the agent's plan over a manager without a NIC verb (issue 33
+		// item 2) saves with the NIC up: the cut is the save's own
+		// pause/resume (the VMM's, fakech's points), and what the writer
+		// acked after the resume is lost with the VM by that plan
+		if dropNs, resumeNs = hibernateSaveWindow(events, name, cr.wl().writerVMs()); dropNs == 0 {
+			return ledger.CutVerdict{}, "no NIC drop and no paused→resumed save of the hibernate in the trace: the hibernate did not run under the workload", nil
 		}
+	}
+	if dropNs == 0 {
 		return ledger.CutVerdict{}, "no NIC drop in the trace: the hibernate did not run under the workload", nil
 	}
 	g, err := cr.guest(ctx, name)
@@ -617,9 +621,75 @@ func (cr *caseRun) judgeWake(ctx context.Context, name string, events []failpoin
 	if cold == "" {
 		cold = vmmKilledReason(cr.s)
 	}
-	return ledger.ClassifyWake(ledger.WakeInput{Guest: name, Acks: h.Acks, First: h.First, DropNs: dropNs, FaultNs: cr.faultNs,
-		GuestClock: cr.guestClock(), Disk: ls.Disk, RAM: ls.RAM, BootBefore: boot, BootAfter: ls.BootID,
-		ColdBootAllowed: cold}), "", nil
+	// With the NIC up the writer acks on after the save's resume and, once
+	// woken, writes again from the snapshot's last seq: the same seqs twice,
+	// so no marker is judged a PHANTOM by its time (as after a NIC drop,
+	// where the VM never resumes); every marker acked before the pause is
+	// still required, on disk and in RAM, and the boot id unchanged.
+	v := ledger.ClassifyWake(ledger.WakeInput{Guest: name, Acks: h.Acks, First: h.First, DropNs: dropNs,
+		FaultNs: cr.faultNs, GuestClock: cr.guestClock(), Disk: ls.Disk, RAM: ls.RAM, BootBefore: boot, BootAfter: ls.BootID,
+		ColdBootAllowed: cold})
+	if resumeNs != 0 {
+		cr.wl().note("%s: hibernated with its NIC up (the manager has no NIC verb), so its cut is the save's pause; %d marker(s) acked between the save's resume and the hibernate's end are not in the snapshot: that plan loses them",
+			name, ackedAfter(h.Acks, resumeNs, hibernateEndNs(events, name, dropNs), cr.guestClock()))
+	}
+	return v, "", nil
+}
+
+// ackedAfter counts the acks in (fromNs, toNs) (toNs 0: no end), on the
+// guest clock where it is the trace clock, else by arrival.
+func ackedAfter(acks []ledger.WorkloadAck, fromNs, toNs int64, guestClock bool) int {
+	n := 0
+	for _, a := range acks {
+		t := a.HostNs
+		if guestClock {
+			t = a.AckNs
+		}
+		if t > fromNs && (toNs == 0 || t < toNs) {
+			n++
+		}
+	}
+	return n
+}
+
+// hibernateEndNs is the agent's agent.hibernate.removed of name after
+// fromNs: the VM and its writer are gone. 0: not in the trace.
+func hibernateEndNs(events []failpoint.Event, name string, fromNs int64) int64 {
+	for _, e := range events {
+		if e.Point == "agent.hibernate.removed" && e.VM == name && e.TsNs > fromNs {
+			return e.TsNs
+		}
+	}
+	return 0
+}
+
+// hibernateSaveWindow is the pause and resume of the save that guest name's
+// hibernate kept when the agent saved with the NIC up: fakech's ch.pause and
+// the same VMM's next ch.resume, on a VM that ran name's writer, the last
+// such pair before the agent's last agent.hibernate.saved of name (a retried
+// save leaves earlier pairs). 0, 0: none.
+func hibernateSaveWindow(events []failpoint.Event, name string, writerVMs map[string]string) (pauseNs, resumeNs int64) {
+	var savedNs int64
+	for _, e := range events {
+		if e.Point == "agent.hibernate.saved" && e.VM == name {
+			savedNs = e.TsNs
+		}
+	}
+	pid := 0
+	var p, r int64
+	for _, e := range events {
+		if writerVMs[e.VM] != name || (savedNs != 0 && e.TsNs > savedNs) {
+			continue
+		}
+		switch {
+		case e.Point == "ch.pause":
+			p, r, pid = e.TsNs, 0, e.Pid
+		case e.Point == "ch.resume" && p != 0 && r == 0 && e.Pid == pid:
+			r = e.TsNs
+			pauseNs, resumeNs = p, r
+		}
+	}
+	return pauseNs, resumeNs
 }
 
 // workloadReport is the case's workload section: sessions, cuts, the acks

@@ -373,3 +373,31 @@ func wantOnlyCutFailed(t *testing.T, bad reports.Case, want, double string) {
 	}
 	t.Logf("%s double: %s", double, inv.Evidence)
 }
+
+// TestHibernateSaveWindowOverCocoon: the agent over cocoon saves with the
+// NIC up, so a wake is judged against the hibernate's own save: fakech's
+// ch.pause and that VMM's next ch.resume on the writer's VM, the last pair
+// before agent.hibernate.saved (a retried save's earlier pair and the
+// wake's clone resume after it are not it).
+func TestHibernateSaveWindowOverCocoon(t *testing.T) {
+	vms := map[string]string{"VM1": "vm-a", "VM2": "vm-a"}
+	ev := func(ns int64, point, vm string, pid int) failpoint.Event {
+		return failpoint.Event{TsNs: ns, Point: point, VM: vm, Pid: pid}
+	}
+	for _, tc := range []struct {
+		name          string
+		events        []failpoint.Event
+		pause, resume int64
+	}{
+		{"one save", []failpoint.Event{ev(5, "ch.resume", "VM1", 7), ev(10, "ch.pause", "VM1", 7), ev(12, "ch.resume", "VM1", 7),
+			ev(20, "agent.hibernate.saved", "vm-a", 1), ev(30, "ch.resume", "VM2", 8)}, 10, 12},
+		{"a retried save", []failpoint.Event{ev(10, "ch.pause", "VM1", 7), ev(12, "ch.resume", "VM1", 7), ev(14, "ch.pause", "VM1", 7),
+			ev(16, "ch.resume", "VM1", 7), ev(20, "agent.hibernate.saved", "vm-a", 1)}, 14, 16},
+		{"paused, never resumed", []failpoint.Event{ev(10, "ch.pause", "VM1", 7), ev(20, "agent.hibernate.saved", "vm-a", 1)}, 0, 0},
+		{"another guest's VM", []failpoint.Event{ev(10, "ch.pause", "VM9", 7), ev(12, "ch.resume", "VM9", 7), ev(20, "agent.hibernate.saved", "vm-a", 1)}, 0, 0},
+	} {
+		if p, r := hibernateSaveWindow(tc.events, "vm-a", vms); p != tc.pause || r != tc.resume {
+			t.Errorf("%s: pause %d resume %d, want %d %d", tc.name, p, r, tc.pause, tc.resume)
+		}
+	}
+}

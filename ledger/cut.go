@@ -333,6 +333,18 @@ func ClassifyWake(in WakeInput) CutVerdict {
 	return v
 }
 
+// WithLost is v with more acked markers judged lost (a hibernate's plan
+// that lets the writer ack past its snapshot): the verdict fails.
+func (v CutVerdict) WithLost(lost []SeqAt) CutVerdict {
+	if len(lost) == 0 {
+		return v
+	}
+	v.Lost = append(append([]SeqAt(nil), v.Lost...), lost...)
+	v.OK = false
+	v.Message = v.message()
+	return v
+}
+
 func (v CutVerdict) message() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s → %s", v.Source, v.Target)

@@ -630,26 +630,30 @@ func (cr *caseRun) judgeWake(ctx context.Context, name string, events []failpoin
 		FaultNs: cr.faultNs, GuestClock: cr.guestClock(), Disk: ls.Disk, RAM: ls.RAM, BootBefore: boot, BootAfter: ls.BootID,
 		ColdBootAllowed: cold})
 	if resumeNs != 0 {
-		cr.wl().note("%s: hibernated with its NIC up (the manager has no NIC verb), so its cut is the save's pause; %d marker(s) acked between the save's resume and the hibernate's end are not in the snapshot: that plan loses them",
-			name, ackedAfter(h.Acks, resumeNs, hibernateEndNs(events, name, dropNs), cr.guestClock()))
+		// Acked after the save's resume, before the VM was removed: the
+		// guest said durable, the snapshot cannot hold it, so the wake lost
+		// it. That is the plan's loss (no NIC verb to stop the clients
+		// first), and the ledger's job is to say so, never to excuse it.
+		v = v.WithLost(ackedAfter(h.Acks, resumeNs, hibernateEndNs(events, name, dropNs), cr.guestClock()))
 	}
 	return v, "", nil
 }
 
-// ackedAfter counts the acks in (fromNs, toNs) (toNs 0: no end), on the
-// guest clock where it is the trace clock, else by arrival.
-func ackedAfter(acks []ledger.WorkloadAck, fromNs, toNs int64, guestClock bool) int {
-	n := 0
+// ackedAfter lists the acks in (fromNs, toNs) (toNs 0: no end), on the
+// guest clock where it is the trace clock, else by arrival, as lost
+// markers: acked after the save's resume, so in no snapshot.
+func ackedAfter(acks []ledger.WorkloadAck, fromNs, toNs int64, guestClock bool) []ledger.SeqAt {
+	var lost []ledger.SeqAt
 	for _, a := range acks {
 		t := a.HostNs
 		if guestClock {
 			t = a.AckNs
 		}
 		if t > fromNs && (toNs == 0 || t < toNs) {
-			n++
+			lost = append(lost, ledger.SeqAt{Seq: a.Seq, When: "acked after the hibernate's save resumed the VM (NIC up): in no snapshot"})
 		}
 	}
-	return n
+	return lost
 }
 
 // hibernateEndNs is the agent's agent.hibernate.removed of name after

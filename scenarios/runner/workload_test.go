@@ -401,3 +401,25 @@ func TestHibernateSaveWindowOverCocoon(t *testing.T) {
 		}
 	}
 }
+
+// TestAckedAfterTheSaveResumedIsLost: over a manager without a NIC verb the
+// hibernate saves with the NIC up; a marker the guest acked after the save
+// resumed the VM is in no snapshot, so the wake's verdict must fail on it
+// (it once went to a note and the case passed).
+func TestAckedAfterTheSaveResumedIsLost(t *testing.T) {
+	acks := []ledger.WorkloadAck{{Seq: 1, AckNs: 5, HostNs: 5}, {Seq: 2, AckNs: 15, HostNs: 15}, {Seq: 3, AckNs: 25, HostNs: 25}}
+	lost := ackedAfter(acks, 12, 20, true)
+	if len(lost) != 1 || lost[0].Seq != 2 {
+		t.Fatalf("acked in (12, 20): %+v, want seq 2 alone", lost)
+	}
+	if n := len(ackedAfter(acks, 12, 0, true)); n != 2 {
+		t.Fatalf("no end: %d acks after 12, want 2", n)
+	}
+	v := ledger.CutVerdict{OK: true}.WithLost(lost)
+	if v.OK || len(v.Lost) != 1 || !strings.Contains(v.Message, "seq 2") {
+		t.Fatalf("a verdict with an ack past the snapshot: %+v, want a fail naming seq 2", v)
+	}
+	if w := (ledger.CutVerdict{OK: true}).WithLost(nil); !w.OK {
+		t.Fatal("nothing lost must leave the verdict as it was")
+	}
+}

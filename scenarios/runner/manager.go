@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/manager/cocoon"
 	mvmctl "github.com/vmchaos/vmchaos/manager/vmctl"
@@ -37,7 +38,8 @@ type mgrRun struct {
 	tmp, image        string
 	release           func()
 	record            *injector.RunRecord
-	n                 int // cases and discoveries so far (under Runner.mu)
+	key               *ledger.Key // the guests' authorized key: the workload cases' writer and ledger
+	n                 int         // cases and discoveries so far (under Runner.mu)
 	// layout: per verb, the store dirs its successful unarmed run made that
 	// no record explains (learnLayout; under Runner.mu)
 	layout map[manager.Verb]map[string]bool
@@ -98,8 +100,15 @@ func newManagerRunner(ctx context.Context, o Options) (*Runner, error) {
 		_ = os.RemoveAll(mr.tmp)
 		return nil, err
 	}
+	if mr.key, err = ledger.NewKey(filepath.Join(mr.tmp, "key")); err != nil {
+		mr.record.Close()
+		_ = os.RemoveAll(mr.tmp)
+		return nil, fmt.Errorf("manager run: %w", err)
+	}
 	mr.image = filepath.Join(mr.tmp, "guest.img")
-	if _, err := guestimg.Build(mr.image, guestimg.Options{Hostname: "vmchaos-guest"}); err != nil {
+	// the key in the image: a workload case's writer and ledger reach the
+	// guest over SSH, whatever the manager does with cloud-init seeds
+	if _, err := guestimg.Build(mr.image, guestimg.Options{Hostname: "vmchaos-guest", AuthorizedKeys: []string{mr.key.AuthorizedKey()}}); err != nil {
 		mr.record.Close()
 		_ = os.RemoveAll(mr.tmp)
 		return nil, fmt.Errorf("manager run: guest image: %w", err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -54,7 +53,7 @@ func mgrNetPool(runTmp, caseDir string) string {
 	return fmt.Sprintf("127.%d.%d.0/24", 150+h.Sum32()%40, n%256)
 }
 
-// nics is the NIC count a workload case gives the VMs the harness reaches.
+// oneNIC is the NIC count of the VMs a workload case reaches the guest of.
 func oneNIC() *int { n := 1; return &n }
 
 // startWorkload opens the case's ledger and starts the writer in src's
@@ -123,7 +122,7 @@ func (mc *mgrCase) stopWorkload(ctx context.Context) {
 	w.stats, w.stopped = w.session.Stop(), true
 }
 
-// saveWindow is the source VMM's last completed pause → resume (one pid):
+// mgrSaveWindow is the source VMM's last completed pause → resume (one pid):
 // the save whose capture made the snapshot the retry left. A killed save
 // whose VMM a `start` resumed is an earlier pair.
 func mgrSaveWindow(events []failpoint.Event, vmID string) (ledger.CutWindow, bool) {
@@ -184,12 +183,7 @@ func (mc *mgrCase) judgeCut(ctx context.Context) reports.Invariant {
 // cloneAndJudge finds the save's window and the snapshot, clones it with a
 // NIC through the manager's own clone verb and judges the clone's markers.
 func (mc *mgrCase) cloneAndJudge(ctx context.Context) (ledger.CutVerdict, error) {
-	srcID := ""
-	for id, name := range mc.beforeNames {
-		if name == "vm "+scenarios.MgrSrcVM {
-			srcID = id
-		}
-	}
+	srcID := mc.srcID()
 	win, ok := mgrSaveWindow(mc.trace.Events(), srcID)
 	if !ok {
 		return ledger.CutVerdict{}, fmt.Errorf("no completed pause → resume of %s's VMM (%s) in the trace: no save finished under the writer", scenarios.MgrSrcVM, srcID)
@@ -243,26 +237,10 @@ func (mc *mgrCase) workloadReport() *reports.Workload {
 		out.Sessions = append(out.Sessions, reports.WorkloadSession{Guest: st.Guest, First: st.First, Last: st.Last, Acks: st.Acks,
 			AckedPerS: rate, End: st.End, DurationMs: float64(st.Elapsed) / 1e6})
 	}
-	if v := w.cut; v != nil {
-		c := reports.WorkloadCut{Kind: "snapshot", Snapshot: v.Snapshot, Source: v.Source, Target: v.Target, First: v.First, Cut: v.Cut,
-			Present: v.Present, AckedBeforePause: v.AckedBeforePause, Judged: v.Judged, OK: v.OK, Message: v.Message}
-		for _, s := range append(v.Lost, v.RAMLost...) {
-			c.Lost = append(c.Lost, fmt.Sprintf("seq %d (%s)", s.Seq, s.When))
-		}
-		for _, s := range append(v.Phantom, v.RAMPhantom...) {
-			c.Phantom = append(c.Phantom, fmt.Sprintf("seq %d (%s)", s.Seq, s.When))
-		}
-		for _, s := range append(v.Hole, v.RAMHole...) {
-			c.Hole = append(c.Hole, fmt.Sprintf("seq %d (%s)", s.Seq, s.When))
-		}
-		out.Cuts = append(out.Cuts, c)
+	if w.cut != nil {
+		out.Cuts = append(out.Cuts, cutReport(*w.cut))
 	}
-	srcID := ""
-	for id, name := range mc.beforeNames {
-		if name == "vm "+scenarios.MgrSrcVM {
-			srcID = id
-		}
-	}
+	srcID := mc.srcID()
 	for _, e := range mc.phases {
 		if e.VM == srcID && (e.Point == "ch.pause" || e.Point == "ch.resume") {
 			out.Marks = append(out.Marks, reports.WorkloadMark{TsNs: e.TsNs, Kind: strings.TrimPrefix(e.Point, "ch."), Label: scenarios.MgrSrcVM + " " + e.Point})
@@ -273,17 +251,16 @@ func (mc *mgrCase) workloadReport() *reports.Workload {
 			out.Marks = append(out.Marks, reports.WorkloadMark{TsNs: in.ActualNs, Kind: "fault", Label: in.Fault})
 		}
 	}
-	if entries, _, err := ledger.ReadJournal(w.led.JournalPath()); err == nil {
-		var acks []reports.WorkloadAckPoint
-		for _, e := range entries {
-			if e.Kind == ledger.KindWorkloadAcks {
-				for _, a := range e.Acks {
-					acks = append(acks, reports.WorkloadAckPoint{Guest: e.Guest, Seq: a.Seq, AckNs: a.AckNs})
-				}
-			}
-		}
-		sort.SliceStable(acks, func(i, j int) bool { return acks[i].AckNs < acks[j].AckNs })
-		out.Acks = downsample(acks, out.Marks, 150)
-	}
+	out.Acks = journalAcks(w.led.JournalPath(), true, out.Marks)
 	return out
+}
+
+// srcID is the fixture VM's id, from the baseline's listing.
+func (mc *mgrCase) srcID() string {
+	for id, name := range mc.beforeNames {
+		if name == "vm "+scenarios.MgrSrcVM {
+			return id
+		}
+	}
+	return ""
 }

@@ -90,7 +90,7 @@ func newManagerRunner(ctx context.Context, o Options) (*Runner, error) {
 	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
 		return nil, fmt.Errorf("report dir: %w", err)
 	}
-	if mr.tmp, err = os.MkdirTemp("", "vmchaos-mgr-"); err != nil {
+	if mr.tmp, err = os.MkdirTemp(mgrTmpBase(os.TempDir()), "vmchaos-mgr-"); err != nil {
 		return nil, fmt.Errorf("manager run: %w", err)
 	}
 	// The run's record (what a SIGKILLed runner leaves, the VMMs its verbs
@@ -121,6 +121,24 @@ func newManagerRunner(ctx context.Context, o Options) (*Runner, error) {
 	host, _ := os.Hostname()
 	return &Runner{opts: o, mgr: mr, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
 		Host: host, Backend: o.Backend, Supervisor: "none (manager: " + mr.name + ")", TimeScale: o.Scale, Seed: o.Seed}}, nil
+}
+
+// mgrSockTail is the longest path a manager makes under a run's temp dir
+// for a unix socket: a case's store, its root with the run dir inside
+// (a power cut's OneFS layout), a VM's run dir named by a 26-character id,
+// and the VMM's serial socket (cocoon: console.sock).
+const mgrSockTail = len("/vmchaos-mgr-0123456789/m9999/root/run/cloudhypervisor/") + 26 + len("/console.sock")
+
+// mgrTmpBase is where a manager run makes its temp dir: TMPDIR unless a
+// socket under it would pass the 107 bytes of sun_path, which a VMM's bind
+// refuses with EINVAL (fakech and CH alike: "Error creating console
+// device: Invalid argument" once a run's case numbers grew a digit); then
+// /tmp.
+func mgrTmpBase(tmp string) string {
+	if len(tmp)+mgrSockTail > 107 {
+		return "/tmp"
+	}
+	return tmp
 }
 
 func (mr *mgrRun) close() error {

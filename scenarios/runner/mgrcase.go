@@ -408,6 +408,7 @@ func (mc *mgrCase) teardown() error {
 		}
 		mc.trace.Close()
 	}
+	keepStoreLogs(mc.dir, filepath.Join(mc.caseDir, "store-logs")) // before a lazy mount goes
 	if mc.node != nil {
 		if err := mc.node.Unmount(); err != nil {
 			errs = append(errs, "unmount the store's lazyfs: "+err.Error())
@@ -418,6 +419,36 @@ func (mc *mgrCase) teardown() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// keepStoreLogs copies the logs the manager and its VMMs wrote into the
+// case's store (*.log, a bounded number and size) into dst before the store
+// goes: the evidence of a VMM that died under a verb, which only its own
+// log explains.
+func keepStoreLogs(store, dst string) {
+	const most, maxSize = 40, 1 << 20
+	n := 0
+	_ = filepath.WalkDir(store, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".log") || n >= most {
+			return nil
+		}
+		if fi, err := d.Info(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxSize {
+			return nil
+		}
+		rel, err := filepath.Rel(store, p)
+		if err != nil {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		out := filepath.Join(dst, strings.ReplaceAll(rel, string(filepath.Separator), "_"))
+		if os.MkdirAll(dst, 0o755) == nil && os.WriteFile(out, b, 0o644) == nil {
+			n++
+		}
+		return nil
+	})
 }
 
 // mgrLogFiles maps the case's files to paths relative to the run dir.

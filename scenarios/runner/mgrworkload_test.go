@@ -89,3 +89,19 @@ func TestMgrSaveWindow(t *testing.T) {
 		t.Fatal("another VM's phases are no window")
 	}
 }
+
+// A manager run's temp dir leaves its deepest socket under sun_path's 107
+// bytes: a long TMPDIR falls back to /tmp (the power-cut cells' serial
+// sockets failed EINVAL from their tenth case on under /tmp/mgrwork-tmp).
+func TestMgrTmpBaseLeavesRoomForSockets(t *testing.T) {
+	if got := mgrTmpBase("/tmp"); got != "/tmp" {
+		t.Fatalf("/tmp → %q", got)
+	}
+	long := "/tmp/mgrwork-tmp"
+	if got := mgrTmpBase(long); got != "/tmp" {
+		t.Fatalf("%s → %q, want /tmp (deepest socket %d bytes)", long, got, len(long)+mgrSockTail)
+	}
+	if n := len("/tmp") + mgrSockTail; n > 107 {
+		t.Fatalf("even /tmp leaves %d bytes", n)
+	}
+}

@@ -230,7 +230,13 @@ func (r *Runner) mgrRepro(c scenarios.Case, bugs []string) string {
 	if r.mgr.config != "" {
 		s += " --manager-config " + r.mgr.config
 	}
-	return s + fmt.Sprintf(" --time-scale %g --seed %d --label-filter 'case:%s'", r.opts.Scale, r.opts.Seed, scenarios.CaseLabel(c.ID))
+	// the scenario's id: a repro's runs carry .runK in the case id, which
+	// no case: label matches
+	id := c.ID
+	if c.Scenario != nil && c.Scenario.ID != "" {
+		id = c.Scenario.ID
+	}
+	return s + fmt.Sprintf(" --time-scale %g --seed %d --label-filter 'case:%s'", r.opts.Scale, r.opts.Seed, scenarios.CaseLabel(id))
 }
 
 // nextMgrDir is a fresh store dir under the run's temp dir.

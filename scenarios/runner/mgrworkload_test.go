@@ -7,6 +7,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/reports"
+	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/stackbin"
 )
 
@@ -103,5 +104,16 @@ func TestMgrTmpBaseLeavesRoomForSockets(t *testing.T) {
 	}
 	if n := len("/tmp") + mgrSockTail; n > 107 {
 		t.Fatalf("even /tmp leaves %d bytes", n)
+	}
+}
+
+// A repro's runs (case id <id>.runK) print the repro line of the case
+// itself: a case: label no filter would match is no repro line.
+func TestMgrReproLineOfARepeatedRun(t *testing.T) {
+	r := &Runner{opts: Options{Scale: 0.1, Seed: 1}, mgr: &mgrRun{name: "cocoon", bin: "/c"}}
+	c := scenarios.Case{ID: "mgr-clone-kill-at-35%.run5", Scenario: &scenarios.Scenario{ID: "mgr-clone-kill-at-35%"}}
+	got := r.mgrRepro(c, nil)
+	if want := "--label-filter 'case:mgr-clone-kill-at-35pct'"; !strings.HasSuffix(got, want) {
+		t.Fatalf("repro line %q, want it to end %q", got, want)
 	}
 }

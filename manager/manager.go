@@ -143,6 +143,19 @@ type Options struct {
 	// lazy mount of the root does not split what the manager expects on
 	// one filesystem (a hard link from a snapshot into a VM's run dir).
 	OneFS bool
+	// NetPool is the CIDR the guests' addresses come from when a verb
+	// gives a VM a NIC (GuestNet adapters; the case's own loopback /24):
+	// "" for the manager's default.
+	NetPool string
+}
+
+// GuestNet is an adapter whose create and clone give a VM a NIC
+// (Call.NICs) that the harness reaches the guest's SSH on from its own
+// network namespace, at the address the list verb records (VM.Address).
+// The manager-verb workload cases (the guest writer through a save, the
+// clone judged as the save's consistent cut) are generated only for one.
+type GuestNet interface {
+	GuestNet() bool
 }
 
 // Manager is what the manager-level catalogue needs from one manager: the

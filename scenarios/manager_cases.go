@@ -79,6 +79,11 @@ type MgrCase struct {
 	// VMM is parked, the VMM finishes the request, and the verb is
 	// SIGCONTed; it must come back (manager_matrix.go).
 	Freeze bool
+	// Workload (park, snapshot-save): the fixture's VM has a NIC and its
+	// guest runs the ledger's writer from before the verb until after the
+	// recovery; the snapshot the save and its retry leave is cloned and
+	// the clone must hold exactly that save's cut (manager_matrix.go).
+	Workload bool
 }
 
 // MgrRace is a second verb racing the verb under test as embedders make
@@ -227,6 +232,7 @@ func ExpandManager(m manager.Manager, phases map[manager.Verb][]string, failed m
 				fmt.Sprintf("the VMM kill -9ed while parked at %s with %s waiting on it alive: the verb ends, then the manager's recovery", p, verb),
 				MgrCase{Manager: name, Op: op, Trigger: MgrTrigPark, Point: p, VMMOnly: true}, "sigkill-vmm", "park "+p, "trigger:park")
 			mgrMatrixPark(add, m, op, p)
+			mgrWorkloadPark(add, m, op, p)
 		}
 		for _, f := range MgrFractions {
 			pct := int(f*100 + 0.5)

@@ -31,8 +31,9 @@ const (
 // `!speed:nightly`: one cell per new kind, at a phase every manager's verb
 // passes through. Every other cell of the matrix is speed:nightly.
 var mgrMatrixFast = map[string]bool{
-	"mgr-clone-powercut-at-ch.restore.begin":                 true,
-	"mgr-snapshot-save-freeze-at-ch.snapshot.memory-written": true,
+	"mgr-clone-powercut-at-ch.restore.begin":                        true,
+	"mgr-snapshot-save-freeze-at-ch.snapshot.memory-written":        true,
+	"mgr-snapshot-save-kill-at-ch.snapshot.memory-written-workload": true,
 }
 
 // mgrLabels are a matrix cell's extra labels: nightly unless the cell is a
@@ -58,6 +59,22 @@ func mgrMatrixPark(add mgrAdd, m manager.Manager, op MgrOp, p string) {
 	id := fmt.Sprintf("mgr-%s-freeze-at-%s", verb, p)
 	add(id, fmt.Sprintf("%s SIGSTOPped while its VMM is parked at %s, the VMM released, then SIGCONT: the verb comes back", verb, p),
 		MgrCase{Op: op, Trigger: MgrTrigPark, Point: p, Freeze: true}, MgrFaultFreeze, "park "+p, mgrLabels(id, "trigger:park")...)
+}
+
+// mgrWorkloadPark adds the save's workload cell at VMM phase p (issue 32
+// item 2, the live workload): the fixture's VM runs the guest writer
+// through the save, the save is SIGKILLed parked at p, the embedder's
+// recovery retries it under the same name, and a clone of the snapshot it
+// leaves must hold exactly that save's consistent cut
+// (workload-consistent-cut). Only where the adapter gives a VM a guest the
+// harness reaches (manager.GuestNet).
+func mgrWorkloadPark(add mgrAdd, m manager.Manager, op MgrOp, p string) {
+	if _, ok := m.(manager.GuestNet); !ok || op.Verb != manager.VerbSnapshotSave {
+		return
+	}
+	id := fmt.Sprintf("mgr-snapshot-save-kill-at-%s-workload", p)
+	add(id, fmt.Sprintf("snapshot-save of a VM whose guest writer runs, SIGKILLed while the VMM is parked at %s, then the recovery's save under the same name: a clone of the snapshot holds exactly that save's cut", p),
+		MgrCase{Op: op, Trigger: MgrTrigPark, Point: p, Workload: true}, "sigkill-verb", "park "+p, mgrLabels(id, "trigger:park", "workload")...)
 }
 
 // mgrMatrixOffset adds op's power cut at fraction f of its window.

@@ -54,6 +54,10 @@ func (a *Adapter) Setup(ctx context.Context) error {
 	return nil
 }
 
+// GuestNet: vmctl's fake NICs are loopback addresses of Options.NetPool
+// where fakech's guest answers SSH, in the harness's own namespace.
+func (a *Adapter) GuestNet() bool { return true }
+
 // ImageRef is the raw guest image file.
 func (a *Adapter) ImageRef() string { return a.opts.Image }
 
@@ -67,6 +71,9 @@ func (a *Adapter) Env() []string {
 		"VMCTL_CH_BINARY=" + filepath.Join(a.opts.VMMDir, VMMName),
 		"VMCTL_FIRMWARE=" + a.firmware,
 	}
+	if a.opts.NetPool != "" {
+		env = append(env, "VMCTL_NET_POOL="+a.opts.NetPool)
+	}
 	return append(env, a.opts.Env...)
 }
 
@@ -76,7 +83,11 @@ func (a *Adapter) Command(c manager.Call) ([]string, error) {
 	var args []string
 	switch c.Verb {
 	case manager.VerbCreate:
-		args = []string{"vm", "run", "--name", c.Name, "--nics", "0", "-o", "json", a.ImageRef()}
+		nics := "0"
+		if c.NICs != nil {
+			nics = strconv.Itoa(*c.NICs) // a guest the harness reaches (GuestNet)
+		}
+		args = []string{"vm", "run", "--name", c.Name, "--nics", nics, "-o", "json", a.ImageRef()}
 	case manager.VerbClone:
 		if c.NICs != nil {
 			// The agent's clone: NICs set, the result read from inspect.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/injector"
+	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/manager"
 	"github.com/vmchaos/vmchaos/manager/cocoon"
 	mvmctl "github.com/vmchaos/vmchaos/manager/vmctl"
@@ -37,7 +38,8 @@ type mgrRun struct {
 	tmp, image        string
 	release           func()
 	record            *injector.RunRecord
-	n                 int // cases and discoveries so far (under Runner.mu)
+	key               *ledger.Key // the guests' authorized key: the workload cases' writer and ledger
+	n                 int         // cases and discoveries so far (under Runner.mu)
 	// layout: per verb, the store dirs its successful unarmed run made that
 	// no record explains (learnLayout; under Runner.mu)
 	layout map[manager.Verb]map[string]bool
@@ -88,7 +90,7 @@ func newManagerRunner(ctx context.Context, o Options) (*Runner, error) {
 	if err := os.MkdirAll(o.ReportDir, 0o755); err != nil {
 		return nil, fmt.Errorf("report dir: %w", err)
 	}
-	if mr.tmp, err = os.MkdirTemp("", "vmchaos-mgr-"); err != nil {
+	if mr.tmp, err = os.MkdirTemp(mgrTmpBase(os.TempDir()), "vmchaos-mgr-"); err != nil {
 		return nil, fmt.Errorf("manager run: %w", err)
 	}
 	// The run's record (what a SIGKILLed runner leaves, the VMMs its verbs
@@ -98,8 +100,15 @@ func newManagerRunner(ctx context.Context, o Options) (*Runner, error) {
 		_ = os.RemoveAll(mr.tmp)
 		return nil, err
 	}
+	if mr.key, err = ledger.NewKey(filepath.Join(mr.tmp, "key")); err != nil {
+		mr.record.Close()
+		_ = os.RemoveAll(mr.tmp)
+		return nil, fmt.Errorf("manager run: %w", err)
+	}
 	mr.image = filepath.Join(mr.tmp, "guest.img")
-	if _, err := guestimg.Build(mr.image, guestimg.Options{Hostname: "vmchaos-guest"}); err != nil {
+	// the key in the image: a workload case's writer and ledger reach the
+	// guest over SSH, whatever the manager does with cloud-init seeds
+	if _, err := guestimg.Build(mr.image, guestimg.Options{Hostname: "vmchaos-guest", AuthorizedKeys: []string{mr.key.AuthorizedKey()}}); err != nil {
 		mr.record.Close()
 		_ = os.RemoveAll(mr.tmp)
 		return nil, fmt.Errorf("manager run: guest image: %w", err)
@@ -112,6 +121,24 @@ func newManagerRunner(ctx context.Context, o Options) (*Runner, error) {
 	host, _ := os.Hostname()
 	return &Runner{opts: o, mgr: mr, res: &reports.Results{RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(),
 		Host: host, Backend: o.Backend, Supervisor: "none (manager: " + mr.name + ")", TimeScale: o.Scale, Seed: o.Seed}}, nil
+}
+
+// mgrSockTail is the longest path a manager makes under a run's temp dir
+// for a unix socket: a case's store, its root with the run dir inside
+// (a power cut's OneFS layout), a VM's run dir named by a 26-character id,
+// and the VMM's serial socket (cocoon: console.sock).
+const mgrSockTail = len("/vmchaos-mgr-0123456789/m9999/root/run/cloudhypervisor/") + 26 + len("/console.sock")
+
+// mgrTmpBase is where a manager run makes its temp dir: TMPDIR unless a
+// socket under it would pass the 107 bytes of sun_path, which a VMM's bind
+// refuses with EINVAL (fakech and CH alike: "Error creating console
+// device: Invalid argument" once a run's case numbers grew a digit); then
+// /tmp.
+func mgrTmpBase(tmp string) string {
+	if len(tmp)+mgrSockTail > 107 {
+		return "/tmp"
+	}
+	return tmp
 }
 
 func (mr *mgrRun) close() error {
@@ -203,7 +230,13 @@ func (r *Runner) mgrRepro(c scenarios.Case, bugs []string) string {
 	if r.mgr.config != "" {
 		s += " --manager-config " + r.mgr.config
 	}
-	return s + fmt.Sprintf(" --time-scale %g --seed %d --label-filter 'case:%s'", r.opts.Scale, r.opts.Seed, scenarios.CaseLabel(c.ID))
+	// the scenario's id: a repro's runs carry .runK in the case id, which
+	// no case: label matches
+	id := c.ID
+	if c.Scenario != nil && c.Scenario.ID != "" {
+		id = c.Scenario.ID
+	}
+	return s + fmt.Sprintf(" --time-scale %g --seed %d --label-filter 'case:%s'", r.opts.Scale, r.opts.Seed, scenarios.CaseLabel(id))
 }
 
 // nextMgrDir is a fresh store dir under the run's temp dir.

@@ -56,6 +56,11 @@ func mgrCaseRun(t *testing.T, bin, mbin, id string) reports.Case {
 			defer cancel()
 			rc := r.RunCase(ctx, c)
 			t.Logf("%s: %s (%s) %s", id, rc.Verdict, rc.Culprit, rc.Reason)
+			for _, inv := range rc.Invariants {
+				if !inv.OK {
+					t.Logf("  %s: %s", inv.Name, inv.Evidence)
+				}
+			}
 			return rc
 		}
 	}

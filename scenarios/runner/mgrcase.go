@@ -68,7 +68,8 @@ type mgrCase struct {
 	// beforeNames names the records of the baseline ("vm src",
 	// "snapshot base"): evidence, and the rm under test's own VM
 	beforeNames   map[string]string
-	beforeRunning []string // the VMs running before the verb: the boot after a cut starts them
+	beforeRunning []string     // the VMs running before the verb: the boot after a cut starts them
+	wl            *mgrWorkload // Workload: the guest writer and its cut (mgrworkload.go)
 }
 
 // runMgrCase runs one manager-verb case end to end through the one
@@ -98,6 +99,7 @@ func (r *Runner) runMgrCase(ctx context.Context, c scenarios.Case, bugs []string
 	if o.Err == nil && errors.Is(ctx.Err(), context.Canceled) {
 		o.Err = harnessErr(fmt.Errorf("run interrupted: %w", ctx.Err()))
 	}
+	mc.stopWorkload(ctx) // before the teardown kills its guest
 	o.TeardownErr = mc.teardown()
 	if ce, ok := o.Err.(*caseError); ok && ce.who == byProduct {
 		rc.Invariants = append(rc.Invariants, reports.Invariant{Name: ce.invariant, Evidence: ce.err.Error()})
@@ -106,6 +108,7 @@ func (r *Runner) runMgrCase(ctx context.Context, c scenarios.Case, bugs []string
 	rc.Verdict, rc.Reason, rc.Culprit = verdictOf(o)
 	rc.Logs = mgrLogFiles(r.opts.ReportDir, mc.caseDir)
 	rc.Timeline = mc.buildTimeline()
+	rc.Workload = mc.workloadReport()
 	return rc
 }
 
@@ -130,6 +133,11 @@ func (mc *mgrCase) run(ctx context.Context) outcome {
 	if mc.events, err = mc.startEvents(); err != nil {
 		return outcome{Err: productErr(ManagerEventStream, fmt.Errorf("the manager's event stream: %w", err))}
 	}
+	if mc.mc.Workload {
+		if err := mc.startWorkload(ctx); err != nil {
+			return outcome{Err: err}
+		}
+	}
 	inj, invs, err := mc.fault(ctx, window)
 	mc.rc.Injections = []reports.Injection{inj}
 	if mc.second != nil {
@@ -149,6 +157,11 @@ func (mc *mgrCase) run(ctx context.Context) outcome {
 	}
 	invs = append(invs, state...)
 	invs = append(invs, mc.streamMatches(ctx))
+	if mc.mc.Workload {
+		// after the state was judged: the judgement's clone is no object
+		// of the case's recovery
+		invs = append(invs, mc.judgeCut(ctx))
+	}
 	mc.rc.Invariants = append([]reports.Invariant{{Name: checker.FaultLanded, OK: true,
 		Evidence: fmt.Sprintf("%s %s, landed in %s", inj.Fault, inj.Trigger, inj.LastPhase)}}, invs...)
 	return outcome{Invariants: mc.rc.Invariants, Converged: convergedNs > 0, Budget: mgrConvergeBudget}
@@ -242,8 +255,11 @@ func (mc *mgrCase) prepare(ctx context.Context) error {
 		}
 	}
 	mr := mc.r.mgr
-	if mc.m, err = NewManager(mr.name, manager.Options{Bin: mr.bin, Config: mr.config, Dir: mc.dir,
-		VMMDir: mr.binDir, Image: mr.image, Env: env, OneFS: mc.mc.PowerCut}); err != nil {
+	o := manager.Options{Bin: mr.bin, Config: mr.config, Dir: mc.dir, VMMDir: mr.binDir, Image: mr.image, Env: env, OneFS: mc.mc.PowerCut}
+	if mc.mc.Workload {
+		o.NetPool = mgrNetPool(mr.tmp, mc.dir)
+	}
+	if mc.m, err = NewManager(mr.name, o); err != nil {
 		return harnessErr(err)
 	}
 	if mc.mc.PowerCut {
@@ -256,6 +272,9 @@ func (mc *mgrCase) prepare(ctx context.Context) error {
 	}
 	fixture := []manager.Call{{Verb: manager.VerbCreate, Name: scenarios.MgrSrcVM},
 		{Verb: manager.VerbSnapshotSave, VM: scenarios.MgrSrcVM, Name: scenarios.MgrBaseSnap}}
+	if mc.mc.Workload {
+		fixture[0].NICs = oneNIC() // the guest the writer runs in
+	}
 	for _, call := range append(fixture, mc.mc.Op.Fixture...) {
 		if res := mc.verb(ctx, call); res.err != nil {
 			return productErr(ManagerSetup, fmt.Errorf("fixture: %s", res))
@@ -389,6 +408,7 @@ func (mc *mgrCase) teardown() error {
 		}
 		mc.trace.Close()
 	}
+	keepStoreLogs(mc.dir, filepath.Join(mc.caseDir, "store-logs")) // before a lazy mount goes
 	if mc.node != nil {
 		if err := mc.node.Unmount(); err != nil {
 			errs = append(errs, "unmount the store's lazyfs: "+err.Error())
@@ -399,6 +419,36 @@ func (mc *mgrCase) teardown() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// keepStoreLogs copies the logs the manager and its VMMs wrote into the
+// case's store (*.log, a bounded number and size) into dst before the store
+// goes: the evidence of a VMM that died under a verb, which only its own
+// log explains.
+func keepStoreLogs(store, dst string) {
+	const most, maxSize = 40, 1 << 20
+	n := 0
+	_ = filepath.WalkDir(store, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".log") || n >= most {
+			return nil
+		}
+		if fi, err := d.Info(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxSize {
+			return nil
+		}
+		rel, err := filepath.Rel(store, p)
+		if err != nil {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		out := filepath.Join(dst, strings.ReplaceAll(rel, string(filepath.Separator), "_"))
+		if os.MkdirAll(dst, 0o755) == nil && os.WriteFile(out, b, 0o644) == nil {
+			n++
+		}
+		return nil
+	})
 }
 
 // mgrLogFiles maps the case's files to paths relative to the run dir.

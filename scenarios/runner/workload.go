@@ -707,21 +707,7 @@ func (cr *caseRun) workloadReport() *reports.Workload {
 	}
 	out := &reports.Workload{Rate: w.rate, Sessions: w.sessions, Note: strings.Join(w.notes, "; ")}
 	for _, v := range w.cuts {
-		kind := "snapshot"
-		if v.Snapshot == "hibernate" {
-			kind = "wake"
-		}
-		c := reports.WorkloadCut{Kind: kind, Snapshot: v.Snapshot, Source: v.Source, Target: v.Target, First: v.First, Cut: v.Cut,
-			Present: v.Present, AckedBeforePause: v.AckedBeforePause, Judged: v.Judged, OK: v.OK, Message: v.Message}
-		for _, l := range []struct {
-			dst *[]string
-			src []ledger.SeqAt
-		}{{&c.Lost, append(v.Lost, v.RAMLost...)}, {&c.Phantom, append(v.Phantom, v.RAMPhantom...)}, {&c.Hole, append(v.Hole, v.RAMHole...)}} {
-			for _, s := range l.src {
-				*l.dst = append(*l.dst, fmt.Sprintf("seq %d (%s)", s.Seq, s.When))
-			}
-		}
-		out.Cuts = append(out.Cuts, c)
+		out.Cuts = append(out.Cuts, cutReport(v))
 	}
 	// only the guests with a writer (not the calibration VMs)
 	events := cr.st.Trace.Sorted()
@@ -741,24 +727,52 @@ func (cr *caseRun) workloadReport() *reports.Workload {
 			out.Marks = append(out.Marks, reports.WorkloadMark{TsNs: in.ActualNs, Kind: "fault", Label: in.Fault})
 		}
 	}
-	if entries, _, err := ledger.ReadJournal(cr.st.Ledger.JournalPath()); err == nil {
-		var acks []reports.WorkloadAckPoint
-		for _, e := range entries {
-			if e.Kind != ledger.KindWorkloadAcks {
-				continue
-			}
-			for _, a := range e.Acks {
-				t := a.AckNs
-				if !cr.guestClock() {
-					t = a.HostNs // drawn against the trace's marks: on the trace clock
-				}
-				acks = append(acks, reports.WorkloadAckPoint{Guest: e.Guest, Seq: a.Seq, AckNs: t})
-			}
-		}
-		sort.SliceStable(acks, func(i, j int) bool { return acks[i].AckNs < acks[j].AckNs })
-		out.Acks = downsample(acks, out.Marks, 150)
-	}
+	out.Acks = journalAcks(cr.st.Ledger.JournalPath(), cr.guestClock(), out.Marks)
 	return out
+}
+
+// cutReport is a cut verdict as the report's workload section shows it.
+func cutReport(v ledger.CutVerdict) reports.WorkloadCut {
+	kind := "snapshot"
+	if v.Snapshot == "hibernate" {
+		kind = "wake"
+	}
+	c := reports.WorkloadCut{Kind: kind, Snapshot: v.Snapshot, Source: v.Source, Target: v.Target, First: v.First, Cut: v.Cut,
+		Present: v.Present, AckedBeforePause: v.AckedBeforePause, Judged: v.Judged, OK: v.OK, Message: v.Message}
+	for _, l := range []struct {
+		dst *[]string
+		src []ledger.SeqAt
+	}{{&c.Lost, append(v.Lost, v.RAMLost...)}, {&c.Phantom, append(v.Phantom, v.RAMPhantom...)}, {&c.Hole, append(v.Hole, v.RAMHole...)}} {
+		for _, s := range l.src {
+			*l.dst = append(*l.dst, fmt.Sprintf("seq %d (%s)", s.Seq, s.When))
+		}
+	}
+	return c
+}
+
+// journalAcks are the journal's acks in time order, downsampled around
+// marks; without the guest clock they are drawn at the host's receipt time
+// (the trace clock the marks are on). An unreadable journal draws none.
+func journalAcks(journal string, guestClock bool, marks []reports.WorkloadMark) []reports.WorkloadAckPoint {
+	entries, _, err := ledger.ReadJournal(journal)
+	if err != nil {
+		return nil
+	}
+	var acks []reports.WorkloadAckPoint
+	for _, e := range entries {
+		if e.Kind != ledger.KindWorkloadAcks {
+			continue
+		}
+		for _, a := range e.Acks {
+			t := a.AckNs
+			if !guestClock {
+				t = a.HostNs
+			}
+			acks = append(acks, reports.WorkloadAckPoint{Guest: e.Guest, Seq: a.Seq, AckNs: t})
+		}
+	}
+	sort.SliceStable(acks, func(i, j int) bool { return acks[i].AckNs < acks[j].AckNs })
+	return downsample(acks, marks, 150)
 }
 
 // downsample keeps at most n acks, always keeping the last ack before and

@@ -120,6 +120,9 @@ var Bugs = []Bug{
 	{"migrate-target-skips-evidence", "issue 34 migrate", "nodeagent",
 		"an agent syncing with a control plane creates a VM without the hibernate-evidence lookup, so a migration's target boots it fresh over the :hibernate snapshot its source pushed",
 		"no-fresh-boot-over-hibernate"},
+	{"migrate-wake-resumed-as-create", "issue 34 migrate", "nodeagent",
+		"a migration's target restarted mid-wake (the create became a wake, the VM not restored yet) resumes the create the control plane asked for, skipping the evidence lookup it already made, so it boots fresh over the :hibernate snapshot its source pushed",
+		"no-fresh-boot-over-hibernate"},
 }
 
 var (

@@ -91,6 +91,7 @@ func migrateScenarios() []Scenario {
 	})
 	out = append(out, migrateMatrix()...)
 	out = append(out, migrateTargetScenarios()...)
+	out = append(out, migrateWakeScenarios()...)
 	for i := range out {
 		out[i].Backends = []string{"fake"}
 		out[i].Labels = append(out[i].Labels, LabelRegistryOCI)
@@ -159,6 +160,68 @@ func migrateTargetScenarios() []Scenario {
 			After:  []Step{{Kind: StepAwaitMigrated, VM: vmA, Node: NodeB}},
 			Env:    migrateEnv,
 		})
+	}
+	return out
+}
+
+// migrateWakePoints are the phases of a migration's wake on its target, in
+// order, with their short names: the create's hibernate-evidence lookup
+// (it found <name>:hibernate: the create becomes a wake), the pull (the
+// manifest read, no blob downloaded), the snapshot local (pulled), the VM
+// restored from it (cloned, not yet checked running), the VM ready.
+var migrateWakePoints = []struct{ point, short string }{
+	{"agent.evidence.lookup", "evidence"}, {pointPullManifest, "pull"}, {"agent.wake.pulled", "pulled"},
+	{"agent.wake.cloned", "restore"}, {"agent.wake.ready", "ready"},
+}
+
+// migrateWakeScenarios: faults at the target's own phases. Node B's agent
+// is armed to park at each phase of its wake (Fault.Node), and there it is
+// SIGKILLed (its supervisor restarts it), stopped for a while (the
+// operator starts it again) or restarted; the registry is SIGKILLed,
+// SIGSTOPped or restarted while B's pull has read the manifest and no
+// blob. The restarted target must resume the wake (never boot fresh over
+// the :hibernate snapshot its source pushed) and end with vm-a live on B
+// alone, its guest's RAM kept. The SIGKILLs and the registry's kill and
+// freeze run in make chaos, the rest nightly.
+func migrateWakeScenarios() []Scenario {
+	var out []Scenario
+	add := func(f Fault, short, speed string) {
+		f.Node, f.VM = NodeB, vmA
+		who := "node B's agent"
+		if f.Unit == UnitRegistry {
+			who = "the registry"
+		}
+		out = append(out, Scenario{
+			ID: "mig-wake-" + f.Kind + "-at-" + short, SeedRef: "issue 34 migrate", Op: OpMigrate, Speed: speed,
+			Title: f.Kind + " of " + who + " while node B, waking vm-a for the migration, is parked at " + strings.TrimPrefix(f.Trigger, "park ") +
+				": the target resumes the wake from the registry, never boots fresh, and ends with vm-a live on node B alone with its RAM",
+			Setup:  placedA,
+			Act:    []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB}},
+			Faults: []Fault{f},
+			After:  []Step{{Kind: StepAwaitMigrated, VM: vmA, Node: NodeB}},
+			Env:    migrateEnv,
+			// a registry fault mid-pull fails the wake at least once
+			Expect: Expect{FailedOK: f.Unit == UnitRegistry},
+		})
+		if f.Kind == "sigkill-main" && (short == "pull" || short == "pulled") {
+			// killed after the create became a wake, before the restore
+			i := len(out) - 1
+			out[i].Targets = []string{"migrate-wake-resumed-as-create"}
+		}
+	}
+	for _, p := range migrateWakePoints {
+		trig := "park " + p.point
+		add(Fault{Kind: "sigkill-main", Unit: UnitNodeB, Trigger: trig}, p.short, "slow")
+		add(Fault{Kind: "stop", Unit: UnitNodeB, Trigger: trig, StopFor: 10 * time.Second}, p.short, "nightly")
+		add(Fault{Kind: "restart", Unit: UnitNodeB, Trigger: trig}, p.short, "nightly")
+	}
+	for _, f := range registryFaults {
+		speed := "slow"
+		if f.Kind == injector.FaultRegistryRestart {
+			speed = "nightly"
+		}
+		f.Trigger = "park " + pointPullManifest
+		add(f, "pull", speed)
 	}
 	return out
 }

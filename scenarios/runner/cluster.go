@@ -47,6 +47,9 @@ type cluster struct {
 	// bad are the MigrateSourceDurable violations seen at releases, two
 	// the ClusterOneLiveVM ones the migration's watch saw
 	bad, two []string
+	// marks are the other nodes' trace marks at the arming (a trigger on
+	// their phases reads from there), by node name
+	marks map[string]int
 	// stopWatch ends the migration's watch (watchMigration)
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
@@ -125,6 +128,68 @@ func (cl *cluster) startAgents(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// armNodes arms the agents of the other nodes whose phases a park trigger
+// reads (Fault.Node) with their pauses, as arm does the case's own: the
+// setup ran unarmed, so no setup step parks there. Every node's trace is
+// marked after it: its triggers read from there.
+func (cr *caseRun) armNodes(ctx context.Context) error {
+	cl := cr.cl
+	cl.marks = map[string]int{}
+	for _, name := range cl.names[1:] {
+		ns := cl.nodes[name]
+		if specs := cr.parkSpecs(name); len(specs) > 0 {
+			if err := ns.Arm(ctx, strings.Join(specs, ";")); err != nil {
+				return fmt.Errorf("node %s: %w", name, err)
+			}
+		}
+		cl.marks[name] = ns.Trace.Mark()
+	}
+	return nil
+}
+
+// triggerStack is the stack whose trace fault i's trigger reads and whose
+// agent parks at it (Fault.Node: another node of the cluster), with the
+// mark its trigger reads from (mark: the case's own stack's).
+func (cr *caseRun) triggerStack(i, mark int) (*stack.Stack, int, error) {
+	node := cr.s.Faults[i].Node
+	if node == "" || cr.cl != nil && node == cr.cl.names[0] {
+		return cr.st, mark, nil
+	}
+	if cr.cl == nil || cr.cl.nodes[node] == nil {
+		return nil, 0, harnessErr(fmt.Errorf("fault %d: trigger on node %q, not a node of the case's cluster", i, node))
+	}
+	return cr.cl.nodes[node], cr.cl.marks[node], nil
+}
+
+// nodeUnit is the agent unit of a cluster node (Fault.Unit naming a node
+// other than the case's own); "" when unit names none.
+func (cr *caseRun) nodeUnit(unit string) string {
+	if cr.cl == nil || unit == "" || unit == cr.cl.names[0] {
+		return ""
+	}
+	if ns := cr.cl.nodes[unit]; ns != nil {
+		return ns.AgentUnit
+	}
+	return ""
+}
+
+// otherNodesFailed counts the failed writes (agent.failed) on the cluster's
+// nodes other than the case's own.
+func (cr *caseRun) otherNodesFailed() int {
+	if cr.cl == nil {
+		return 0
+	}
+	n := 0
+	for _, name := range cr.cl.names[1:] {
+		for _, e := range cr.cl.nodes[name].Trace.Sorted() {
+			if e.Point == "agent.failed" {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // close tears down the other nodes' stacks and the control plane.

@@ -427,7 +427,7 @@ type caseRun struct {
 	// directAdded is closed (and replaced) each time direct changes
 	starting    int
 	directAdded chan struct{}
-	held        []string // parked points the harness still holds
+	held        []parked // parked points the harness still holds
 	faultNs     int64
 	healNs      int64      // when the last registry fault healed (heal.go); 0: none timed
 	healSeen    chan int64 // watchHeal's answer (heal.go); nil: no watch

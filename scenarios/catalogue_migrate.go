@@ -18,6 +18,7 @@ const OpMigrate = "migrate"
 const (
 	NodeA = "node-a"
 	NodeB = "node-b"
+	NodeC = "node-c" // the third node of a three-node case
 )
 
 // UnitNodeB is Fault.Unit of a fault on the second node's agent.
@@ -92,6 +93,7 @@ func migrateScenarios() []Scenario {
 	out = append(out, migrateMatrix()...)
 	out = append(out, migrateTargetScenarios()...)
 	out = append(out, migrateWakeScenarios()...)
+	out = append(out, migrateThreeNodeScenarios()...)
 	for i := range out {
 		out[i].Backends = []string{"fake"}
 		out[i].Labels = append(out[i].Labels, LabelRegistryOCI)
@@ -224,4 +226,35 @@ func migrateWakeScenarios() []Scenario {
 		add(f, "pull", speed)
 	}
 	return out
+}
+
+// migrateThreeNodeScenarios run a cluster of three nodes: one VM moved
+// twice (A → B → C: the first move's target is the second's source, waking
+// and then hibernating the VM it got from the registry), and two VMs moved
+// at once from A to two different nodes. cluster-one-live-vm samples every
+// moved VM on every node throughout.
+func migrateThreeNodeScenarios() []Scenario {
+	env := migrateEnv
+	env.Nodes = 3
+	return []Scenario{{
+		ID: "mig-a-to-b-to-c", SeedRef: "issue 34 migrate", Op: OpMigrate, Speed: "slow",
+		Title: "three nodes: the control plane moves vm-a from node A to node B, then from B to node C; B wakes it from A's :hibernate, then hibernates it and releases it to C, which wakes it; one live VM of the name throughout, the guest keeps its RAM across both moves",
+		Setup: placedA,
+		Act: []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB, Wait: true},
+			{Kind: StepMigrate, VM: vmA, Node: NodeC, Wait: true}},
+		Faults:  []Fault{{Kind: "none"}},
+		Env:     env,
+		Targets: []string{"migrate-target-skips-release"},
+	}, {
+		ID: "mig-two-vms-three-nodes", SeedRef: "issue 34 migrate", Op: OpMigrate, Speed: "slow",
+		Title: "three nodes: vm-a and vm-b both run on node A; the control plane moves vm-a to node B and vm-b to node C at once; A hibernates both, each target wakes its own from the registry; one live VM per name throughout, both guests keep their RAM",
+		Setup: append(append([]Step{}, placedA...), Step{Kind: StepPlace, VM: vmB, Node: NodeA, Wait: true},
+			Step{Kind: StepLedgerWrite, VM: vmB}),
+		Act:    []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB}, {Kind: StepMigrate, VM: vmB, Node: NodeC}},
+		Faults: []Fault{{Kind: "none"}},
+		After: []Step{{Kind: StepAwaitMigrated, VM: vmA, Node: NodeB},
+			{Kind: StepAwaitMigrated, VM: vmB, Node: NodeC}},
+		Env:     env,
+		Targets: []string{"migrate-target-skips-release"},
+	}}
 }

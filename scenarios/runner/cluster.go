@@ -35,10 +35,12 @@ type cluster struct {
 	dir    string
 	client *controlplane.Client
 	names  []string // node names, the case's own stack first
-	// migrateNs is when the case's migration moved the placement
-	// (migrateTs: the same on the trace's clock)
-	migrateNs time.Time
-	migrateTs int64
+	// moved is when each VM's last migration moved its placement (on
+	// the wall clock and the trace's): its time to live on the target,
+	// and where the target's trace is read from
+	moved map[string]moveTime
+	// watched are the VMs the migration watch samples (watchMigration)
+	watched map[string]bool
 	// migrated: VM name → the node it was migrated to and is live on
 	// alone (its guest is there: the ledger and the workload cut read it)
 	migrated map[string]string
@@ -53,6 +55,13 @@ type cluster struct {
 	// stopWatch ends the migration's watch (watchMigration)
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+}
+
+// moveTime is when a migration moved a VM's placement: on the wall clock
+// and on the traces' clock.
+type moveTime struct {
+	wall  time.Time
+	trace int64
 }
 
 // clusterNodeNames are the node names of an n-node cluster.
@@ -73,7 +82,7 @@ func newCluster(tmp string, n int) (*cluster, error) {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	cl := &cluster{cp: controlplane.New(), dir: dir, sock: filepath.Join(dir, "cp.sock"),
-		names: clusterNodeNames(n), nodes: map[string]*stack.Stack{}}
+		names: clusterNodeNames(n), nodes: map[string]*stack.Stack{}, moved: map[string]moveTime{}, watched: map[string]bool{}}
 	if cl.srv, err = controlplane.Serve(cl.cp, cl.sock); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -269,7 +278,9 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 	}
 	if step.Kind == scenarios.StepMigrate {
 		cr.cycles[step.VM] = true // the target must bring the guest's RAM back
-		cr.cl.migrateNs, cr.cl.migrateTs = time.Now(), failpoint.Now()
+		cr.cl.mu.Lock()
+		cr.cl.moved[step.VM] = moveTime{time.Now(), failpoint.Now()}
+		cr.cl.mu.Unlock()
 	}
 	image := baseSnapshot
 	if step.Image != "" {
@@ -318,8 +329,11 @@ func (cr *caseRun) awaitMigrated(ctx context.Context, name, node string, budget 
 	if err := cr.waitPlaced(ctx, name, node, budget); err != nil {
 		return err
 	}
-	if !cr.cl.migrateNs.IsZero() {
-		ms := float64(time.Since(cr.cl.migrateNs)) / float64(time.Millisecond)
+	cr.cl.mu.Lock()
+	mt, ok := cr.cl.moved[name]
+	cr.cl.mu.Unlock()
+	if ok {
+		ms := float64(time.Since(mt.wall)) / float64(time.Millisecond)
 		cr.rc.MigrateMs = &ms
 	}
 	if cr.cl.migrated == nil {
@@ -334,20 +348,31 @@ func (cr *caseRun) awaitMigrated(ctx context.Context, name, node string, budget 
 // it happens (a fault may make it brief).
 func (cr *caseRun) watchMigration(name string) {
 	cl := cr.cl
+	cl.mu.Lock()
+	cl.watched[name] = true
+	cl.mu.Unlock()
 	if cl.stopWatch != nil {
-		return
+		return // the watch samples every VM moved so far
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cl.stopWatch, cl.watchDone = cancel, make(chan struct{})
 	go func() {
 		defer close(cl.watchDone)
 		for ctx.Err() == nil {
-			if live, _, err := cr.clusterHolders(ctx, name, ""); err == nil && len(live) > 1 {
-				cl.mu.Lock()
-				if len(cl.two) < 5 {
-					cl.two = append(cl.two, fmt.Sprintf("%s live on %d nodes at once: %s", name, len(live), strings.Join(live, ", ")))
+			cl.mu.Lock()
+			names := make([]string, 0, len(cl.watched))
+			for n := range cl.watched {
+				names = append(names, n)
+			}
+			cl.mu.Unlock()
+			for _, name := range names {
+				if live, _, err := cr.clusterHolders(ctx, name, ""); err == nil && len(live) > 1 {
+					cl.mu.Lock()
+					if len(cl.two) < 5 {
+						cl.two = append(cl.two, fmt.Sprintf("%s live on %d nodes at once: %s", name, len(live), strings.Join(live, ", ")))
+					}
+					cl.mu.Unlock()
 				}
-				cl.mu.Unlock()
 			}
 			select {
 			case <-ctx.Done():
@@ -504,7 +529,9 @@ func (cr *caseRun) guestNode(name string) *stack.Stack {
 // trace must show the VM's create become a wake (agent.wake.begin) since
 // the move, and no fresh create reach its clone.
 func (cr *caseRun) wokeFromHibernate(name string, node *stack.Stack) error {
-	since := cr.cl.migrateTs
+	cr.cl.mu.Lock()
+	since := cr.cl.moved[name].trace
+	cr.cl.mu.Unlock()
 	woke, fresh := false, false
 	for _, e := range node.Trace.Sorted() {
 		if e.VM != name || e.TsNs < since {

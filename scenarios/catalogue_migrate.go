@@ -24,6 +24,10 @@ const (
 // UnitNodeB is Fault.Unit of a fault on the second node's agent.
 const UnitNodeB = NodeB
 
+// UnitControlPlane is Fault.Unit of a fault on the control plane's own
+// process (cmd/controlplane, a unit of the run's supervisor).
+const UnitControlPlane = "controlplane"
+
 // Harness steps of the cluster cases (runner/cluster.go).
 const (
 	StepPlace   = "place"   // put VM {snapshot: base, node: Node} on the control plane; with Wait: until Node's agent has it ready
@@ -94,6 +98,7 @@ func migrateScenarios() []Scenario {
 	out = append(out, migrateTargetScenarios()...)
 	out = append(out, migrateWakeScenarios()...)
 	out = append(out, migrateThreeNodeScenarios()...)
+	out = append(out, migrateControlPlaneScenarios()...)
 	for i := range out {
 		out[i].Backends = []string{"fake"}
 		out[i].Labels = append(out[i].Labels, LabelRegistryOCI)
@@ -257,4 +262,49 @@ func migrateThreeNodeScenarios() []Scenario {
 		Env:     env,
 		Targets: []string{"migrate-target-skips-release"},
 	}}
+}
+
+// migrateControlPlaneScenarios: the control plane's own process
+// (cmd/controlplane, its state in a file written before every answer) is
+// SIGKILLed (its supervisor restarts it), restarted or frozen for 20 s
+// (scaled) mid-migration: while the source, hibernating for the move, has
+// not released yet (parked at agent.hibernate.pushed: its release meets
+// the dead control plane), right after the source's release was answered
+// (agent.migrate.released: the release must have been durable before the
+// answer), and while the target is mid-wake (node B parked at
+// agent.wake.pulled). The agents keep what they run while it is away and
+// resume the migration once it answers again; it must come back with
+// every answer it gave. The SIGKILLs run in make chaos, the rest nightly.
+func migrateControlPlaneScenarios() []Scenario {
+	type at struct{ node, point, short string }
+	points := []at{{"", "agent.hibernate.pushed", "source-pushed"}, {"", "agent.migrate.released", "source-released"},
+		{NodeB, "agent.wake.pulled", "target-pulled"}}
+	faults := []Fault{{Kind: "sigkill-main"}, {Kind: "restart"}, {Kind: "sigstop", StopFor: 20 * time.Second}}
+	var out []Scenario
+	for _, p := range points {
+		for _, f := range faults {
+			f.Unit, f.Node, f.Trigger, f.VM = UnitControlPlane, p.node, "park "+p.point, vmA
+			speed := "nightly"
+			if f.Kind == "sigkill-main" {
+				speed = "slow"
+			}
+			who := "node A"
+			if p.node == NodeB {
+				who = "node B"
+			}
+			sc := Scenario{
+				ID: "mig-cp-" + f.Kind + "-at-" + p.short, SeedRef: "issue 34 control plane", Op: OpMigrate, Speed: speed,
+				Title: f.Kind + " of the control plane's process while " + who + " is parked at " + p.point + " of vm-a's migration: the agents ride through (keep what they run), the control plane comes back with its state, and the migration resumes and ends with vm-a live on node B alone with its RAM",
+				Setup: placedA, Act: []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB}},
+				Faults: []Fault{f},
+				After:  []Step{{Kind: StepAwaitMigrated, VM: vmA, Node: NodeB}},
+				Env:    migrateEnv,
+			}
+			if f.Kind == "sigkill-main" && p.node == "" {
+				sc.Targets = []string{"controlplane-state-in-memory"}
+			}
+			out = append(out, sc)
+		}
+	}
+	return out
 }

@@ -27,7 +27,7 @@ const Module = "github.com/vmchaos/vmchaos"
 // the manager and the agent, their binaries, their wire types, and the
 // product-side packages the harness uses in turn (never the other way).
 var Product = []string{
-	"vmctl/...", "nodeagent/...", "cmd/vmctl", "cmd/nodeagent",
+	"vmctl/...", "nodeagent/...", "cmd/vmctl", "cmd/nodeagent", "cmd/controlplane",
 	"chapi", "durable", "failpoint", "timescale", "internal/rt",
 	"regress", // the product's planted-bug switches
 	// JSON over a unix socket: the agent's control plane client and the

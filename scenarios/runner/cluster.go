@@ -2,8 +2,11 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/vmchaos/vmchaos/controlplane"
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/nodeagent"
 	"github.com/vmchaos/vmchaos/reports"
@@ -24,17 +28,24 @@ import (
 )
 
 // cluster is a case's cluster (Env.Nodes >= 2, docs/controlplane.md): the
-// control plane, served by the harness on a unix socket every node's agent
-// syncs against, and one node stack per node. The case's own stack
-// (caseRun.st) is the first node and runs the registry; the others push
-// and pull through it.
+// control plane, its own process (cmd/controlplane, a unit of the run's
+// supervisor: a fault target) serving on a unix socket every node's agent
+// syncs against, with its state in a file, and one node stack per node.
+// The case's own stack (caseRun.st) is the first node and runs the
+// registry; the others push and pull through it.
 type cluster struct {
-	cp     *controlplane.Server
-	srv    *http.Server
 	sock   string
 	dir    string
 	client *controlplane.Client
-	names  []string // node names, the case's own stack first
+	// cpUnit is the control plane's unit (Fault.Unit "controlplane")
+	cpUnit  string
+	caseDir string // where its log and state are copied at teardown
+	sup     injector.Supervisor
+	// obs serves the control plane's observer socket: every change is
+	// told to observe, a release before it takes effect
+	obs     *http.Server
+	observe func(controlplane.Event)
+	names   []string // node names, the case's own stack first
 	// moved is when each VM's last migration moved its placement (on
 	// the wall clock and the trace's): its time to live on the target,
 	// and where the target's trace is read from
@@ -73,22 +84,73 @@ func clusterNodeNames(n int) []string {
 	return names[:n]
 }
 
-// newCluster starts the control plane of an n-node case under tmp (the
-// run's short temp dir: a socket path must fit sun_path, and a sandboxed
-// supervisor shares /tmp with the agents).
-func newCluster(tmp string, n int) (*cluster, error) {
-	dir, err := os.MkdirTemp(tmp, "cp")
+// newCluster starts the control plane of an n-node case under the run's
+// short temp dir (a socket path must fit sun_path, and a sandboxed
+// supervisor shares /tmp with the agents): its observer socket, served
+// here, and its unit.
+func newCluster(ctx context.Context, run *stack.Run, n int) (*cluster, error) {
+	dir, err := os.MkdirTemp(run.TmpDir, "cp")
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	cl := &cluster{cp: controlplane.New(), dir: dir, sock: filepath.Join(dir, "cp.sock"),
-		names: clusterNodeNames(n), nodes: map[string]*stack.Stack{}, moved: map[string]moveTime{}, watched: map[string]bool{}}
-	if cl.srv, err = controlplane.Serve(cl.cp, cl.sock); err != nil {
+	cl := &cluster{dir: dir, sock: filepath.Join(dir, "cp.sock"), sup: run.Sup,
+		cpUnit: "vmchaos-" + filepath.Base(dir), names: clusterNodeNames(n), nodes: map[string]*stack.Stack{},
+		moved: map[string]moveTime{}, watched: map[string]bool{}}
+	if err := cl.serveObserver(filepath.Join(dir, "obs.sock")); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	spec := injector.UnitSpec{Name: cl.cpUnit, Dir: dir, LogPath: filepath.Join(dir, "controlplane.log"),
+		Argv: []string{filepath.Join(run.BinDir, "controlplane"), "--socket", cl.sock,
+			"--state", filepath.Join(dir, "state.json"), "--observer", filepath.Join(dir, "obs.sock")},
+		RestartSec: time.Duration(float64(5*time.Second) * run.Scale), TimeoutStopSec: 10 * time.Second}
+	if err := run.Sup.Start(ctx, spec); err != nil {
+		_ = cl.obs.Close()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("control plane: start: %w", err)
+	}
 	cl.client = controlplane.NewClient(cl.sock, 10*time.Second)
-	return cl, nil
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		_, err := cl.client.List(wctx)
+		if err == nil {
+			return cl, nil
+		}
+		if wctx.Err() != nil {
+			_ = cl.close(context.Background())
+			return nil, fmt.Errorf("control plane not answering: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// serveObserver serves the control plane's observer socket: POST
+// /v1/events with one controlplane.Event, answered once observe returned
+// (the control plane waits for it before a release takes effect).
+func (cl *cluster) serveObserver(sock string) error {
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("control plane observer: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		var e controlplane.Event
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&e); err != nil {
+			http.Error(w, `{"error":"decode"}`, http.StatusBadRequest)
+			return
+		}
+		cl.mu.Lock()
+		observe := cl.observe
+		cl.mu.Unlock()
+		if observe != nil {
+			observe(e)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	cl.obs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = cl.obs.Serve(l) }()
+	return nil
 }
 
 // agentFlags are the flags that make node's agent sync against the
@@ -102,6 +164,7 @@ func (cl *cluster) agentFlags(node string) []string {
 // own stack, st, already built with the registry).
 func (cl *cluster) addNodes(ctx context.Context, r *Runner, st *stack.Stack, o stack.Options) error {
 	cl.nodes[cl.names[0]] = st
+	cl.caseDir = o.CaseDir
 	for _, name := range cl.names[1:] {
 		no := stack.Options{CaseDir: filepath.Join(o.CaseDir, name), RestartDelay: o.RestartDelay,
 			AgentFlags: append(withoutCPFlags(o.AgentFlags), cl.agentFlags(name)...),
@@ -173,15 +236,47 @@ func (cr *caseRun) triggerStack(i, mark int) (*stack.Stack, int, error) {
 }
 
 // nodeUnit is the agent unit of a cluster node (Fault.Unit naming a node
-// other than the case's own); "" when unit names none.
+// other than the case's own), or the control plane's unit (Fault.Unit
+// "controlplane"); "" when unit names none.
 func (cr *caseRun) nodeUnit(unit string) string {
 	if cr.cl == nil || unit == "" || unit == cr.cl.names[0] {
 		return ""
+	}
+	if unit == scenarios.UnitControlPlane {
+		return cr.cl.cpUnit
 	}
 	if ns := cr.cl.nodes[unit]; ns != nil {
 		return ns.AgentUnit
 	}
 	return ""
+}
+
+// watchControlPlaneHeal starts polling the control plane after a fault on
+// its process (Fault.Unit "controlplane") that landed at faultNs: the
+// first answer to GET /v1/vms after the fault is its heal, sent on
+// cr.healSeen as watchHeal does for the registry (0: none within
+// healWatchTimeout); converge_after_heal_ms is measured from it.
+func (cr *caseRun) watchControlPlaneHeal(f scenarios.Fault, faultNs int64) {
+	if f.Unit != scenarios.UnitControlPlane || cr.cl == nil || cr.healSeen != nil {
+		return
+	}
+	ch := make(chan int64, 1)
+	cr.healSeen = ch
+	c := controlplane.NewClient(cr.cl.sock, 200*time.Millisecond)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), healWatchTimeout)
+		defer cancel()
+		for ctx.Err() == nil {
+			if _, err := c.List(ctx); err == nil {
+				if now := failpoint.Now(); now > faultNs {
+					ch <- now
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		ch <- 0
+	}()
 }
 
 // otherNodesFailed counts the failed writes (agent.failed) on the cluster's
@@ -210,7 +305,19 @@ func (cl *cluster) close(ctx context.Context) error {
 			errs = append(errs, s.Close(ctx))
 		}
 	}
-	errs = append(errs, cl.srv.Close(), os.RemoveAll(cl.dir))
+	if err := cl.sup.Remove(ctx, cl.cpUnit); err != nil {
+		errs = append(errs, fmt.Errorf("control plane: %w", err))
+	}
+	errs = append(errs, cl.obs.Close())
+	if cl.caseDir != "" {
+		// its log and state go with the case's logs
+		for _, f := range []string{"controlplane.log", "state.json"} {
+			if b, err := os.ReadFile(filepath.Join(cl.dir, f)); err == nil {
+				_ = os.WriteFile(filepath.Join(cl.caseDir, "controlplane-"+f), b, 0o644)
+			}
+		}
+	}
+	errs = append(errs, os.RemoveAll(cl.dir))
 	return errors.Join(errs...)
 }
 

@@ -313,6 +313,7 @@ func (cr *caseRun) parkedFault(ctx context.Context, i int, trig string, t inject
 		}
 		if in.Err == "" {
 			cr.watchHeal(f.Kind, in.ActualNs)
+			cr.watchControlPlaneHeal(f, in.ActualNs)
 		}
 		return reports.Injection{Fault: in.Fault.String(), Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
 			Err: in.Err, VictimPID: in.VictimPID, IntendedPhase: t.Point}

@@ -539,7 +539,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	var cl *cluster
 	if s.Env.Nodes >= 2 {
 		var err error
-		if cl, err = newCluster(r.run.TmpDir, s.Env.Nodes); err != nil {
+		if cl, err = newCluster(cctx, r.run, s.Env.Nodes); err != nil {
 			return harnessFailed(rc, err)
 		}
 		sopts.AgentFlags = append(sopts.AgentFlags, cl.agentFlags(cl.names[0])...)
@@ -556,7 +556,9 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs, laps: lp}
 	if cl != nil {
 		cr.cl = cl
-		cl.cp.Observe = cr.observeRelease
+		cl.mu.Lock()
+		cl.observe = cr.observeRelease
+		cl.mu.Unlock()
 		if err := cl.addNodes(cctx, r, st, sopts); err != nil {
 			rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: harnessErr(fmt.Errorf("cluster: %w", err)), TeardownErr: cr.teardown(caseDir)})
 			return rc

@@ -99,6 +99,7 @@ func migrateScenarios() []Scenario {
 	out = append(out, migrateWakeScenarios()...)
 	out = append(out, migrateThreeNodeScenarios()...)
 	out = append(out, migrateControlPlaneScenarios()...)
+	out = append(out, migrateNetScenarios()...)
 	for i := range out {
 		out[i].Backends = []string{"fake"}
 		out[i].Labels = append(out[i].Labels, LabelRegistryOCI)
@@ -305,6 +306,48 @@ func migrateControlPlaneScenarios() []Scenario {
 			}
 			out = append(out, sc)
 		}
+	}
+	return out
+}
+
+// migrateNetScenarios: the network between the nodes and the registry
+// during a migration. In a net-fault cluster case every node runs in the
+// case's node namespace (stack.Options.SharedNet) and reaches the registry
+// through its veth pair, so a partition or an impairment of it hits the
+// source's push and the target's pull alike: cut while node A's push has
+// its blobs up and its manifest uncommitted (the release must wait for the
+// commit), and cut, delayed or lossy while node B's pull has read the
+// manifest. Each fault lasts 20 s (scaled) and heals before the final
+// check; converge_after_heal_ms says how long the cluster took after it.
+func migrateNetScenarios() []Scenario {
+	type cell struct {
+		kind, node, point, short, speed string
+	}
+	cells := []cell{
+		{injector.FaultNetPartition, "", pointPushBlobs, "source-push", "slow"},
+		{injector.FaultNetPartition, NodeB, pointPullManifest, "target-pull", "slow"},
+		{injector.FaultNetLoss, NodeB, pointPullManifest, "target-pull", "nightly"},
+		// netem is missing from some kernels: nightly, as net-cycle-delay
+		{injector.FaultNetDelay, NodeB, pointPullManifest, "target-pull", "nightly"},
+	}
+	var out []Scenario
+	for _, c := range cells {
+		f := netFault(c.kind, c.point)
+		f.Node = c.node
+		who := "node A's push has its blobs up and its manifest uncommitted"
+		if c.node == NodeB {
+			who = "node B's pull has read vm-a's manifest and downloaded no blob"
+		}
+		out = append(out, Scenario{
+			ID: "mig-" + c.kind + "-at-" + c.short, SeedRef: "issue 34 network", Op: OpMigrate, Speed: c.speed,
+			Title: c.kind + " between the nodes and the registry for 20 s (scaled) while " + who + ": no release before the commit, no fresh boot, and once the path healed vm-a is live on node B alone with its RAM",
+			Setup: placedA, Act: []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB}},
+			Faults: []Fault{f},
+			After:  []Step{{Kind: StepAwaitMigrated, VM: vmA, Node: NodeB}},
+			Env:    migrateEnv,
+			Expect: Expect{FailedOK: c.kind == injector.FaultNetPartition},
+			Labels: []string{LabelNet},
+		})
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/nodeagent"
+	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/scenarios/checker"
@@ -40,7 +41,9 @@ type cluster struct {
 	// cpUnit is the control plane's unit (Fault.Unit "controlplane")
 	cpUnit  string
 	caseDir string // where its log and state are copied at teardown
-	sup     injector.Supervisor
+	// nodesClosed: closeNodes ran
+	nodesClosed bool
+	sup         injector.Supervisor
 	// obs serves the control plane's observer socket: every change is
 	// told to observe, a release before it takes effect
 	obs     *http.Server
@@ -88,7 +91,7 @@ func clusterNodeNames(n int) []string {
 // short temp dir (a socket path must fit sun_path, and a sandboxed
 // supervisor shares /tmp with the agents): its observer socket, served
 // here, and its unit.
-func newCluster(ctx context.Context, run *stack.Run, n int) (*cluster, error) {
+func newCluster(ctx context.Context, run *stack.Run, n int, bugs []string) (*cluster, error) {
 	dir, err := os.MkdirTemp(run.TmpDir, "cp")
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
@@ -103,7 +106,10 @@ func newCluster(ctx context.Context, run *stack.Run, n int) (*cluster, error) {
 	spec := injector.UnitSpec{Name: cl.cpUnit, Dir: dir, LogPath: filepath.Join(dir, "controlplane.log"),
 		Argv: []string{filepath.Join(run.BinDir, "controlplane"), "--socket", cl.sock,
 			"--state", filepath.Join(dir, "state.json"), "--observer", filepath.Join(dir, "obs.sock")},
-		RestartSec: time.Duration(float64(5*time.Second) * run.Scale), TimeoutStopSec: 10 * time.Second}
+		RestartSec: time.Duration(float64(5*time.Second) * run.Scale), TimeoutStopSec: 10 * time.Second,
+		// the case's planted bugs, as the agents get them (none: the
+		// harness's own environment must not switch one on)
+		Env: []string{regress.Env + "=" + strings.Join(bugs, ",")}}
 	if err := run.Sup.Start(ctx, spec); err != nil {
 		_ = cl.obs.Close()
 		_ = os.RemoveAll(dir)
@@ -168,7 +174,7 @@ func (cl *cluster) addNodes(ctx context.Context, r *Runner, st *stack.Stack, o s
 	for _, name := range cl.names[1:] {
 		no := stack.Options{CaseDir: filepath.Join(o.CaseDir, name), RestartDelay: o.RestartDelay,
 			AgentFlags: append(withoutCPFlags(o.AgentFlags), cl.agentFlags(name)...),
-			Regress:    o.Regress, NetMode: o.NetMode, SharedRegistryURL: st.RegistryURL}
+			Regress:    o.Regress, NetMode: o.NetMode, SharedRegistryURL: st.RegistryURL, SharedNet: st.Net}
 		if err := os.MkdirAll(no.CaseDir, 0o755); err != nil {
 			return err
 		}
@@ -296,15 +302,26 @@ func (cr *caseRun) otherNodesFailed() int {
 	return n
 }
 
-// close tears down the other nodes' stacks and the control plane.
-func (cl *cluster) close(ctx context.Context) error {
+// closeNodes tears down the other nodes' stacks, once.
+func (cl *cluster) closeNodes(ctx context.Context) error {
 	cl.stopWatching()
+	if cl.nodesClosed {
+		return nil
+	}
+	cl.nodesClosed = true
 	var errs []error
 	for _, name := range cl.names[1:] {
 		if s := cl.nodes[name]; s != nil {
 			errs = append(errs, s.Close(ctx))
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// close tears down the other nodes' stacks (if closeNodes did not) and the
+// control plane.
+func (cl *cluster) close(ctx context.Context) error {
+	errs := []error{cl.closeNodes(ctx)}
 	if err := cl.sup.Remove(ctx, cl.cpUnit); err != nil {
 		errs = append(errs, fmt.Errorf("control plane: %w", err))
 	}

@@ -539,7 +539,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	var cl *cluster
 	if s.Env.Nodes >= 2 {
 		var err error
-		if cl, err = newCluster(cctx, r.run, s.Env.Nodes); err != nil {
+		if cl, err = newCluster(cctx, r.run, s.Env.Nodes, bugs); err != nil {
 			return harnessFailed(rc, err)
 		}
 		sopts.AgentFlags = append(sopts.AgentFlags, cl.agentFlags(cl.names[0])...)
@@ -617,7 +617,13 @@ func (cr *caseRun) teardown(caseDir string) error {
 		cr.cl.stopWatching()
 	}
 	cr.laps.lap("teardown-pre")
-	closeErr := cr.st.Close(tctx)
+	var closeErr error
+	if cr.cl != nil {
+		// the other nodes first: they may run in the case's own net
+		// path, which its stack's Close removes
+		closeErr = cr.cl.closeNodes(tctx)
+	}
+	closeErr = errors.Join(closeErr, cr.st.Close(tctx))
 	cr.laps.lap("close")
 	if cr.cl != nil {
 		closeErr = errors.Join(closeErr, cr.cl.close(tctx))

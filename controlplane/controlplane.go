@@ -3,8 +3,10 @@
 // and the placement (the node that owns the VM), and the migration in
 // flight (the source node that still has to release the VM). Agents poll
 // it and reconcile (nodeagent/cpsync.go), the way vk-cocoon reconciles
-// against the API server. It imports only the standard library: the
-// agent (the system under test) and the harness both link it.
+// against the API server. It imports only the standard library and
+// product leaves (durable, regress, internal/unixhttp): the agent (the
+// system under test) links it, and cmd/controlplane serves it as its own
+// process, with its state in a file.
 package controlplane
 
 import (
@@ -13,9 +15,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"sort"
 	"sync"
+
+	"github.com/vmchaos/vmchaos/durable"
+	"github.com/vmchaos/vmchaos/regress"
 )
 
 // VM is one VM's object on the control plane: GET /v1/vms returns a JSON
@@ -71,10 +77,67 @@ type Server struct {
 	Observe func(Event)
 	mu      sync.Mutex
 	vms     map[string]*VM
+	// path is the state file (Open; "" for New: memory only). Every
+	// change is written there, atomically and durably, before it is
+	// answered: a control plane killed at any moment restarts with every
+	// answer it gave.
+	path string
 }
 
-// New returns an empty control plane.
+// New returns an empty control plane that keeps its state in memory only
+// (the harness's tests).
 func New() *Server { return &Server{vms: map[string]*VM{}} }
+
+// ErrNotDurable is a change the control plane could not write to its
+// state file: not made, answered 500.
+var ErrNotDurable = errors.New("control plane state not durable")
+
+// Open returns the control plane whose state lives in the file at path:
+// what it holds is loaded (none yet: empty), and every change is written
+// back (durable.WriteFile: temp file, fsync, rename, fsync of the dir)
+// before it takes effect.
+func Open(path string) (*Server, error) {
+	s := &Server{vms: map[string]*VM{}, path: path}
+	if regress.On("controlplane-state-in-memory") {
+		return s, nil // the planted bug: a restart forgets every VM
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("control plane: read state: %w", err)
+	}
+	var vms []VM
+	if err := json.Unmarshal(b, &vms); err != nil {
+		return nil, fmt.Errorf("control plane: state %s: %w", path, err)
+	}
+	for i := range vms {
+		v := vms[i]
+		s.vms[v.Name] = &v
+	}
+	return s, nil
+}
+
+// saveLocked writes every VM to the state file (none with New).
+func (s *Server) saveLocked() error {
+	if s.path == "" {
+		return nil
+	}
+	out := make([]VM, 0, len(s.vms))
+	for _, v := range s.vms {
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	b, err := json.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotDurable, err)
+	}
+	if err := durable.WriteFile(s.path, b, 0o644); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotDurable, err)
+	}
+	return nil
+}
 
 // Handler serves the API: GET /v1/vms, GET and PUT /v1/vms/{name},
 // POST /v1/vms/{name}/release.
@@ -97,7 +160,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		v, err := s.Place(r.PathValue("name"), p)
 		if err != nil {
-			writeErr(w, http.StatusBadRequest, err)
+			writeErr(w, errStatus(err, http.StatusBadRequest), err)
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
@@ -110,7 +173,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		v, err := s.Release(r.PathValue("name"), rel.Node)
 		if err != nil {
-			writeErr(w, http.StatusConflict, err)
+			writeErr(w, errStatus(err, http.StatusConflict), err)
 			return
 		}
 		writeJSON(w, http.StatusOK, v)
@@ -151,6 +214,10 @@ func (s *Server) Place(name string, p Placement) (VM, error) {
 	}
 	s.mu.Lock()
 	v, ok := s.vms[name]
+	var before VM
+	if ok {
+		before = *v
+	}
 	ev := Event{Kind: EventPlaced}
 	switch {
 	case !ok:
@@ -171,6 +238,15 @@ func (s *Server) Place(name string, p Placement) (VM, error) {
 	}
 	v.Snapshot, v.Node = p.Snapshot, p.Node
 	v.Generation++
+	if err := s.saveLocked(); err != nil {
+		if ok {
+			*v = before
+		} else {
+			delete(s.vms, name)
+		}
+		s.mu.Unlock()
+		return VM{}, fmt.Errorf("place %q on %q: %w", name, p.Node, err)
+	}
 	out := *v
 	s.mu.Unlock()
 	s.observe(Event{Kind: ev.Kind, VM: out, From: ev.From})
@@ -193,6 +269,10 @@ func (s *Server) Release(name, node string) (VM, error) {
 	defer s.mu.Unlock()
 	if cur := s.vms[name]; cur != nil && cur.Source == node {
 		cur.Source = ""
+		if err := s.saveLocked(); err != nil {
+			cur.Source = node
+			return VM{}, fmt.Errorf("release %s by %s: %w", name, node, err)
+		}
 		return *cur, nil
 	}
 	return s.checkReleaseLocked(name, node)
@@ -239,6 +319,15 @@ func decode(r io.Reader, v any) error {
 		return fmt.Errorf("decoding body: %w", err)
 	}
 	return nil
+}
+
+// errStatus is the answer's status for err: 500 for a change that could not
+// be made durable, else def.
+func errStatus(err error, def int) int {
+	if errors.Is(err, ErrNotDurable) {
+		return http.StatusInternalServerError
+	}
+	return def
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -89,3 +89,61 @@ func TestClientOverSocket(t *testing.T) {
 		t.Fatalf("list: %+v %v", vms, err)
 	}
 }
+
+// TestOpenKeepsEveryAnswerAcrossARestart: a control plane reopened from its
+// state file (what a SIGKILLed one restarts with) holds every placement and
+// the migration in flight it answered, and a release after the restart is
+// made durable too.
+func TestOpenKeepsEveryAnswerAcrossARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Place("vm-a", Placement{Snapshot: "base", Node: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Place("vm-a", Placement{Snapshot: "base", Node: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	// no Close: the first process dies with nothing flushed but the file
+	r, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := r.Get("vm-a")
+	if !ok || v.Node != "b" || v.Source != "a" || v.Generation != 2 {
+		t.Fatalf("after the restart: %+v (%v), want node b, source a, generation 2", v, ok)
+	}
+	if _, err := r.Release("vm-a", "a"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := again.Get("vm-a"); v.Source != "" || v.Node != "b" {
+		t.Fatalf("the release did not survive a second restart: %+v", v)
+	}
+}
+
+// TestAChangeThatCannotBeMadeDurableIsNotMade: with the state file's dir
+// gone, a placement is refused (ErrNotDurable, answered 500) and the
+// control plane still holds what it held before.
+func TestAChangeThatCannotBeMadeDurableIsNotMade(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(filepath.Join(dir, "sub", "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Place("vm-a", Placement{Snapshot: "base", Node: "a"})
+	if !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("place with no dir for the state: %v, want ErrNotDurable", err)
+	}
+	if _, ok := s.Get("vm-a"); ok {
+		t.Fatal("a placement that was never durable is held")
+	}
+	if got := errStatus(err, 400); got != 500 {
+		t.Fatalf("status %d for a change not made durable, want 500", got)
+	}
+}

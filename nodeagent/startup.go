@@ -125,6 +125,7 @@ func (a *Agent) startupResume(ctx context.Context, vms []manager.VM, haveListing
 			}
 		}
 		rec = a.dropStaleMarker(rec)
+		rec = a.resumeWakeAsCreate(rec)
 		if regress.On("empty-lifecycle-not-dispatched") && rec.Status.Lifecycle == "" && rec.Status.PostClone != "" {
 			// the historical startup walked records by their lifecycle
 			// marker only: one without it was never driven
@@ -185,4 +186,21 @@ func resumeOp(r *record) string {
 		return opWake
 	}
 	return ""
+}
+
+// resumeWakeAsCreate is the planted bug migrate-wake-resumed-as-create (a
+// no-op without it): a cluster node restarted mid-wake, before the VM was
+// restored, resumes the create the control plane asked for, not the wake
+// its hibernate-evidence lookup made of it; the lookup, already done,
+// is skipped, so it boots fresh over the :hibernate snapshot.
+func (a *Agent) resumeWakeAsCreate(rec *record) *record {
+	if !regress.On("migrate-wake-resumed-as-create") || a.cfg.ControlPlane == "" ||
+		rec.Op != opWake || !rec.EvidenceChecked || rec.Step == stepCloned {
+		return rec
+	}
+	out, err := a.store.update(rec.Name, func(r *record) error { r.Op, r.Step = opCreate, stepNone; return nil })
+	if err != nil {
+		return rec
+	}
+	return out
 }

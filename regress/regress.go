@@ -20,7 +20,7 @@ const Env = "VMCHAOS_REGRESS"
 type Bug struct {
 	Name      string // switch name
 	Seed      string // field report it comes from ("000", "001 #1", ...)
-	Component string // "vmctl" or "nodeagent"
+	Component string // "vmctl", "nodeagent" or "controlplane"
 	What      string // the buggy behaviour, one sentence
 	Invariant string // the checker invariant that the bug breaks
 }
@@ -120,6 +120,12 @@ var Bugs = []Bug{
 	{"migrate-target-skips-evidence", "issue 34 migrate", "nodeagent",
 		"an agent syncing with a control plane creates a VM without the hibernate-evidence lookup, so a migration's target boots it fresh over the :hibernate snapshot its source pushed",
 		"no-fresh-boot-over-hibernate"},
+	{"migrate-wake-resumed-as-create", "issue 34 migrate", "nodeagent",
+		"a migration's target restarted mid-wake (the create became a wake, the VM not restored yet) resumes the create the control plane asked for, skipping the evidence lookup it already made, so it boots fresh over the :hibernate snapshot its source pushed",
+		"no-fresh-boot-over-hibernate"},
+	{"controlplane-state-in-memory", "issue 34 control plane", "controlplane",
+		"the control plane keeps its objects in memory only, so a control plane killed mid-migration restarts empty: the placement and the migration in flight are gone and no node ever wakes the VM",
+		"intent-goal"},
 }
 
 var (

@@ -322,6 +322,9 @@ func Validate(bugNames []string) error {
 			if timed && f.Kind != "none" && (f.Window[0] == "" || f.Window[1] == "") {
 				errs = append(errs, fmt.Sprintf("%s: fault %s %q needs a closed window (both ends)", s.ID, f.Kind, f.Trigger))
 			}
+			if f.Node != "" && (s.Env.Nodes < 2 || !strings.HasPrefix(f.Trigger, "park ")) {
+				errs = append(errs, fmt.Sprintf("%s: fault %s on node %q needs a cluster (Env.Nodes >= 2) and a park trigger", s.ID, f.Kind, f.Node))
+			}
 			if f.Trigger == TriggerWhileDown && i == 0 {
 				errs = append(errs, s.ID+": "+TriggerWhileDown+" needs a first fault that takes the agent down")
 			}

@@ -89,6 +89,11 @@ type Fault struct {
 	ReleaseAfter      string
 	ReleaseAfterChild string
 	StopFor           time.Duration // stop: how long the unit stays stopped before the operator starts it
+	// Node (cluster cases, park triggers): the node whose agent's trace the
+	// trigger reads and whose armed agent parks at the point, e.g. NodeB
+	// for a phase of a migration's wake on its target; "" is the case's
+	// own (first) node. Unit still says which process the fault hits.
+	Node string
 }
 
 // MetricExpect is an expected counter delta over the case (after − before).

@@ -397,9 +397,9 @@ func CoverageKind(s *Scenario) string {
 			return "sigkill-daemon"
 		case f.Unit == "daemon":
 			return ""
-		case f.Unit == UnitNodeB:
-			// the second node's agent, parked on the first node's
-			// phase: no cell is its own (not the parked process's)
+		case f.Unit == UnitNodeB || f.Unit == UnitControlPlane:
+			// the second node's agent, or the control plane's process:
+			// no cell is its own (not the parked process's)
 			return ""
 		case f.Kind == "sigstop" && f.StopFor > 0:
 			return "sigstop-cont"

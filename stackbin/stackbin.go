@@ -1,6 +1,7 @@
 // Package stackbin finds (or builds) the binaries of the bundled stack:
-// vmctl, nodeagent, fakech and fakech installed as cloud-hypervisor. Tests and
-// the runner use it so that every process under test is the real binary.
+// vmctl, nodeagent, fakech and fakech installed as cloud-hypervisor, and the
+// cluster's control plane. Tests and the runner use it so that every
+// process under test is the real binary.
 package stackbin
 
 import (
@@ -19,7 +20,7 @@ import (
 const Env = "VMCHAOS_BIN"
 
 // Names are the binaries a stack dir must hold.
-var Names = []string{"vmctl", "nodeagent", "fakech", "cloud-hypervisor"}
+var Names = []string{"vmctl", "nodeagent", "fakech", "cloud-hypervisor", "controlplane"}
 
 var (
 	once   sync.Once
@@ -87,7 +88,7 @@ func build() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "build", "-o", d+"/", "./cmd/vmctl", "./cmd/nodeagent", "./cmd/fakech")
+	cmd := exec.Command("go", "build", "-o", d+"/", "./cmd/vmctl", "./cmd/nodeagent", "./cmd/fakech", "./cmd/controlplane")
 	cmd.Dir = filepath.Dir(mod)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(d)

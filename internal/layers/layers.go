@@ -27,9 +27,12 @@ const Module = "github.com/vmchaos/vmchaos"
 // the manager and the agent, their binaries, their wire types, and the
 // product-side packages the harness uses in turn (never the other way).
 var Product = []string{
-	"vmctl/...", "nodeagent/...", "cmd/vmctl", "cmd/nodeagent",
+	"vmctl/...", "nodeagent/...", "cmd/vmctl", "cmd/nodeagent", "cmd/controlplane",
 	"chapi", "durable", "failpoint", "timescale", "internal/rt",
 	"regress", // the product's planted-bug switches
+	// JSON over a unix socket: the agent's control plane client and the
+	// harness's agent client (NeutralLeaves)
+	"internal/unixhttp",
 	// Launch-side pieces moved out of realch (TAP, DHCP, netns, the cidata
 	// seed, the qcow2 writer); absent until that move lands.
 	"vmnet/...", "cidata/...", "qcow2/...",
@@ -43,6 +46,11 @@ var Product = []string{
 	// server, so it is product; the harness serves it.
 	"controlplane/...",
 }
+
+// NeutralLeaves are the product-side packages the harness uses for the
+// same job the product does (one copy of the code, never a harness copy):
+// they import nothing of the module.
+var NeutralLeaves = []string{"internal/unixhttp"}
 
 // Harness is what drives and judges the product.
 var Harness = []string{
@@ -79,6 +87,11 @@ var Rules = []Rule{
 		Name: "product → harness",
 		Why:  "a manager under test must behave the same with any harness; it may use only product packages",
 		From: Product, Allow: Product, Deny: Harness,
+	},
+	{
+		Name: "neutral leaves → anything",
+		Why:  "a leaf both the product and the harness link must bring neither along: standard library only",
+		From: NeutralLeaves, Allow: []string{}, StdOnly: true,
 	},
 	{
 		Name: "wire types → beyond std",

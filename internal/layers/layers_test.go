@@ -69,7 +69,8 @@ var clean = []string{
 	"cmd/vmctl imports vmctl vmctl/api",
 	"cmd/nodeagent imports nodeagent",
 	"vmctl imports vmctl/api durable example.com/cobra",
-	"nodeagent imports vmctl/api nodeagent/api",
+	"nodeagent imports vmctl/api nodeagent/api internal/unixhttp",
+	"internal/unixhttp imports time",
 	"vmctl/api imports time",
 	"nodeagent/api imports time vmctl/api",
 	"durable imports",
@@ -103,6 +104,7 @@ func TestCheckReportsExactlyThePlantedEdge(t *testing.T) {
 		{"nodeagent imports vmctl/api nodeagent/api vmctl", Finding{"agent → vmctl internals", Edge{"nodeagent", "vmctl"}, []string{"cmd/nodeagent", "nodeagent", "vmctl"}}},
 		{"fakech/qcow2 imports nodeagent/api", Finding{"fakech → product", Edge{"fakech/qcow2", "nodeagent/api"}, []string{"fakech/guestimg", "fakech/qcow2", "nodeagent/api"}}},
 		{"ledger imports ledger/writerproto vmctl", Finding{"ledger → product", Edge{"ledger", "vmctl"}, []string{"ledger", "vmctl"}}},
+		{"internal/unixhttp imports time durable", Finding{"neutral leaves → anything", Edge{"internal/unixhttp", "durable"}, []string{"internal/unixhttp", "durable"}}},
 	} {
 		lines := slices.Clone(clean)
 		name := strings.Fields(tc.plant)[0]

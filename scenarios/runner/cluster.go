@@ -2,8 +2,11 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,8 +17,10 @@ import (
 
 	"github.com/vmchaos/vmchaos/controlplane"
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/ledger"
 	"github.com/vmchaos/vmchaos/nodeagent"
+	"github.com/vmchaos/vmchaos/regress"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/scenarios/checker"
@@ -24,21 +29,32 @@ import (
 )
 
 // cluster is a case's cluster (Env.Nodes >= 2, docs/controlplane.md): the
-// control plane, served by the harness on a unix socket every node's agent
-// syncs against, and one node stack per node. The case's own stack
-// (caseRun.st) is the first node and runs the registry; the others push
-// and pull through it.
+// control plane, its own process (cmd/controlplane, a unit of the run's
+// supervisor: a fault target) serving on a unix socket every node's agent
+// syncs against, with its state in a file, and one node stack per node.
+// The case's own stack (caseRun.st) is the first node and runs the
+// registry; the others push and pull through it.
 type cluster struct {
-	cp     *controlplane.Server
-	srv    *http.Server
 	sock   string
 	dir    string
 	client *controlplane.Client
-	names  []string // node names, the case's own stack first
-	// migrateNs is when the case's migration moved the placement
-	// (migrateTs: the same on the trace's clock)
-	migrateNs time.Time
-	migrateTs int64
+	// cpUnit is the control plane's unit (Fault.Unit "controlplane")
+	cpUnit  string
+	caseDir string // where its log and state are copied at teardown
+	// nodesClosed: closeNodes ran
+	nodesClosed bool
+	sup         injector.Supervisor
+	// obs serves the control plane's observer socket: every change is
+	// told to observe, a release before it takes effect
+	obs     *http.Server
+	observe func(controlplane.Event)
+	names   []string // node names, the case's own stack first
+	// moved is when each VM's last migration moved its placement (on
+	// the wall clock and the trace's): its time to live on the target,
+	// and where the target's trace is read from
+	moved map[string]moveTime
+	// watched are the VMs the migration watch samples (watchMigration)
+	watched map[string]bool
 	// migrated: VM name → the node it was migrated to and is live on
 	// alone (its guest is there: the ledger and the workload cut read it)
 	migrated map[string]string
@@ -47,9 +63,19 @@ type cluster struct {
 	// bad are the MigrateSourceDurable violations seen at releases, two
 	// the ClusterOneLiveVM ones the migration's watch saw
 	bad, two []string
+	// marks are the other nodes' trace marks at the arming (a trigger on
+	// their phases reads from there), by node name
+	marks map[string]int
 	// stopWatch ends the migration's watch (watchMigration)
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+}
+
+// moveTime is when a migration moved a VM's placement: on the wall clock
+// and on the traces' clock.
+type moveTime struct {
+	wall  time.Time
+	trace int64
 }
 
 // clusterNodeNames are the node names of an n-node cluster.
@@ -61,22 +87,76 @@ func clusterNodeNames(n int) []string {
 	return names[:n]
 }
 
-// newCluster starts the control plane of an n-node case under tmp (the
-// run's short temp dir: a socket path must fit sun_path, and a sandboxed
-// supervisor shares /tmp with the agents).
-func newCluster(tmp string, n int) (*cluster, error) {
-	dir, err := os.MkdirTemp(tmp, "cp")
+// newCluster starts the control plane of an n-node case under the run's
+// short temp dir (a socket path must fit sun_path, and a sandboxed
+// supervisor shares /tmp with the agents): its observer socket, served
+// here, and its unit.
+func newCluster(ctx context.Context, run *stack.Run, n int, bugs []string) (*cluster, error) {
+	dir, err := os.MkdirTemp(run.TmpDir, "cp")
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	cl := &cluster{cp: controlplane.New(), dir: dir, sock: filepath.Join(dir, "cp.sock"),
-		names: clusterNodeNames(n), nodes: map[string]*stack.Stack{}}
-	if cl.srv, err = controlplane.Serve(cl.cp, cl.sock); err != nil {
+	cl := &cluster{dir: dir, sock: filepath.Join(dir, "cp.sock"), sup: run.Sup,
+		cpUnit: "vmchaos-" + filepath.Base(dir), names: clusterNodeNames(n), nodes: map[string]*stack.Stack{},
+		moved: map[string]moveTime{}, watched: map[string]bool{}}
+	if err := cl.serveObserver(filepath.Join(dir, "obs.sock")); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	spec := injector.UnitSpec{Name: cl.cpUnit, Dir: dir, LogPath: filepath.Join(dir, "controlplane.log"),
+		Argv: []string{filepath.Join(run.BinDir, "controlplane"), "--socket", cl.sock,
+			"--state", filepath.Join(dir, "state.json"), "--observer", filepath.Join(dir, "obs.sock")},
+		RestartSec: time.Duration(float64(5*time.Second) * run.Scale), TimeoutStopSec: 10 * time.Second,
+		// the case's planted bugs, as the agents get them (none: the
+		// harness's own environment must not switch one on)
+		Env: []string{regress.Env + "=" + strings.Join(bugs, ",")}}
+	if err := run.Sup.Start(ctx, spec); err != nil {
+		_ = cl.obs.Close()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("control plane: start: %w", err)
+	}
 	cl.client = controlplane.NewClient(cl.sock, 10*time.Second)
-	return cl, nil
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		_, err := cl.client.List(wctx)
+		if err == nil {
+			return cl, nil
+		}
+		if wctx.Err() != nil {
+			_ = cl.close(context.Background())
+			return nil, fmt.Errorf("control plane not answering: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// serveObserver serves the control plane's observer socket: POST
+// /v1/events with one controlplane.Event, answered once observe returned
+// (the control plane waits for it before a release takes effect).
+func (cl *cluster) serveObserver(sock string) error {
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("control plane observer: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		var e controlplane.Event
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&e); err != nil {
+			http.Error(w, `{"error":"decode"}`, http.StatusBadRequest)
+			return
+		}
+		cl.mu.Lock()
+		observe := cl.observe
+		cl.mu.Unlock()
+		if observe != nil {
+			observe(e)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	cl.obs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = cl.obs.Serve(l) }()
+	return nil
 }
 
 // agentFlags are the flags that make node's agent sync against the
@@ -90,10 +170,11 @@ func (cl *cluster) agentFlags(node string) []string {
 // own stack, st, already built with the registry).
 func (cl *cluster) addNodes(ctx context.Context, r *Runner, st *stack.Stack, o stack.Options) error {
 	cl.nodes[cl.names[0]] = st
+	cl.caseDir = o.CaseDir
 	for _, name := range cl.names[1:] {
 		no := stack.Options{CaseDir: filepath.Join(o.CaseDir, name), RestartDelay: o.RestartDelay,
 			AgentFlags: append(withoutCPFlags(o.AgentFlags), cl.agentFlags(name)...),
-			Regress:    o.Regress, NetMode: o.NetMode, SharedRegistryURL: st.RegistryURL}
+			Regress:    o.Regress, NetMode: o.NetMode, SharedRegistryURL: st.RegistryURL, SharedNet: st.Net}
 		if err := os.MkdirAll(no.CaseDir, 0o755); err != nil {
 			return err
 		}
@@ -127,16 +208,133 @@ func (cl *cluster) startAgents(ctx context.Context) error {
 	return nil
 }
 
-// close tears down the other nodes' stacks and the control plane.
-func (cl *cluster) close(ctx context.Context) error {
+// armNodes arms the agents of the other nodes whose phases a park trigger
+// reads (Fault.Node) with their pauses, as arm does the case's own: the
+// setup ran unarmed, so no setup step parks there. Every node's trace is
+// marked after it: its triggers read from there.
+func (cr *caseRun) armNodes(ctx context.Context) error {
+	cl := cr.cl
+	cl.marks = map[string]int{}
+	for _, name := range cl.names[1:] {
+		ns := cl.nodes[name]
+		if specs := cr.parkSpecs(name); len(specs) > 0 {
+			if err := ns.Arm(ctx, strings.Join(specs, ";")); err != nil {
+				return fmt.Errorf("node %s: %w", name, err)
+			}
+		}
+		cl.marks[name] = ns.Trace.Mark()
+	}
+	return nil
+}
+
+// triggerStack is the stack whose trace fault i's trigger reads and whose
+// agent parks at it (Fault.Node: another node of the cluster), with the
+// mark its trigger reads from (mark: the case's own stack's).
+func (cr *caseRun) triggerStack(i, mark int) (*stack.Stack, int, error) {
+	node := cr.s.Faults[i].Node
+	if node == "" || cr.cl != nil && node == cr.cl.names[0] {
+		return cr.st, mark, nil
+	}
+	if cr.cl == nil || cr.cl.nodes[node] == nil {
+		return nil, 0, harnessErr(fmt.Errorf("fault %d: trigger on node %q, not a node of the case's cluster", i, node))
+	}
+	return cr.cl.nodes[node], cr.cl.marks[node], nil
+}
+
+// nodeUnit is the agent unit of a cluster node (Fault.Unit naming a node
+// other than the case's own), or the control plane's unit (Fault.Unit
+// "controlplane"); "" when unit names none.
+func (cr *caseRun) nodeUnit(unit string) string {
+	if cr.cl == nil || unit == "" || unit == cr.cl.names[0] {
+		return ""
+	}
+	if unit == scenarios.UnitControlPlane {
+		return cr.cl.cpUnit
+	}
+	if ns := cr.cl.nodes[unit]; ns != nil {
+		return ns.AgentUnit
+	}
+	return ""
+}
+
+// watchControlPlaneHeal starts polling the control plane after a fault on
+// its process (Fault.Unit "controlplane") that landed at faultNs: the
+// first answer to GET /v1/vms after the fault is its heal, sent on
+// cr.healSeen as watchHeal does for the registry (0: none within
+// healWatchTimeout); converge_after_heal_ms is measured from it.
+func (cr *caseRun) watchControlPlaneHeal(f scenarios.Fault, faultNs int64) {
+	if f.Unit != scenarios.UnitControlPlane || cr.cl == nil || cr.healSeen != nil {
+		return
+	}
+	ch := make(chan int64, 1)
+	cr.healSeen = ch
+	c := controlplane.NewClient(cr.cl.sock, 200*time.Millisecond)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), healWatchTimeout)
+		defer cancel()
+		for ctx.Err() == nil {
+			if _, err := c.List(ctx); err == nil {
+				if now := failpoint.Now(); now > faultNs {
+					ch <- now
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		ch <- 0
+	}()
+}
+
+// otherNodesFailed counts the failed writes (agent.failed) on the cluster's
+// nodes other than the case's own.
+func (cr *caseRun) otherNodesFailed() int {
+	if cr.cl == nil {
+		return 0
+	}
+	n := 0
+	for _, name := range cr.cl.names[1:] {
+		for _, e := range cr.cl.nodes[name].Trace.Sorted() {
+			if e.Point == "agent.failed" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// closeNodes tears down the other nodes' stacks, once.
+func (cl *cluster) closeNodes(ctx context.Context) error {
 	cl.stopWatching()
+	if cl.nodesClosed {
+		return nil
+	}
+	cl.nodesClosed = true
 	var errs []error
 	for _, name := range cl.names[1:] {
 		if s := cl.nodes[name]; s != nil {
 			errs = append(errs, s.Close(ctx))
 		}
 	}
-	errs = append(errs, cl.srv.Close(), os.RemoveAll(cl.dir))
+	return errors.Join(errs...)
+}
+
+// close tears down the other nodes' stacks (if closeNodes did not) and the
+// control plane.
+func (cl *cluster) close(ctx context.Context) error {
+	errs := []error{cl.closeNodes(ctx)}
+	if err := cl.sup.Remove(ctx, cl.cpUnit); err != nil {
+		errs = append(errs, fmt.Errorf("control plane: %w", err))
+	}
+	errs = append(errs, cl.obs.Close())
+	if cl.caseDir != "" {
+		// its log and state go with the case's logs
+		for _, f := range []string{"controlplane.log", "state.json"} {
+			if b, err := os.ReadFile(filepath.Join(cl.dir, f)); err == nil {
+				_ = os.WriteFile(filepath.Join(cl.caseDir, "controlplane-"+f), b, 0o644)
+			}
+		}
+	}
+	errs = append(errs, os.RemoveAll(cl.dir))
 	return errors.Join(errs...)
 }
 
@@ -204,7 +402,9 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 	}
 	if step.Kind == scenarios.StepMigrate {
 		cr.cycles[step.VM] = true // the target must bring the guest's RAM back
-		cr.cl.migrateNs, cr.cl.migrateTs = time.Now(), failpoint.Now()
+		cr.cl.mu.Lock()
+		cr.cl.moved[step.VM] = moveTime{time.Now(), failpoint.Now()}
+		cr.cl.mu.Unlock()
 	}
 	image := baseSnapshot
 	if step.Image != "" {
@@ -253,8 +453,11 @@ func (cr *caseRun) awaitMigrated(ctx context.Context, name, node string, budget 
 	if err := cr.waitPlaced(ctx, name, node, budget); err != nil {
 		return err
 	}
-	if !cr.cl.migrateNs.IsZero() {
-		ms := float64(time.Since(cr.cl.migrateNs)) / float64(time.Millisecond)
+	cr.cl.mu.Lock()
+	mt, ok := cr.cl.moved[name]
+	cr.cl.mu.Unlock()
+	if ok {
+		ms := float64(time.Since(mt.wall)) / float64(time.Millisecond)
 		cr.rc.MigrateMs = &ms
 	}
 	if cr.cl.migrated == nil {
@@ -276,20 +479,31 @@ func (cl *cluster) releasedEarly() bool {
 // it happens (a fault may make it brief).
 func (cr *caseRun) watchMigration(name string) {
 	cl := cr.cl
+	cl.mu.Lock()
+	cl.watched[name] = true
+	cl.mu.Unlock()
 	if cl.stopWatch != nil {
-		return
+		return // the watch samples every VM moved so far
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cl.stopWatch, cl.watchDone = cancel, make(chan struct{})
 	go func() {
 		defer close(cl.watchDone)
 		for ctx.Err() == nil {
-			if live, _, err := cr.clusterHolders(ctx, name, ""); err == nil && len(live) > 1 {
-				cl.mu.Lock()
-				if len(cl.two) < 5 {
-					cl.two = append(cl.two, fmt.Sprintf("%s live on %d nodes at once: %s", name, len(live), strings.Join(live, ", ")))
+			cl.mu.Lock()
+			names := make([]string, 0, len(cl.watched))
+			for n := range cl.watched {
+				names = append(names, n)
+			}
+			cl.mu.Unlock()
+			for _, name := range names {
+				if live, _, err := cr.clusterHolders(ctx, name, ""); err == nil && len(live) > 1 {
+					cl.mu.Lock()
+					if len(cl.two) < 5 {
+						cl.two = append(cl.two, fmt.Sprintf("%s live on %d nodes at once: %s", name, len(live), strings.Join(live, ", ")))
+					}
+					cl.mu.Unlock()
 				}
-				cl.mu.Unlock()
 			}
 			select {
 			case <-ctx.Done():
@@ -452,7 +666,9 @@ func (cr *caseRun) guestNode(name string) *stack.Stack {
 // trace must show the VM's create become a wake (agent.wake.begin) since
 // the move, and no fresh create reach its clone.
 func (cr *caseRun) wokeFromHibernate(name string, node *stack.Stack) error {
-	since := cr.cl.migrateTs
+	cr.cl.mu.Lock()
+	since := cr.cl.moved[name].trace
+	cr.cl.mu.Unlock()
 	woke, fresh := false, false
 	for _, e := range node.Trace.Sorted() {
 		if e.VM != name || e.TsNs < since {

@@ -42,11 +42,22 @@ func intended(f scenarios.Fault) string {
 // failpoints is VMCHAOS_FAILPOINTS of the armed stack: a pause for every
 // park trigger, plus the scenario's own actions.
 func (cr *caseRun) failpoints() string {
+	parts := cr.parkSpecs("")
+	if cr.s.Env.Failpoints != "" {
+		parts = append(parts, cr.s.Env.Failpoints)
+	}
+	return strings.Join(parts, ";")
+}
+
+// parkSpecs are the pauses of the park triggers read on node ("": the
+// case's own stack; another node of a cluster arms its agent with its own,
+// armNodes).
+func (cr *caseRun) parkSpecs(node string) []string {
 	var parts []string
 	seen := map[string]bool{}
 	for i, f := range cr.s.Faults {
 		trig := cr.r.triggerString(cr.c, i)
-		if !strings.HasPrefix(trig, "park ") || f.Kind == "none" && f.Trigger == "" {
+		if f.Node != node || !strings.HasPrefix(trig, "park ") || f.Kind == "none" && f.Trigger == "" {
 			continue
 		}
 		t, err := injector.ParseTrigger(trig)
@@ -62,10 +73,7 @@ func (cr *caseRun) failpoints() string {
 			parts = append(parts, spec)
 		}
 	}
-	if cr.s.Env.Failpoints != "" {
-		parts = append(parts, cr.s.Env.Failpoints)
-	}
-	return strings.Join(parts, ";")
+	return parts
 }
 
 func (cr *caseRun) metricsAddr() string {
@@ -84,11 +92,11 @@ func (cr *caseRun) injFault(f scenarios.Fault) injector.Fault {
 		unit = cr.st.DaemonUnit
 	case scenarios.UnitRegistry:
 		unit = cr.st.RegistryUnit
-	case scenarios.UnitNodeB:
-		// the second node's agent (cluster cases): the supervisor is
-		// the run's, shared by every node
-		if cr.cl != nil && cr.cl.nodes[scenarios.NodeB] != nil {
-			unit = cr.cl.nodes[scenarios.NodeB].AgentUnit
+	default:
+		// another node's agent (cluster cases, Unit: its name): the
+		// supervisor is the run's, shared by every node
+		if u := cr.nodeUnit(f.Unit); u != "" {
+			unit = u
 		}
 	}
 	out := injector.Fault{Kind: f.Kind, Unit: unit, Child: f.Child}
@@ -154,12 +162,18 @@ func (cr *caseRun) faultWindow(i int) phaseWindow {
 // delivered, or hit outside its window, did not land; the phase it hit is
 // named either way.
 func (cr *caseRun) land(out *reports.Injection, w phaseWindow, fromNs int64, pid int) {
+	cr.landOn(cr.st, out, w, fromNs, pid)
+}
+
+// landOn is land against the trace of ts (the stack whose process the
+// trigger read: another node of a cluster for a fault on its phase).
+func (cr *caseRun) landOn(ts *stack.Stack, out *reports.Injection, w phaseWindow, fromNs int64, pid int) {
 	out.IntendedPhase = w.String()
 	if out.ActualNs == 0 {
 		out.Landed = false
 		return
 	}
-	l := cr.landing(w, fromNs, out.ActualNs, pid)
+	l := landingOn(ts, w, fromNs, out.ActualNs, pid)
 	out.LastPhase = l.Phase
 	out.Landed = out.Err == "" && l.Landed
 	if out.Err == "" && !l.Landed {
@@ -223,19 +237,24 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 	if err != nil {
 		return nil, err
 	}
-	hit, err := cr.st.Trace.WaitPoint(ctx, mark, t.Point, 1, t.VM)
+	ts, mark, err := cr.triggerStack(idx[0], mark)
 	if err != nil {
 		return nil, err
 	}
-	pid, err := failpoint.WaitParked(ctx, cr.st.CtlDir, t.Point)
+	hit, err := ts.Trace.WaitPoint(ctx, mark, t.Point, 1, t.VM)
+	if err != nil {
+		return nil, err
+	}
+	pid, err := failpoint.WaitParked(ctx, ts.CtlDir, t.Point)
 	if err != nil {
 		return nil, err
 	}
 	if pid != hit.Event.Pid {
 		return nil, fmt.Errorf("parked pid %d is not the pid %d that hit %s", pid, hit.Event.Pid, t.Point)
 	}
+	at := parked{ts.CtlDir, t.Point}
 	cr.mu.Lock()
-	cr.held = append(cr.held, t.Point)
+	cr.held = append(cr.held, at)
 	cr.mu.Unlock()
 	if cr.s.Expect.Adopted {
 		cr.listBaseline(ctx) // the parked operation's VM is there now, before its fault
@@ -244,7 +263,7 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 	var firstNs int64
 	for _, i := range idx {
 		rec := cr.parkedFault(ctx, i, trig, t, hit, pid)
-		cr.land(&rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
+		cr.landOn(ts, &rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
 		// What the fault caused is what the release waits for. ActualNs is
 		// stamped after the signal syscall returned: a harness thread
 		// preempted there stamps it after the victim's death was already
@@ -259,7 +278,7 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 		}
 		out = append(out, rec)
 	}
-	cr.releasePark(ctx, mark, t.Point, cr.s.Faults[idx[0]], firstNs)
+	cr.releasePark(ctx, ts, mark, at, cr.s.Faults[idx[0]], firstNs)
 	return out, nil
 }
 
@@ -294,6 +313,7 @@ func (cr *caseRun) parkedFault(ctx context.Context, i int, trig string, t inject
 		}
 		if in.Err == "" {
 			cr.watchHeal(f.Kind, in.ActualNs)
+			cr.watchControlPlaneHeal(f, in.ActualNs)
 		}
 		return reports.Injection{Fault: in.Fault.String(), Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
 			Err: in.Err, VictimPID: in.VictimPID, IntendedPhase: t.Point}
@@ -309,32 +329,39 @@ func (cr *caseRun) noteVictim(pid int) {
 
 // releasePark releases the parked point at once, or once f's hold
 // condition is met after the first injection at firstNs.
-func (cr *caseRun) releasePark(ctx context.Context, mark int, point string, f scenarios.Fault, firstNs int64) {
+// (ts: the stack whose trace the trigger read, mark its mark).
+func (cr *caseRun) releasePark(ctx context.Context, ts *stack.Stack, mark int, at parked, f scenarios.Fault, firstNs int64) {
 	switch {
 	case f.ReleaseAfter == "reconcile-started":
-		go cr.releaseWhen(ctx, point, func(ctx context.Context) { cr.waitReconcile(ctx) })
+		go cr.releaseWhen(ctx, at, func(ctx context.Context) { cr.waitReconcile(ctx) })
 	case f.ReleaseAfter != "":
-		go cr.releaseWhen(ctx, point, func(ctx context.Context) {
-			_, _ = cr.st.Trace.Wait(ctx, mark, 1, func(e *failpoint.Event) bool { return e.Point == f.ReleaseAfter && e.TsNs > firstNs })
+		go cr.releaseWhen(ctx, at, func(ctx context.Context) {
+			_, _ = ts.Trace.Wait(ctx, mark, 1, func(e *failpoint.Event) bool { return e.Point == f.ReleaseAfter && e.TsNs > firstNs })
 		})
 	case f.ReleaseAfterChild != "":
-		go cr.releaseWhen(ctx, point, func(ctx context.Context) { cr.waitChildExit(ctx, mark, firstNs, f.ReleaseAfterChild) })
+		go cr.releaseWhen(ctx, at, func(ctx context.Context) {
+			_, _ = ts.Trace.Wait(ctx, mark, 1, childExit(firstNs, strings.ReplaceAll(f.ReleaseAfterChild, " ", "-"), ""))
+		})
 	default:
-		cr.release(point)
+		cr.release(at)
 	}
 }
 
-func (cr *caseRun) releaseWhen(ctx context.Context, point string, cond func(context.Context)) {
+// parked is a point the harness holds parked, and the control dir of the
+// stack it parks in.
+type parked struct{ ctl, point string }
+
+func (cr *caseRun) releaseWhen(ctx context.Context, at parked, cond func(context.Context)) {
 	cond(ctx)
-	cr.release(point)
+	cr.release(at)
 }
 
-func (cr *caseRun) release(point string) {
-	_ = failpoint.Release(cr.st.CtlDir, point)
+func (cr *caseRun) release(at parked) {
+	_ = failpoint.Release(at.ctl, at.point)
 	cr.mu.Lock()
 	defer cr.mu.Unlock()
 	for i, p := range cr.held {
-		if p == point {
+		if p == at {
 			cr.held = append(cr.held[:i], cr.held[i+1:]...)
 			break
 		}
@@ -343,7 +370,7 @@ func (cr *caseRun) release(point string) {
 
 func (cr *caseRun) releaseAll() {
 	cr.mu.Lock()
-	held := append([]string(nil), cr.held...)
+	held := append([]parked(nil), cr.held...)
 	cr.mu.Unlock()
 	for _, p := range held {
 		cr.release(p)
@@ -878,10 +905,11 @@ func (cr *caseRun) holdLease(ctx context.Context, name string) error {
 	if !cr.isDirect(cr.st.HostPID(pid)) {
 		return fmt.Errorf("hold-lease: parked pid %d is not the reader the harness started", pid)
 	}
+	at := parked{cr.st.CtlDir, point}
 	cr.mu.Lock()
-	cr.held = append(cr.held, point)
+	cr.held = append(cr.held, at)
 	cr.mu.Unlock()
-	go cr.releaseWhen(ctx, point, func(ctx context.Context) { cr.waitChildExit(ctx, from, fromNs, "snapshot rm") })
+	go cr.releaseWhen(ctx, at, func(ctx context.Context) { cr.waitChildExit(ctx, from, fromNs, "snapshot rm") })
 	return nil
 }
 

@@ -49,11 +49,11 @@ func (cr *caseRun) waitHealed(ctx context.Context, budget time.Duration) error {
 		select {
 		case ns := <-cr.healSeen:
 			if ns == 0 {
-				return harnessErr(errors.New("the registry did not answer again after its fault"))
+				return harnessErr(errors.New("the registry or the control plane did not answer again after its fault"))
 			}
 			cr.noteHeal(ns)
 		case <-time.After(budget):
-			return harnessErr(fmt.Errorf("the registry did not answer within %s after its fault", budget))
+			return harnessErr(fmt.Errorf("the registry or the control plane did not answer within %s after its fault", budget))
 		}
 	}
 	if d := cr.st.RegistryDisk; d != nil && hasFault(cr.s, injector.FaultRegistryStorageFull) {

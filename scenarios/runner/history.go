@@ -77,6 +77,10 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 				n++
 			}
 		}
+		// in a cluster the failure may be another node's (a fault on the
+		// target's wake): its own trace counts, and the migration's
+		// await saw it leave failed (the VM ready there)
+		n += cr.otherNodesFailed()
 		inv := reports.Invariant{Name: "failed-left-by-itself", OK: n > 0 && converged}
 		switch {
 		case n == 0:

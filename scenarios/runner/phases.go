@@ -130,6 +130,11 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 			}
 		}
 	}
+	if cr.cl != nil {
+		if err := cr.armNodes(ctx); err != nil {
+			return startErr(err)
+		}
+	}
 	if s.Expect.Events {
 		if _, err := st.StartObserver(0.25); err != nil {
 			return harnessErr(fmt.Errorf("observer: %w", err))
@@ -320,10 +325,7 @@ func (cr *caseRun) restore(ctx context.Context, budget time.Duration) error {
 		if d := cr.r.scale(stop.StopFor) - time.Duration(failpoint.Now()-cr.faultNs); d > 0 {
 			time.Sleep(d)
 		}
-		unit := st.AgentUnit
-		if stop.Unit == "daemon" {
-			unit = st.DaemonUnit
-		}
+		unit := cr.injFault(*stop).Unit // the agent's, the daemon's or another node's
 		if err := st.Sup().StartAgain(ctx, unit); err != nil {
 			return harnessErr(fmt.Errorf("operator start of %s: %w", unit, err))
 		}

@@ -427,7 +427,7 @@ type caseRun struct {
 	// directAdded is closed (and replaced) each time direct changes
 	starting    int
 	directAdded chan struct{}
-	held        []string // parked points the harness still holds
+	held        []parked // parked points the harness still holds
 	faultNs     int64
 	healNs      int64      // when the last registry fault healed (heal.go); 0: none timed
 	healSeen    chan int64 // watchHeal's answer (heal.go); nil: no watch
@@ -539,7 +539,7 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	var cl *cluster
 	if s.Env.Nodes >= 2 {
 		var err error
-		if cl, err = newCluster(r.run.TmpDir, s.Env.Nodes); err != nil {
+		if cl, err = newCluster(cctx, r.run, s.Env.Nodes, bugs); err != nil {
 			return harnessFailed(rc, err)
 		}
 		sopts.AgentFlags = append(sopts.AgentFlags, cl.agentFlags(cl.names[0])...)
@@ -556,7 +556,9 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs, laps: lp}
 	if cl != nil {
 		cr.cl = cl
-		cl.cp.Observe = cr.observeRelease
+		cl.mu.Lock()
+		cl.observe = cr.observeRelease
+		cl.mu.Unlock()
 		if err := cl.addNodes(cctx, r, st, sopts); err != nil {
 			rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: harnessErr(fmt.Errorf("cluster: %w", err)), TeardownErr: cr.teardown(caseDir)})
 			return rc
@@ -615,7 +617,13 @@ func (cr *caseRun) teardown(caseDir string) error {
 		cr.cl.stopWatching()
 	}
 	cr.laps.lap("teardown-pre")
-	closeErr := cr.st.Close(tctx)
+	var closeErr error
+	if cr.cl != nil {
+		// the other nodes first: they may run in the case's own net
+		// path, which its stack's Close removes
+		closeErr = cr.cl.closeNodes(tctx)
+	}
+	closeErr = errors.Join(closeErr, cr.st.Close(tctx))
 	cr.laps.lap("close")
 	if cr.cl != nil {
 		closeErr = errors.Join(closeErr, cr.cl.close(tctx))

@@ -7,6 +7,7 @@ import (
 	"github.com/vmchaos/vmchaos/injector"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios/checker"
+	"github.com/vmchaos/vmchaos/scenarios/stack"
 )
 
 // The runner's own trace-derived judgements (fault-landed, the while-down
@@ -28,10 +29,11 @@ func traceLost(evs []failpoint.Event, fromNs, toNs int64) string {
 	return "the trace is incomplete in the window judged: " + checker.Losses(ls).Error()
 }
 
-// landing is judgeLanding over the case's trace behind the trace-loss
-// guard (guardedLanding).
-func (cr *caseRun) landing(w phaseWindow, fromNs, faultNs int64, pid int) landing {
-	return guardedLanding(cr.st.Trace.Events(), cr.st.Trace.Sorted(), w, fromNs, faultNs, pid)
+// landingOn is judgeLanding over the trace of ts (the case's stack, or the
+// cluster node whose phase the trigger read) behind the trace-loss guard
+// (guardedLanding).
+func landingOn(ts *stack.Stack, w phaseWindow, fromNs, faultNs int64, pid int) landing {
+	return guardedLanding(ts.Trace.Events(), ts.Trace.Sorted(), w, fromNs, faultNs, pid)
 }
 
 // guardedLanding is judgeLanding (over sorted, the trace in time order)

@@ -1,38 +1,28 @@
 package stack
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"time"
 
+	"github.com/vmchaos/vmchaos/internal/unixhttp"
 	agentapi "github.com/vmchaos/vmchaos/nodeagent/api"
 )
 
 // AgentClient speaks the agent's intent API (HTTP over <state>/agent.sock).
 type AgentClient struct {
 	sock string
-	http *http.Client
+	c    *unixhttp.Client
 }
 
-// NewAgentClient returns a client for the agent socket at sock.
+// NewAgentClient returns a client for the agent socket at sock. It never
+// reuses a connection: the agent restarts under it.
 func NewAgentClient(sock string) *AgentClient {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-		// The agent restarts under us: never reuse a connection to a dead
-		// process.
-		DisableKeepAlives: true,
-	}
-	return &AgentClient{sock: sock, http: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+	return &AgentClient{sock: sock, c: unixhttp.New(sock, "agent", 10*time.Second)}
 }
 
 // APIError is a 4xx/5xx answer of the agent.
@@ -46,45 +36,18 @@ func (e *APIError) Error() string { return fmt.Sprintf("agent API %d: %s", e.Sta
 // ErrNotFound is returned by Get for an unknown VM.
 var ErrNotFound = errors.New("agent: vm not found")
 
+// do is unixhttp's Do with the agent's answers: a GET answered 404 is
+// ErrNotFound, any other error answer an *APIError.
 func (c *AgentClient) do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, rd)
-	if err != nil {
+	err := c.c.Do(ctx, method, path, body, out)
+	var se *unixhttp.StatusError
+	if !errors.As(err, &se) {
 		return err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if se.Status == http.StatusNotFound && method == http.MethodGet {
+		return ErrNotFound
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("agent %s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode >= 400 {
-		var ae agentapi.APIError
-		_ = json.Unmarshal(b, &ae)
-		if ae.Error == "" {
-			ae.Error = string(bytes.TrimSpace(b))
-		}
-		if resp.StatusCode == http.StatusNotFound && method == http.MethodGet {
-			return ErrNotFound
-		}
-		return &APIError{Status: resp.StatusCode, Message: ae.Error}
-	}
-	if out != nil && len(b) > 0 {
-		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("agent %s %s: decode: %w", method, path, err)
-		}
-	}
-	return nil
+	return &APIError{Status: se.Status, Message: se.Message}
 }
 
 // Put sets the intent of name.

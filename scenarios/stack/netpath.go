@@ -356,7 +356,8 @@ func (s *Stack) startNet(n int) error {
 
 // closeNet removes the net path (after every process in it is gone).
 func (s *Stack) closeNet() error {
-	if s.Net == nil {
+	if s.Net == nil || s.netShared {
+		s.Net = nil
 		return nil
 	}
 	err := s.Net.Close()

@@ -245,6 +245,12 @@ type Options struct {
 	// stack of the case runs (the second node of a cluster case: both
 	// nodes push and pull through the one registry). Not with OCIRegistry.
 	SharedRegistryURL string
+	// SharedNet, when set, runs this node's agent (and its children and
+	// VMMs) in another stack's node namespace (a cluster node of a
+	// net-fault case: every node reaches the registry through the one
+	// path, so a fault on it cuts or impairs them all). The stack does
+	// not own it: the stack that made it removes it.
+	SharedNet *NetPath
 	// RegistryDisk puts the registry's storage on a tmpfs of its own that
 	// the harness can fill (registry-storage-full; regdisk.go): root only.
 	RegistryDisk bool
@@ -310,6 +316,7 @@ type Stack struct {
 	// without Options.Cocoon).
 	cocoonNet *cocoonNet
 	built     bool // New finished (else it unmounts Lazy again)
+	netShared bool // Net is another stack's (Options.SharedNet): not removed here
 }
 
 // Image is the run's guest disk image (what `vm create` boots).
@@ -384,6 +391,10 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 	s.Agent = NewAgentClient(filepath.Join(s.State, agentapi.SocketName))
 	if o.SharedRegistryURL != "" {
 		s.RegistryURL = o.SharedRegistryURL
+	}
+	if o.SharedNet != nil {
+		s.Net, s.netShared = o.SharedNet, true
+		s.Ledger.Dial = o.SharedNet.DialNode // its fake guests listen there too
 	}
 	if o.NetPath {
 		if err := s.startNet(n); err != nil {

@@ -164,11 +164,19 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 		return directSaveScenario(c)
 	}
 	armed := c.Proc == "fakech" && (c.Op == OpSave || c.Op == OpHibernate)
+	nth := ""
 	if armed && createHits(c.Point) {
-		return Scenario{}, "the armed act's create hits " + c.Point + " before the " + c.Op + " does: neither a park nor a one-shot action singles out the " + c.Op + "'s hit"
+		// the armed act's create passes the point once first, in the
+		// same VMM (the act's only one): the operation's hit is that
+		// VMM's second (park POINT#2; the action's rule behind a 1*
+		// pass-through)
+		nth = "#2"
 	}
 	if c.Kind == FaultPowerCut && asyncAt(c.Op, c.Point) {
 		return Scenario{}, "a later VMM phase of the same verb (the guest's eject ack) comes from another of the VMM's goroutines: a park of " + c.Point + " does not hold the VMM, the cut lands at the ack (the matrix's vmm-moves-on-async)"
+	}
+	if mk, ok := matrixKindNamed(c.Kind); ok && nth != "" {
+		return secondHitMatrixScenario(c, mk, nth), ""
 	}
 	s := Scenario{
 		ID:      "cov-" + c.Op + "-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
@@ -181,14 +189,17 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	case covActions[c.Kind] != "":
 		s.Title = fmt.Sprintf("failpoint action %s at %s during %s", covActions[c.Kind], c.Point, c.Op)
 		s.Env.Failpoints = c.Point + "=" + covActions[c.Kind]
-		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point, Window: [2]string{c.Point, opDone[c.Op]}}}
+		if nth != "" {
+			s.Env.Failpoints = c.Point + "=1*sleep(0);" + s.Env.Failpoints
+		}
+		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point + nth, Window: [2]string{c.Point, opDone[c.Op]}}}
 		s.Labels = append(s.Labels, "trigger:at")
 		// the process that hits the point is gone: a VMM's guest RAM
 		// with it
 		killsVMM = c.Proc == "fakech" && c.Kind != CovFailpointError
 	case c.Kind == FaultPowerCut:
 		s.Title = fmt.Sprintf("power cut while parked at %s during %s", c.Point, c.Op)
-		s.Faults = []Fault{{Kind: FaultPowerCut, Trigger: "park " + c.Point}}
+		s.Faults = []Fault{{Kind: FaultPowerCut, Trigger: "park " + c.Point + nth}}
 		// as packaged: the unit starts again 5 s (scaled) after the boot
 		s.Env.RestartDelay = 5 * time.Second
 		s.Labels = append(s.Labels, "trigger:park")
@@ -215,6 +226,27 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	}
 	s.Expect.Ledger = c.Op != OpCreate && c.Op != OpDelete && !killsVMM
 	return s, ""
+}
+
+// secondHitMatrixScenario is a matrix kind parked at the second hit of a
+// VMM point the armed act's create passes first (the save's ch.resume):
+// the matrix's own case shape (its rule park-hit-earlier leaves the cell
+// out), parked at hit nth.
+func secondHitMatrixScenario(c CoverageCell, mk MatrixKind, nth string) Scenario {
+	var cell matrixCell
+	for _, mc := range matrixCells() {
+		if mc.Op == c.Op && mc.Point.Name == c.Point && mc.Kind.Name == mk.Name {
+			cell = mc
+		}
+	}
+	s := matrixScenario(cell, "nightly")
+	s.Faults[0].Trigger += nth
+	s.ID = "cov-" + c.Op + "-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind
+	s.SeedRef = "coverage"
+	s.Title = fmt.Sprintf("%s while parked at the %s's own hit of %s (the create's passed)", mk.Name, c.Op, c.Point)
+	// the matrix's labels are matrix, trigger:park, point, kind[, double]
+	s.Labels = append([]string{"coverage", "point:" + c.Point, "kind:" + c.Kind, "trigger:park"}, s.Labels[4:]...)
+	return s
 }
 
 // noShape is why a context off the agent operations' paths has no

@@ -72,8 +72,8 @@ func TestCoverageCasesTargetTheirCell(t *testing.T) {
 }
 
 // A failpoint coverage case fires once across processes (once=), and a
-// VMM point of a save that the armed act's create hits first is a gap, not
-// a case crediting the create's hit to the save.
+// VMM point of a save that the armed act's create hits first is parked (or
+// acted on) at its second hit, never crediting the create's hit to the save.
 func TestCoverageCaseShapes(t *testing.T) {
 	s, why := coverageScenario(CoverageCell{Op: OpWake, Point: "vm.clone.reserved", Proc: "vmctl", Kind: CovFailpointKill})
 	if why != "" || !strings.Contains(s.Env.Failpoints, "once=") || s.Faults[0].Kind != "failpoint" {
@@ -82,8 +82,21 @@ func TestCoverageCaseShapes(t *testing.T) {
 	if p, k := FailpointAction(&s); p != "vm.clone.reserved" || k != CovFailpointKill {
 		t.Errorf("its action reads as %s × %s", p, k)
 	}
-	if _, why := coverageScenario(CoverageCell{Op: OpSave, Point: "ch.resume", Proc: "fakech", Kind: CovFailpointKill}); !strings.Contains(why, "create hits") {
-		t.Errorf("save ch.resume: %q, want the create-hits-first gap", why)
+	// the save's ch.resume is its VMM's second hit (the armed act's create
+	// resumed it first): the action passes the first, the park holds the
+	// second
+	s, why = coverageScenario(CoverageCell{Op: OpSave, Point: "ch.resume", Proc: "fakech", Kind: CovFailpointKill})
+	if why != "" || !strings.HasPrefix(s.Env.Failpoints, "ch.resume=1*sleep(0);ch.resume=kill(") || s.Faults[0].Trigger != "at ch.resume#2" {
+		t.Errorf("save ch.resume failpoint case: %q %+v", why, s)
+	}
+	if p, k := FailpointAction(&s); p != "ch.resume" || k != CovFailpointKill {
+		t.Errorf("its action reads as %s × %s", p, k)
+	}
+	for _, k := range []string{"sigkill-child", FaultPowerCut} {
+		s, why = coverageScenario(CoverageCell{Op: OpSave, Point: "ch.resume", Proc: "fakech", Kind: k})
+		if why != "" || s.Faults[0].Trigger != "park ch.resume#2" || len(s.Act) != len(armedHibernate) {
+			t.Errorf("save ch.resume %s: %q %+v (want the armed act parked at the second hit)", k, why, s)
+		}
 	}
 	s, why = coverageScenario(CoverageCell{Op: OpHibernate, Point: "ch.eject.acked", Proc: "fakech", Kind: FaultPowerCut})
 	if why != "" || len(s.Act) != len(armedHibernate) || s.Faults[0].Trigger != "park ch.eject.acked" {

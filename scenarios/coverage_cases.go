@@ -323,9 +323,9 @@ func directVerbScenario(c CoverageCell) (Scenario, string) {
 	case c.Kind == FaultPowerCut:
 		park.Kind = FaultPowerCut
 		s.Env.RestartDelay = 5 * time.Second
-	case c.Kind == FaultSigkillDirect && c.Proc != "vmctl":
-		return Scenario{}, "sigkill-direct at a VMM point: a park there holds the VMM, and the harness kills the parked hitter (the VMM), not its own vmctl waiting on it"
 	case c.Kind == FaultSigkillDirect:
+		// at a VMM point the park holds the VMM the verb waits on, and
+		// the runner kills the harness's vmctl in flight, not the VMM
 		park.Kind = FaultSigkillDirect
 	case c.Kind == "sigkill-vmm":
 		park.Kind, park.VM = "sigkill-vmm", directVM
@@ -464,10 +464,10 @@ func failpointPoint(name string) failpoint.Point {
 // hibernate after it must still go through (s001-2's shape). A VMM point
 // is parked by the VMM, not the harness's vmctl: no shape there.
 func directSaveScenario(c CoverageCell) (Scenario, string) {
-	if c.Op != OpSave || c.Proc != "vmctl" {
-		return Scenario{}, "sigkill-direct at a VMM point: a park there holds the VMM, and the harness kills the parked hitter (the VMM), not its own vmctl waiting on it"
+	if c.Op != OpSave {
+		return Scenario{}, "sigkill-direct outside the save: no harness-run verb of " + c.Op + " to kill"
 	}
-	return Scenario{
+	s := Scenario{
 		ID:      "cov-save-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
 		Title:   fmt.Sprintf("an operator's snapshot save SIGKILLed parked at %s; a hibernate after it", c.Point),
 		SeedRef: "coverage", Op: OpSave, Speed: "nightly",
@@ -478,7 +478,19 @@ func directSaveScenario(c CoverageCell) (Scenario, string) {
 		Env:    Env{RestartDelay: 1 * time.Second, Daemon: true, DaemonEvery: 5 * time.Second},
 		Expect: Expect{Ledger: true},
 		Labels: []string{"coverage", "point:" + c.Point, "kind:" + c.Kind, "trigger:park"},
-	}, ""
+	}
+	if c.Proc == "fakech" {
+		// a VMM point parks only in a VMM the armed stack started: the
+		// act creates the VM (its create resumes it once first), and the
+		// park holds the VMM while the runner kills the save's vmctl
+		s.Title = fmt.Sprintf("an operator's snapshot save SIGKILLed while its VMM is parked at %s; a hibernate after it", c.Point)
+		s.Setup = nil
+		s.Act = []Step{createA, ledgerA, {Kind: StepDirectSave, VM: vmA}}
+		if createHits(c.Point) {
+			s.Faults[0].Trigger += "#2"
+		}
+	}
+	return s, ""
 }
 
 // asyncAt reports the matrix's AsyncNext fact of (op, point).

@@ -125,7 +125,7 @@ func buildCoverageCases(cat []Scenario) coverGen {
 		if targeted[cellKeyS{c.Op, c.Point, c.Kind}] {
 			continue
 		}
-		if !ops[c.Op] && directVerbs[c.Op].Act == nil && viaOp[c.Point].Op == "" {
+		if !ops[c.Op] && directVerbs[c.Op].Act == nil && viaOp[c.Point].Op == "" && c.Op != "daemon" && !StartupPoints[c.Point] {
 			g.gaps = append(g.gaps, CoverageGap{c, noShape(c.Op)})
 			continue
 		}
@@ -156,6 +156,12 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	}
 	if directVerbs[c.Op].Act != nil {
 		return directVerbScenario(c)
+	}
+	if c.Op == "daemon" {
+		return daemonScenario(c)
+	}
+	if c.Op == "agent" && StartupPoints[c.Point] {
+		return startupScenario(c)
 	}
 	if v := viaOp[c.Point]; v.Op != "" && !covOps()[c.Op] {
 		return viaOpScenario(c, v)
@@ -254,11 +260,11 @@ func secondHitMatrixScenario(c CoverageCell, mk MatrixKind, nth string) Scenario
 func noShape(op string) string {
 	switch op {
 	case "agent":
-		return "the agent's startup and agent.wedged come only after another fault or an operator's act: no one-fault shape reaches them"
+		return "the agent's startup comes only after another fault or an operator's restart, and an agent armed at its start parks there before the case's operation: no one-fault shape reaches it yet"
 	case "ledger":
 		return "the ledger's markers are the harness's own points: no shape parks its guest writer yet"
-	case "daemon":
-		return "no shape singles out the daemon's pass and its own store commits yet"
+	case OpMigrate:
+		return "the control plane sync's points (agent.migrate.*) come only in a cluster case (catalogue_migrate.go): no generated shape drives a migration yet"
 	}
 	// vm-create: the one verb without a directVerbs shape
 	return "`vm create` boots a guest disk IMAGE: the fake backend's cases clone the base snapshot, and no harness step hands vmctl an image yet"
@@ -340,6 +346,100 @@ func directVerbScenario(c CoverageCell) (Scenario, string) {
 	return s, ""
 }
 
+// daemonSetup leaves the vmctl daemon one repair to commit: a VM of the
+// harness's own whose VMM died under a running record (convergeDead
+// records it stopped), beside the agent's bystander VM (intent-goal's
+// evidence).
+var daemonSetup = []Step{createA, directClone, {Kind: StepKillVMM, VM: directVM}}
+
+// daemonScenario is the case of a cell of the daemon's own context: its
+// pass and the store commits of its repairs. The case's failpoints go to
+// the daemon alone, started after the arm (Env.DaemonArmed), so its first
+// pass and first commit are the points' first hits: parked there with the
+// daemon's SIGKILL or a power cut, or the failpoint action there.
+func daemonScenario(c CoverageCell) (Scenario, string) {
+	s := Scenario{
+		ID:      "cov-daemon-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
+		SeedRef: "coverage", Op: "daemon", Speed: "nightly",
+		Setup: daemonSetup,
+		Env:   Env{RestartDelay: 1 * time.Second, Daemon: true, DaemonEvery: 5 * time.Second, DaemonArmed: true},
+		// the daemon's repair of the dead VMM must be done when the
+		// case ends, whatever the fault: its record stopped
+		Labels: []string{"coverage", "daemon", "point:" + c.Point, "kind:" + c.Kind},
+	}
+	if c.Point == "store.commit.before-rename" && (c.Kind == "sigkill-daemon" || c.Kind == CovFailpointKill) {
+		// the daemon killed mid-commit: a commit that is not a rename
+		// over the index leaves it torn
+		s.Targets = []string{"store-commit-in-place"}
+	}
+	park := Fault{Trigger: "park " + c.Point}
+	switch {
+	case covActions[c.Kind] != "":
+		s.Title = fmt.Sprintf("failpoint action %s at the vmctl daemon's %s", covActions[c.Kind], c.Point)
+		s.Env.Failpoints = c.Point + "=" + covActions[c.Kind]
+		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point, Window: [2]string{c.Point, "daemon.pass"}}}
+		s.Labels = append(s.Labels, "trigger:at")
+		return s, ""
+	case c.Kind == "sigkill-daemon":
+		park.Kind, park.Unit = "sigkill-main", "daemon"
+	case c.Kind == FaultPowerCut:
+		park.Kind = FaultPowerCut
+		s.Env.RestartDelay = 5 * time.Second
+	default:
+		return Scenario{}, "no shape of the daemon's own context for " + c.Kind
+	}
+	s.Title = fmt.Sprintf("%s while the vmctl daemon is parked at %s", c.Kind, c.Point)
+	s.Faults = []Fault{park}
+	s.Labels = append(s.Labels, "trigger:park")
+	return s, ""
+}
+
+// startupScenario is the case of a cell of the agent's startup: the
+// operator restarts the agent under a ready VM (StepRestartAgent), whose
+// new incarnation alone is armed at the startup point: parked there with
+// the kind's fault (the matrix's shape; restart-in-recovery's second
+// restart at the next incarnation's reconciled), or the failpoint action
+// there. The VM keeps running throughout: its ledger must hold.
+func startupScenario(c CoverageCell) (Scenario, string) {
+	restart := []Step{{Kind: StepRestartAgent}}
+	var s Scenario
+	if mk, ok := matrixKindNamed(c.Kind); ok {
+		s = matrixScenario(matrixCell{Op: c.Op, Point: failpointPoint(c.Point), Kind: mk, VMMAlive: true, Indexed: true}, "nightly")
+		s.Faults[0].VM = "" // no VM: the agent's own point
+		if len(s.Faults) > 1 && strings.HasPrefix(s.Faults[1].Trigger, "at ") {
+			s.Faults[1].Window[1] = "agent.startup.reconciled"
+			if s.Faults[1].Trigger == "at "+c.Point {
+				// the parked incarnation's hit is the first: the
+				// recovery's is the next incarnation's
+				s.Faults[1].Trigger += "#2"
+			}
+		}
+		s.Labels = append([]string{"coverage", "point:" + c.Point, "kind:" + c.Kind}, s.Labels[1:2]...)
+		if mk.Second != nil {
+			s.Labels = append(s.Labels, "double")
+		}
+		s.Title = fmt.Sprintf("%s while an operator's restart of the agent is parked at %s", c.Kind, c.Point)
+	} else {
+		cc := c
+		cc.Op = OpHibernate // coverageScenario's ready-VM shape; the act is replaced below
+		var why string
+		if s, why = coverageScenario(cc); why != "" {
+			return Scenario{}, why
+		}
+		if s.Faults[0].Kind == "failpoint" {
+			s.Faults[0].Window[1] = "agent.startup.reconciled"
+			s.Env.Failpoints = c.Point + "=" + covActions[c.Kind] // no VM: the agent's own point
+		}
+		s.Faults[0].VM = ""
+		s.Title = fmt.Sprintf("%s at %s of an operator's restart of the agent", c.Kind, c.Point)
+	}
+	s.ID = "cov-agent-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind
+	s.Op, s.SeedRef, s.Speed = c.Op, "coverage", "nightly"
+	s.Setup, s.Act, s.After = readyA, restart, nil
+	s.Expect.Ledger = true
+	return s, ""
+}
+
 // lastPoint is the last point of a context's path (a verb's window end).
 func lastPoint(op string) string {
 	for _, ctx := range coverContexts() {
@@ -358,6 +458,7 @@ type viaOpShape struct {
 	Setup []Step
 	Act   []Step // nil: the operation's own act
 	Env   Env    // its Failpoints are what makes the point come (after the case's own action)
+	After []Step // what ends the shape's own interference (the operator's retry of a wedge)
 	// FailedOK: the shape writes a transient failed on purpose
 	FailedOK bool
 }
@@ -372,8 +473,9 @@ var transientHibernateFailure = Env{RestartDelay: 1 * time.Second,
 // intent's VM on every run: the agent's children of a create (the clone),
 // its hibernate-evidence lookup, the push and pull of an agent with a real
 // registry; a transient failure's agent.failed; the watcher's report of a
-// VMM killed under a ready VM. Its startup and agent.wedged come only after
-// another fault or an operator's act: no shape here.
+// VMM killed under a ready VM; the wedge of a create failed once and
+// parked past its budget. Its startup comes only after another fault or an
+// operator's restart: no shape here.
 var viaOp = map[string]viaOpShape{
 	"agent.child.exec":      {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
 	"agent.child.exit":      {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
@@ -383,6 +485,12 @@ var viaOp = map[string]viaOpShape{
 	// a transient failure of the hibernate writes failed; the intent
 	// leaves it by itself
 	"agent.failed": {Op: OpHibernate, Setup: readyA, Env: transientHibernateFailure, FailedOK: true},
+	// a create failed once after its clone with no automatic retry
+	// left, parked past its budget until the operator's retry
+	// (s001-obs-wedge-visible's shape): the wedge watch reports it
+	"agent.wedged": {Op: OpCreate, FailedOK: true, After: []Step{{Kind: StepOperatorRetry, VM: vmA}},
+		Env: Env{RestartDelay: 1 * time.Second, Failpoints: "agent.create.cloned=1*error(post-clone setup blip)@vm=" + vmA,
+			AgentFlags: []string{"--retry-attempts=0", "--ready-budget=40s", "--retry-max=20s"}}},
 	// the VMM killed the way an OOM kill does: the watcher reports it
 	"agent.child.vm-died": {Op: OpCreate, Setup: readyA, Act: []Step{{Kind: StepKillVMM, VM: vmA}},
 		Env: Env{RestartDelay: 1 * time.Second}},
@@ -425,6 +533,9 @@ func viaOpScenario(c CoverageCell, v viaOpShape) (Scenario, string) {
 	if v.Act != nil {
 		s.Act = v.Act
 		s.Expect.Ledger = false // the act kills the VMM: its RAM is gone
+	}
+	if v.After != nil {
+		s.After = v.After
 	}
 	restart := s.Env.RestartDelay
 	s.Env.Registry, s.Env.AgentFlags = v.Env.Registry, v.Env.AgentFlags

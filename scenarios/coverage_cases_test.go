@@ -110,3 +110,34 @@ func TestCoverageCaseShapes(t *testing.T) {
 		t.Errorf("clone case setup %+v: want the agent's bystander VM first (intent-goal's evidence)", s.Setup)
 	}
 }
+
+// The shapes that closed gaps: the daemon's own context (its failpoints
+// its alone, a repair to commit), sigkill-direct at a VMM point (a park of
+// the VMM the harness's verb waits on; the save's in an armed act), the
+// wedge of a create parked past its budget until the operator's retry.
+func TestCoverageGapShapes(t *testing.T) {
+	s, why := coverageScenario(CoverageCell{Op: "daemon", Point: "store.commit.before-rename", Proc: "vmctl", Kind: "sigkill-daemon"})
+	if why != "" || !s.Env.DaemonArmed || !s.Env.Daemon || s.Faults[0].Trigger != "park store.commit.before-rename" ||
+		s.Faults[0].Unit != "daemon" || s.Setup[len(s.Setup)-1].Kind != StepKillVMM || len(s.Targets) != 1 {
+		t.Errorf("daemon commit case: %q %+v", why, s)
+	}
+	s, why = coverageScenario(CoverageCell{Op: "daemon", Point: "daemon.pass", Proc: "vmctl", Kind: CovFailpointExit})
+	if why != "" || !s.Env.DaemonArmed || !strings.HasPrefix(s.Env.Failpoints, "daemon.pass=exit(3,once=") {
+		t.Errorf("daemon pass action case: %q %+v", why, s)
+	}
+	s, why = coverageScenario(CoverageCell{Op: OpClone, Point: "ch.restore.begin", Proc: "fakech", Kind: FaultSigkillDirect})
+	if why != "" || s.Faults[0].Kind != FaultSigkillDirect || s.Faults[0].Trigger != "park ch.restore.begin" || s.Act[len(s.Act)-1].Kind != StepDirectVmctl {
+		t.Errorf("clone VMM point sigkill-direct: %q %+v", why, s)
+	}
+	for point, trig := range map[string]string{"ch.pause": "park ch.pause", "ch.resume": "park ch.resume#2"} {
+		s, why = coverageScenario(CoverageCell{Op: OpSave, Point: point, Proc: "fakech", Kind: FaultSigkillDirect})
+		if why != "" || s.Faults[0].Trigger != trig || len(s.Setup) != 0 || s.Act[0].Kind != StepCreate || s.Act[len(s.Act)-1].Kind != StepDirectSave {
+			t.Errorf("save %s sigkill-direct: %q %+v (want the armed act, the operator's save last)", point, why, s)
+		}
+	}
+	s, why = coverageScenario(CoverageCell{Op: "agent", Point: "agent.wedged", Proc: "nodeagent", Kind: "stop"})
+	if why != "" || s.Op != OpCreate || len(s.After) != 1 || s.After[0].Kind != StepOperatorRetry || !s.Expect.FailedOK ||
+		s.Faults[0].Trigger != "park agent.wedged" || s.Faults[0].VM != vmA {
+		t.Errorf("agent.wedged case: %q %+v", why, s)
+	}
+}

@@ -418,8 +418,10 @@ func CoverageKind(s *Scenario) string {
 		return single(s.Faults[0])
 	case 2:
 		a, b := s.Faults[0], s.Faults[1]
+		// the second's trigger, whichever hit it waits for (#N)
+		trig, _, _ := strings.Cut(b.Trigger, "#")
 		for _, k := range MatrixKinds {
-			if k.Second != nil && single(a) == single(k.First) && b.Kind == k.Second.Kind && b.Trigger == k.Second.Trigger {
+			if k.Second != nil && single(a) == single(k.First) && b.Kind == k.Second.Kind && trig == k.Second.Trigger {
 				return k.Name
 			}
 		}

@@ -509,6 +509,12 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		return nil
 	case scenarios.StepCounterClaim:
 		return cr.counterClaim(ctx, step.VM, budget)
+	case scenarios.StepRestartAgent:
+		// the armed agent's spec, its startup points' rules included
+		if err := cr.st.RestartAgent(ctx, withSpecs(cr.failpoints(), cr.victimSpecs(false))); err != nil {
+			return harnessErr(err)
+		}
+		return nil
 	}
 	if ok, err := cr.registryStep(ctx, step, budget); ok {
 		return err

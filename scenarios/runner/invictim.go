@@ -116,6 +116,18 @@ func withSpecs(fps string, specs []string) string {
 	return strings.Join(specs, ";")
 }
 
+// withoutPoints drops the rules of a VMCHAOS_FAILPOINTS spec at points.
+func withoutPoints(spec string, points map[string]bool) string {
+	var keep []string
+	for _, rule := range strings.Split(spec, ";") {
+		name, _, _ := strings.Cut(rule, "=")
+		if rule != "" && !points[strings.TrimSpace(name)] {
+			keep = append(keep, rule)
+		}
+	}
+	return strings.Join(keep, ";")
+}
+
 // pointOf is the process that hits a point and its operation (catalogue).
 func pointOf(name string) (proc, op string) {
 	for _, p := range failpoint.Catalogue {

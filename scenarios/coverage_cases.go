@@ -215,23 +215,25 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	if c.Proc == "nodeagent" && c.Kind == FaultPowerCut {
 		s.Faults[0].VM = vmA
 	}
-	switch {
-	case c.Op == OpCreate:
-		s.Act = []Step{{Kind: StepCreate, VM: vmA}}
-	case c.Op == OpWake:
-		s.Setup = hibernated
-		s.Act = []Step{{Kind: StepWake, VM: vmA}}
-	case c.Op == OpDelete:
-		s.Setup = []Step{createA}
-		s.Act = []Step{{Kind: StepDelete, VM: vmA}}
-	case armed:
-		s.Act = armedHibernate
-	default:
-		s.Setup = readyA
-		s.Act = []Step{{Kind: StepHibernate, VM: vmA}}
-	}
+	s.Setup, s.Act = opSteps(c.Op, armed)
 	s.Expect.Ledger = c.Op != OpCreate && c.Op != OpDelete && !killsVMM
 	return s, ""
+}
+
+// opSteps is the setup and act of an agent operation's case (the
+// matrix's): armed, the act creates the VM before it hibernates it.
+func opSteps(op string, armed bool) (setup, act []Step) {
+	switch {
+	case op == OpCreate:
+		return nil, []Step{{Kind: StepCreate, VM: vmA}}
+	case op == OpWake:
+		return hibernated, []Step{{Kind: StepWake, VM: vmA}}
+	case op == OpDelete:
+		return []Step{createA}, []Step{{Kind: StepDelete, VM: vmA}}
+	case armed:
+		return nil, armedHibernate
+	}
+	return readyA, []Step{{Kind: StepHibernate, VM: vmA}}
 }
 
 // secondHitMatrixScenario is a matrix kind parked at the second hit of a
@@ -437,6 +439,11 @@ func startupScenario(c CoverageCell) (Scenario, string) {
 	s.Op, s.SeedRef, s.Speed = c.Op, "coverage", "nightly"
 	s.Setup, s.Act, s.After = readyA, restart, nil
 	s.Expect.Ledger = true
+	if c.Kind == "sigkill-main" {
+		// killed in its startup, the agent must start again: a lock
+		// its death does not free keeps it from ever serving
+		s.Targets = []string{"agent-pidfile-lock"}
+	}
 	return s, ""
 }
 

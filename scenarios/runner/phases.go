@@ -117,14 +117,7 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 	// agent (and its children, which inherit its environment) or the
 	// harness's own vmctl processes.
 	cr.laps.lap("window")
-	own := cr.failpoints()
-	switch {
-	case s.Env.DaemonArmed:
-		own = "" // the daemon's alone, below
-	case scenarios.RestartsAgent(s):
-		// the startup points' rules wait for the act's restart
-		own = withoutPoints(own, scenarios.StartupPoints)
-	}
+	own := cr.armedOwn()
 	fps := withSpecs(own, cr.victimSpecs(false))
 	st.SetHarnessFailpoints(withSpecs(own, cr.victimSpecs(true)))
 	if fps != "" {
@@ -156,6 +149,20 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// armedOwn is the case's own failpoints as the armed agent and the
+// harness's vmctls get them: none when they are the daemon's alone
+// (Env.DaemonArmed), none at the startup points when the act restarts the
+// agent (that restart arms them, StepRestartAgent).
+func (cr *caseRun) armedOwn() string {
+	switch {
+	case cr.s.Env.DaemonArmed:
+		return ""
+	case scenarios.RestartsAgent(cr.s):
+		return withoutPoints(cr.failpoints(), scenarios.StartupPoints)
+	}
+	return cr.failpoints()
 }
 
 // pendingFault is an armed fault (or the faults sharing one parked point)

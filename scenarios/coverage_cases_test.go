@@ -135,6 +135,16 @@ func TestCoverageGapShapes(t *testing.T) {
 			t.Errorf("save %s sigkill-direct: %q %+v (want the armed act, the operator's save last)", point, why, s)
 		}
 	}
+	// the eject points: fakech tells the guest after them, so a park
+	// holds the ack (the matrix leaves them to these cases)
+	s, why = coverageScenario(CoverageCell{Op: OpHibernate, Point: "ch.eject.requested", Proc: "fakech", Kind: "sigkill-main"})
+	if why != "" || s.Faults[0].Trigger != "park ch.eject.requested" || len(s.Act) != len(armedHibernate) {
+		t.Errorf("hibernate eject park: %q %+v", why, s)
+	}
+	s, why = coverageScenario(CoverageCell{Op: "net", Point: "ch.net.removed", Proc: "fakech", Kind: FaultPowerCut})
+	if why != "" || s.Faults[0].Kind != FaultPowerCut || s.Faults[0].Trigger != "park ch.net.removed" {
+		t.Errorf("vm net eject power cut: %q %+v", why, s)
+	}
 	s, why = coverageScenario(CoverageCell{Op: "agent", Point: "agent.wedged", Proc: "nodeagent", Kind: "stop"})
 	if why != "" || s.Op != OpCreate || len(s.After) != 1 || s.After[0].Kind != StepOperatorRetry || !s.Expect.FailedOK ||
 		s.Faults[0].Trigger != "park agent.wedged" || s.Faults[0].VM != vmA {

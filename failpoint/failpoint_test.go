@@ -755,3 +755,29 @@ func TestDelayZeroSignalFiresFromAFIFOThread(t *testing.T) {
 		})
 	}
 }
+
+// "P=1*sleep(0);P=pause" (the runner's spec for a park P#2): the first hit
+// goes on through the spent-after-one pass-through, the second parks.
+func TestPassThroughThenPauseParksTheSecondHit(t *testing.T) {
+	ctl := t.TempDir()
+	configure(t, "", "ch.resume=1*sleep(0);ch.resume=pause", ctl)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := Hit(ctx, "ch.resume", nil); err != nil {
+		t.Fatalf("first hit: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(ctl, "ch.resume.paused")); !os.IsNotExist(err) {
+		t.Fatalf("the first hit parked (%v)", err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- Hit(ctx, "ch.resume", nil) }()
+	if pid, err := WaitParked(ctx, ctl, "ch.resume"); err != nil || pid != os.Getpid() {
+		t.Fatalf("second hit not parked: %d %v", pid, err)
+	}
+	if err := Release(ctl, "ch.resume"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+}

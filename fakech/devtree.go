@@ -89,9 +89,14 @@ func (v *VMM) treeNodes() []devNode {
 
 // requestEject is remove-device on a booted VM, as CH's
 // DeviceManager::remove_device + notify_hotplug: the device leaves the config
-// now, the guest is notified, and the node stays in the tree until the guest
-// acks. The caller holds v.mu.
-func (v *VMM) requestEject(n *devNode) error {
+// now, and the node stays in the tree until the guest acks. It returns the
+// guest's notification, which the caller runs once the VMM passed the
+// request's phases (ch.eject.requested, and ch.net.removed for a NIC): a
+// park at either then holds the eject pending with the guest not yet told,
+// as the points say (not yet: the guest's ack), instead of the guest acking
+// on its own goroutine while the VMM is held. Unparked the order is the
+// same to the microsecond. The caller holds v.mu.
+func (v *VMM) requestEject(n *devNode) (notify func(), err error) {
 	n.Ejecting = true
 	attrs := failpoint.Attrs{"dev": n.ID, "kind": n.Kind}
 	if n.IP != "" {
@@ -99,8 +104,9 @@ func (v *VMM) requestEject(n *devNode) error {
 	}
 	// The goroutine's owner is the guest: teardown, reboot and restore kill
 	// or replace it, which ends the wait.
-	go v.awaitEjectAck(v.guest.Load(), v.gen, n.ID)
-	return v.hit("ch.eject.requested", attrs)
+	g, gen, id := v.guest.Load(), v.gen, n.ID
+	notify = func() { go v.awaitEjectAck(g, gen, id) }
+	return notify, v.hit("ch.eject.requested", attrs)
 }
 
 // awaitEjectAck is the guest side of a hot-unplug: after EjectAck of running

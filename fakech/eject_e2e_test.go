@@ -231,3 +231,40 @@ func TestSnapshotDuringPendingEjectKeepsNode(t *testing.T) {
 		t.Fatal("the orphan node left the tree")
 	}
 }
+
+// TestParkedEjectRequestHoldsTheAck: a park at ch.eject.requested or
+// ch.net.removed holds the eject pending with the guest not told yet, as
+// the points say (not yet: the guest's ack): no ch.eject.acked while
+// parked, at 100× the modelled ack time; after the release the guest acks
+// and the node leaves the tree. Before the fix the guest was told before
+// the hit and acked on its own goroutine while the VMM was held.
+func TestParkedEjectRequestHoldsTheAck(t *testing.T) {
+	for _, point := range []string{"ch.eject.requested", "ch.net.removed"} {
+		t.Run(point, func(t *testing.T) {
+			ctl := t.TempDir()
+			trace := newTrace(t)
+			_, c, _, _, _ := bootVM(t, "VMCHAOS_FAILPOINTS="+point+"=pause", "VMCHAOS_FAILPOINT_CTL="+ctl,
+				"VMCHAOS_TRACE="+trace.path, `FAKECH_TIMING={"eject_ack":"1ms"}`)
+			ctx := ctxT(t)
+			removed := make(chan error, 1)
+			go func() { removed <- c.RemoveDevice(ctx, "_net1") }()
+			if _, err := waitParked(t, ctl, point); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			trace.mu.Lock()
+			for _, e := range trace.events {
+				if e.Point == "ch.eject.acked" {
+					t.Errorf("the guest acked the eject while %s was parked", point)
+				}
+			}
+			trace.mu.Unlock()
+			release(t, ctl, point)
+			if err := <-removed; err != nil {
+				t.Fatal(err)
+			}
+			trace.waitPoint(t, "ch.eject.acked")
+			waitLeavesTree(t, c, "_net1")
+		})
+	}
+}

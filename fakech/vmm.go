@@ -951,7 +951,9 @@ func (v *VMM) removeDevice(id string) error {
 	// remove_device drops the block device at once, and its lock with it.
 	v.releaseDisk(id)
 	v.sleep(v.clock.t.RemoveDevice)
-	if err := v.requestEject(n); err != nil {
+	notify, err := v.requestEject(n)
+	defer notify()
+	if err != nil {
 		return wrapHit(err, ctx)
 	}
 	if n.Kind == "net" {

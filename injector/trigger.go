@@ -12,7 +12,7 @@ import (
 // Trigger kinds.
 const (
 	TriggerAt        = "at"         // OFFSET after the N-th hit of POINT
-	TriggerPark      = "park"       // while POINT is parked by the failpoint pause protocol
+	TriggerPark      = "park"       // while POINT's N-th hit is parked by the failpoint pause protocol (the armer's spec passes the first N-1)
 	TriggerAfterExit = "after-exit" // OFFSET after the N-th exit of an agent child of kind CHILD
 )
 
@@ -78,11 +78,6 @@ func ParseTrigger(s string) (Trigger, error) {
 		t.Child = spec
 	} else {
 		t.Point = spec
-	}
-	if kind == TriggerPark && t.N != 1 {
-		// The pause protocol has one release file per point: only the first
-		// parked hit can be held and released deterministically.
-		return t, fmt.Errorf("trigger %q: park supports only the first hit (use N* in VMCHAOS_FAILPOINTS and @vm= to choose)", s)
 	}
 	return t, nil
 }

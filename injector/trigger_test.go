@@ -19,6 +19,8 @@ func TestParseTrigger(t *testing.T) {
 		{"at a.b + 0.25", Trigger{Kind: "at", Point: "a.b", N: 1, Offset: 250 * time.Microsecond}},
 		{"park snapshot.save.paused", Trigger{Kind: "park", Point: "snapshot.save.paused", N: 1}},
 		{"park vm.clone.restored@vm=ABC", Trigger{Kind: "park", Point: "vm.clone.restored", N: 1, VM: "ABC"}},
+		// the N-th hit: the runner's pause spec passes the first N-1
+		{"park ch.resume#2@vm=ABC", Trigger{Kind: "park", Point: "ch.resume", N: 2, VM: "ABC"}},
 		{"after-exit snapshot-save + 28ms", Trigger{Kind: "after-exit", Child: "snapshot-save", N: 1, Offset: 28 * time.Millisecond}},
 	} {
 		got, err := ParseTrigger(c.in)
@@ -33,7 +35,7 @@ func TestParseTrigger(t *testing.T) {
 			t.Fatalf("%q: round trip via %q: %+v %v", c.in, got.String(), again, err)
 		}
 	}
-	for _, bad := range []string{"", "at", "kill x", "at x + -1ms", "park x + 1ms", "park x#2", "at x#0", "at x#01", "at x y", "at x@vm=", "at x + 2d", "at x + 25h"} {
+	for _, bad := range []string{"", "at", "kill x", "at x + -1ms", "park x + 1ms", "park x#0", "at x#0", "at x#01", "at x y", "at x@vm=", "at x + 2d", "at x + 25h"} {
 		if _, err := ParseTrigger(bad); err == nil {
 			t.Fatalf("%q: accepted", bad)
 		}

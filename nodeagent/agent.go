@@ -7,6 +7,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"github.com/vmchaos/vmchaos/regress"
 	"log/slog"
 	"net"
 	"net/http"
@@ -94,6 +95,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer lf.Close()
+	if regress.On("agent-pidfile-lock") {
+		pid, err := takePidfile(cfg)
+		if err != nil {
+			return err
+		}
+		defer os.Remove(pid)
+	}
 	start := time.Now() // the wedge watch's clock starts before agent.started
 	a, err := newAgent(ctx, cfg, log, watchN)
 	if err != nil {
@@ -180,6 +188,20 @@ func lockStateDir(cfg Config) (*os.File, error) {
 		return nil, fmt.Errorf("nodeagent: another nodeagent holds %s: %w", cfg.StateDir, err)
 	}
 	return lf, nil
+}
+
+// takePidfile is the planted bug agent-pidfile-lock: the state dir locked
+// by a pid file created exclusively and removed when Run returns, so an
+// agent killed (SIGKILL, power cut) leaves it, and every later start
+// refuses the state dir.
+func takePidfile(cfg Config) (string, error) {
+	p := filepath.Join(cfg.StateDir, "agent.pid")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("nodeagent: another nodeagent holds %s (pid file): %w", cfg.StateDir, err)
+	}
+	_, _ = fmt.Fprintf(f, "%d\n", os.Getpid())
+	return p, f.Close()
 }
 
 // newAgent opens the durable store and the metrics of the locked state dir.

@@ -398,7 +398,23 @@ const FaultSigkillDirect = "sigkill-direct"
 // StepKinds are the step kinds the runner implements.
 var StepKinds = map[string]bool{StepCreate: true, StepHibernate: true, StepWake: true, StepDelete: true,
 	StepLedgerWrite: true, StepDirectClone: true, StepReconcile: true, StepKillVMM: true,
-	StepWipeStatus: true, StepCounterClaim: true, StepDirectSave: true, StepHoldLease: true, StepOrphanPause: true, StepDirectVmctl: true}
+	StepWipeStatus: true, StepCounterClaim: true, StepDirectSave: true, StepHoldLease: true, StepOrphanPause: true, StepDirectVmctl: true,
+	StepRestartAgent: true}
+
+// StartupPoints are the agent's startup points: an agent armed with a rule
+// there hits it as it starts, before the case's operation; a case with a
+// StepRestartAgent arms them in that restart only.
+var StartupPoints = map[string]bool{"agent.started": true, "agent.startup.reconciled": true}
+
+// RestartsAgent reports a scenario whose act restarts the agent.
+func RestartsAgent(s *Scenario) bool {
+	for _, st := range s.Act {
+		if st.Kind == StepRestartAgent {
+			return true
+		}
+	}
+	return false
+}
 
 func contains(xs []string, x string) bool {
 	for _, y := range xs {

@@ -45,6 +45,10 @@ const (
 	// verb of the manager run by itself, no agent); with Wait (setup) it
 	// waits for its exit 0
 	StepDirectVmctl = "direct-vmctl"
+	// StepRestartAgent: the operator restarts the agent unit (not waited
+	// for); the case's rules at the agent's startup points (StartupPoints)
+	// go to this incarnation only, so the armed agent does not hit them
+	StepRestartAgent = "restart-agent"
 	// ArgImage in a direct-vmctl step's Args is the run's guest disk image
 	// (what `vm create` boots).
 	ArgImage = "{image}"
@@ -125,6 +129,7 @@ type Env struct {
 	Failpoints   string        // extra VMCHAOS_FAILPOINTS actions (besides the park of a park trigger)
 	Daemon       bool          // run `vmctl daemon` as a unit
 	DaemonEvery  time.Duration // its --interval (real time)
+	DaemonArmed  bool          // the case's failpoints go to the daemon alone, started after the arm (its own points: its pass, its commits)
 	Registry     string        // "oci": a real OCI registry (distribution server) for the case; "": the agent's registry dir
 	// NetMode "tap": vmctl's tap mode on the fake backend (a TAP per NIC
 	// whose MAC and id the VM's name keeps, so a wake reuses them as in

@@ -125,7 +125,7 @@ func buildCoverageCases(cat []Scenario) coverGen {
 		if targeted[cellKeyS{c.Op, c.Point, c.Kind}] {
 			continue
 		}
-		if !ops[c.Op] && directVerbs[c.Op].Act == nil && viaOp[c.Point].Op == "" {
+		if !ops[c.Op] && directVerbs[c.Op].Act == nil && viaOp[c.Point].Op == "" && c.Op != "daemon" && !StartupPoints[c.Point] {
 			g.gaps = append(g.gaps, CoverageGap{c, noShape(c.Op)})
 			continue
 		}
@@ -157,6 +157,12 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	if directVerbs[c.Op].Act != nil {
 		return directVerbScenario(c)
 	}
+	if c.Op == "daemon" {
+		return daemonScenario(c)
+	}
+	if c.Op == "agent" && StartupPoints[c.Point] {
+		return startupScenario(c)
+	}
 	if v := viaOp[c.Point]; v.Op != "" && !covOps()[c.Op] {
 		return viaOpScenario(c, v)
 	}
@@ -164,11 +170,19 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 		return directSaveScenario(c)
 	}
 	armed := c.Proc == "fakech" && (c.Op == OpSave || c.Op == OpHibernate)
+	nth := ""
 	if armed && createHits(c.Point) {
-		return Scenario{}, "the armed act's create hits " + c.Point + " before the " + c.Op + " does: neither a park nor a one-shot action singles out the " + c.Op + "'s hit"
+		// the armed act's create passes the point once first, in the
+		// same VMM (the act's only one): the operation's hit is that
+		// VMM's second (park POINT#2; the action's rule behind a 1*
+		// pass-through)
+		nth = "#2"
 	}
-	if c.Kind == FaultPowerCut && asyncAt(c.Op, c.Point) {
-		return Scenario{}, "a later VMM phase of the same verb (the guest's eject ack) comes from another of the VMM's goroutines: a park of " + c.Point + " does not hold the VMM, the cut lands at the ack (the matrix's vmm-moves-on-async)"
+	if mk, ok := matrixKindNamed(c.Kind); ok && (nth != "" || asyncAt(c.Op, c.Point)) {
+		// the matrix leaves these to the coverage cases: a hit the
+		// create passes first, or an eject point (fakech tells the guest
+		// once the request's phases are passed, so a park holds its ack)
+		return matrixShapeScenario(c, mk, nth), ""
 	}
 	s := Scenario{
 		ID:      "cov-" + c.Op + "-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
@@ -181,14 +195,17 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	case covActions[c.Kind] != "":
 		s.Title = fmt.Sprintf("failpoint action %s at %s during %s", covActions[c.Kind], c.Point, c.Op)
 		s.Env.Failpoints = c.Point + "=" + covActions[c.Kind]
-		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point, Window: [2]string{c.Point, opDone[c.Op]}}}
+		if nth != "" {
+			s.Env.Failpoints = c.Point + "=1*sleep(0);" + s.Env.Failpoints
+		}
+		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point + nth, Window: [2]string{c.Point, opDone[c.Op]}}}
 		s.Labels = append(s.Labels, "trigger:at")
 		// the process that hits the point is gone: a VMM's guest RAM
 		// with it
 		killsVMM = c.Proc == "fakech" && c.Kind != CovFailpointError
 	case c.Kind == FaultPowerCut:
 		s.Title = fmt.Sprintf("power cut while parked at %s during %s", c.Point, c.Op)
-		s.Faults = []Fault{{Kind: FaultPowerCut, Trigger: "park " + c.Point}}
+		s.Faults = []Fault{{Kind: FaultPowerCut, Trigger: "park " + c.Point + nth}}
 		// as packaged: the unit starts again 5 s (scaled) after the boot
 		s.Env.RestartDelay = 5 * time.Second
 		s.Labels = append(s.Labels, "trigger:park")
@@ -198,23 +215,49 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	if c.Proc == "nodeagent" && c.Kind == FaultPowerCut {
 		s.Faults[0].VM = vmA
 	}
-	switch {
-	case c.Op == OpCreate:
-		s.Act = []Step{{Kind: StepCreate, VM: vmA}}
-	case c.Op == OpWake:
-		s.Setup = hibernated
-		s.Act = []Step{{Kind: StepWake, VM: vmA}}
-	case c.Op == OpDelete:
-		s.Setup = []Step{createA}
-		s.Act = []Step{{Kind: StepDelete, VM: vmA}}
-	case armed:
-		s.Act = armedHibernate
-	default:
-		s.Setup = readyA
-		s.Act = []Step{{Kind: StepHibernate, VM: vmA}}
-	}
+	s.Setup, s.Act = opSteps(c.Op, armed)
 	s.Expect.Ledger = c.Op != OpCreate && c.Op != OpDelete && !killsVMM
 	return s, ""
+}
+
+// opSteps is the setup and act of an agent operation's case (the
+// matrix's): armed, the act creates the VM before it hibernates it.
+func opSteps(op string, armed bool) (setup, act []Step) {
+	switch {
+	case op == OpCreate:
+		return nil, []Step{{Kind: StepCreate, VM: vmA}}
+	case op == OpWake:
+		return hibernated, []Step{{Kind: StepWake, VM: vmA}}
+	case op == OpDelete:
+		return []Step{createA}, []Step{{Kind: StepDelete, VM: vmA}}
+	case armed:
+		return nil, armedHibernate
+	}
+	return readyA, []Step{{Kind: StepHibernate, VM: vmA}}
+}
+
+// matrixShapeScenario is a matrix kind in the matrix's own case shape at
+// a cell its rules leave out: parked at hit nth of a VMM point the armed
+// act's create passes first (the save's ch.resume; park-hit-earlier), or
+// at an eject point of the hibernate (vmm-moves-on-async).
+func matrixShapeScenario(c CoverageCell, mk MatrixKind, nth string) Scenario {
+	var cell matrixCell
+	for _, mc := range matrixCells() {
+		if mc.Op == c.Op && mc.Point.Name == c.Point && mc.Kind.Name == mk.Name {
+			cell = mc
+		}
+	}
+	s := matrixScenario(cell, "nightly")
+	s.Faults[0].Trigger += nth
+	s.ID = "cov-" + c.Op + "-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind
+	s.SeedRef = "coverage"
+	s.Title = fmt.Sprintf("%s while parked at %s during %s (the guest's eject ack held)", mk.Name, c.Point, c.Op)
+	if nth != "" {
+		s.Title = fmt.Sprintf("%s while parked at the %s's own hit of %s (the create's passed)", mk.Name, c.Op, c.Point)
+	}
+	// the matrix's labels are matrix, trigger:park, point, kind[, double]
+	s.Labels = append([]string{"coverage", "point:" + c.Point, "kind:" + c.Kind, "trigger:park"}, s.Labels[4:]...)
+	return s
 }
 
 // noShape is why a context off the agent operations' paths has no
@@ -222,11 +265,11 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 func noShape(op string) string {
 	switch op {
 	case "agent":
-		return "the agent's startup and agent.wedged come only after another fault or an operator's act: no one-fault shape reaches them"
+		return "the agent's startup comes only after another fault or an operator's restart, and an agent armed at its start parks there before the case's operation: no one-fault shape reaches it yet"
 	case "ledger":
 		return "the ledger's markers are the harness's own points: no shape parks its guest writer yet"
-	case "daemon":
-		return "no shape singles out the daemon's pass and its own store commits yet"
+	case OpMigrate:
+		return "the control plane sync's points (agent.migrate.*) come only in a cluster case (catalogue_migrate.go): no generated shape drives a migration yet"
 	}
 	// vm-create: the one verb without a directVerbs shape
 	return "`vm create` boots a guest disk IMAGE: the fake backend's cases clone the base snapshot, and no harness step hands vmctl an image yet"
@@ -286,14 +329,12 @@ func directVerbScenario(c CoverageCell) (Scenario, string) {
 		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point, Window: [2]string{c.Point, lastPoint(c.Op)}}}
 		s.Labels = append(s.Labels, "trigger:at")
 		return s, ""
-	case c.Op == "net" && asyncAt(OpHibernate, c.Point):
-		return Scenario{}, "a later VMM phase of the same verb (the guest's eject ack) comes from another of the VMM's goroutines: a park of " + c.Point + " does not hold the VMM (the matrix's vmm-moves-on-async)"
 	case c.Kind == FaultPowerCut:
 		park.Kind = FaultPowerCut
 		s.Env.RestartDelay = 5 * time.Second
-	case c.Kind == FaultSigkillDirect && c.Proc != "vmctl":
-		return Scenario{}, "sigkill-direct at a VMM point: a park there holds the VMM, and the harness kills the parked hitter (the VMM), not its own vmctl waiting on it"
 	case c.Kind == FaultSigkillDirect:
+		// at a VMM point the park holds the VMM the verb waits on, and
+		// the runner kills the harness's vmctl in flight, not the VMM
 		park.Kind = FaultSigkillDirect
 	case c.Kind == "sigkill-vmm":
 		park.Kind, park.VM = "sigkill-vmm", directVM
@@ -305,6 +346,105 @@ func directVerbScenario(c CoverageCell) (Scenario, string) {
 	s.Title = fmt.Sprintf("%s while parked at %s during a harness-run %s", c.Kind, c.Point, verb)
 	s.Faults = []Fault{park}
 	s.Labels = append(s.Labels, "trigger:park")
+	return s, ""
+}
+
+// daemonSetup leaves the vmctl daemon one repair to commit: a VM of the
+// harness's own whose VMM died under a running record (convergeDead
+// records it stopped), beside the agent's bystander VM (intent-goal's
+// evidence).
+var daemonSetup = []Step{createA, directClone, {Kind: StepKillVMM, VM: directVM}}
+
+// daemonScenario is the case of a cell of the daemon's own context: its
+// pass and the store commits of its repairs. The case's failpoints go to
+// the daemon alone, started after the arm (Env.DaemonArmed), so its first
+// pass and first commit are the points' first hits: parked there with the
+// daemon's SIGKILL or a power cut, or the failpoint action there.
+func daemonScenario(c CoverageCell) (Scenario, string) {
+	s := Scenario{
+		ID:      "cov-daemon-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
+		SeedRef: "coverage", Op: "daemon", Speed: "nightly",
+		Setup: daemonSetup,
+		Env:   Env{RestartDelay: 1 * time.Second, Daemon: true, DaemonEvery: 5 * time.Second, DaemonArmed: true},
+		// the daemon's repair of the dead VMM must be done when the
+		// case ends, whatever the fault: its record stopped
+		Labels: []string{"coverage", "daemon", "point:" + c.Point, "kind:" + c.Kind},
+	}
+	if c.Point == "store.commit.before-rename" && (c.Kind == "sigkill-daemon" || c.Kind == CovFailpointKill) {
+		// the daemon killed mid-commit: a commit that is not a rename
+		// over the index leaves it torn
+		s.Targets = []string{"store-commit-in-place"}
+	}
+	park := Fault{Trigger: "park " + c.Point}
+	switch {
+	case covActions[c.Kind] != "":
+		s.Title = fmt.Sprintf("failpoint action %s at the vmctl daemon's %s", covActions[c.Kind], c.Point)
+		s.Env.Failpoints = c.Point + "=" + covActions[c.Kind]
+		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point, Window: [2]string{c.Point, "daemon.pass"}}}
+		s.Labels = append(s.Labels, "trigger:at")
+		return s, ""
+	case c.Kind == "sigkill-daemon":
+		park.Kind, park.Unit = "sigkill-main", "daemon"
+	case c.Kind == FaultPowerCut:
+		park.Kind = FaultPowerCut
+		s.Env.RestartDelay = 5 * time.Second
+	default:
+		return Scenario{}, "no shape of the daemon's own context for " + c.Kind
+	}
+	s.Title = fmt.Sprintf("%s while the vmctl daemon is parked at %s", c.Kind, c.Point)
+	s.Faults = []Fault{park}
+	s.Labels = append(s.Labels, "trigger:park")
+	return s, ""
+}
+
+// startupScenario is the case of a cell of the agent's startup: the
+// operator restarts the agent under a ready VM (StepRestartAgent), whose
+// new incarnation alone is armed at the startup point: parked there with
+// the kind's fault (the matrix's shape; restart-in-recovery's second
+// restart at the next incarnation's reconciled), or the failpoint action
+// there. The VM keeps running throughout: its ledger must hold.
+func startupScenario(c CoverageCell) (Scenario, string) {
+	restart := []Step{{Kind: StepRestartAgent}}
+	var s Scenario
+	if mk, ok := matrixKindNamed(c.Kind); ok {
+		s = matrixScenario(matrixCell{Op: c.Op, Point: failpointPoint(c.Point), Kind: mk, VMMAlive: true, Indexed: true}, "nightly")
+		s.Faults[0].VM = "" // no VM: the agent's own point
+		if len(s.Faults) > 1 && strings.HasPrefix(s.Faults[1].Trigger, "at ") {
+			s.Faults[1].Window[1] = "agent.startup.reconciled"
+			if s.Faults[1].Trigger == "at "+c.Point {
+				// the parked incarnation's hit is the first: the
+				// recovery's is the next incarnation's
+				s.Faults[1].Trigger += "#2"
+			}
+		}
+		s.Labels = append([]string{"coverage", "point:" + c.Point, "kind:" + c.Kind}, s.Labels[1:2]...)
+		if mk.Second != nil {
+			s.Labels = append(s.Labels, "double")
+		}
+		s.Title = fmt.Sprintf("%s while an operator's restart of the agent is parked at %s", c.Kind, c.Point)
+	} else {
+		cc := c
+		cc.Op = OpHibernate // coverageScenario's ready-VM shape; the act is replaced below
+		var why string
+		if s, why = coverageScenario(cc); why != "" {
+			return Scenario{}, why
+		}
+		if s.Faults[0].Kind == "failpoint" {
+			s.Faults[0].Window[1] = "agent.startup.reconciled"
+			s.Env.Failpoints = c.Point + "=" + covActions[c.Kind] // no VM: the agent's own point
+		}
+		s.Faults[0].VM = ""
+		s.Title = fmt.Sprintf("%s at %s of an operator's restart of the agent", c.Kind, c.Point)
+	}
+	s.ID = "cov-agent-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind
+	s.Op, s.SeedRef, s.Speed = c.Op, "coverage", "nightly"
+	s.Setup, s.Act, s.After = readyA, restart, nil
+	s.Expect.Ledger = true
+	if c.Kind == "sigkill-main" {
+		// killed in its startup, the agent must start again: a lock
+		// its death does not free keeps it from ever serving
+		s.Targets = []string{"agent-pidfile-lock"}
+	}
 	return s, ""
 }
 
@@ -326,6 +466,7 @@ type viaOpShape struct {
 	Setup []Step
 	Act   []Step // nil: the operation's own act
 	Env   Env    // its Failpoints are what makes the point come (after the case's own action)
+	After []Step // what ends the shape's own interference (the operator's retry of a wedge)
 	// FailedOK: the shape writes a transient failed on purpose
 	FailedOK bool
 }
@@ -340,8 +481,9 @@ var transientHibernateFailure = Env{RestartDelay: 1 * time.Second,
 // intent's VM on every run: the agent's children of a create (the clone),
 // its hibernate-evidence lookup, the push and pull of an agent with a real
 // registry; a transient failure's agent.failed; the watcher's report of a
-// VMM killed under a ready VM. Its startup and agent.wedged come only after
-// another fault or an operator's act: no shape here.
+// VMM killed under a ready VM; the wedge of a create failed once and
+// parked past its budget. Its startup comes only after another fault or an
+// operator's restart: no shape here.
 var viaOp = map[string]viaOpShape{
 	"agent.child.exec":      {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
 	"agent.child.exit":      {Op: OpCreate, Env: Env{RestartDelay: 1 * time.Second}},
@@ -351,6 +493,12 @@ var viaOp = map[string]viaOpShape{
 	// a transient failure of the hibernate writes failed; the intent
 	// leaves it by itself
 	"agent.failed": {Op: OpHibernate, Setup: readyA, Env: transientHibernateFailure, FailedOK: true},
+	// a create failed once after its clone with no automatic retry
+	// left, parked past its budget until the operator's retry
+	// (s001-obs-wedge-visible's shape): the wedge watch reports it
+	"agent.wedged": {Op: OpCreate, FailedOK: true, After: []Step{{Kind: StepOperatorRetry, VM: vmA}},
+		Env: Env{RestartDelay: 1 * time.Second, Failpoints: "agent.create.cloned=1*error(post-clone setup blip)@vm=" + vmA,
+			AgentFlags: []string{"--retry-attempts=0", "--ready-budget=40s", "--retry-max=20s"}}},
 	// the VMM killed the way an OOM kill does: the watcher reports it
 	"agent.child.vm-died": {Op: OpCreate, Setup: readyA, Act: []Step{{Kind: StepKillVMM, VM: vmA}},
 		Env: Env{RestartDelay: 1 * time.Second}},
@@ -394,6 +542,9 @@ func viaOpScenario(c CoverageCell, v viaOpShape) (Scenario, string) {
 		s.Act = v.Act
 		s.Expect.Ledger = false // the act kills the VMM: its RAM is gone
 	}
+	if v.After != nil {
+		s.After = v.After
+	}
 	restart := s.Env.RestartDelay
 	s.Env.Registry, s.Env.AgentFlags = v.Env.Registry, v.Env.AgentFlags
 	if v.Env.Registry == RegistryOCI {
@@ -432,10 +583,10 @@ func failpointPoint(name string) failpoint.Point {
 // hibernate after it must still go through (s001-2's shape). A VMM point
 // is parked by the VMM, not the harness's vmctl: no shape there.
 func directSaveScenario(c CoverageCell) (Scenario, string) {
-	if c.Op != OpSave || c.Proc != "vmctl" {
-		return Scenario{}, "sigkill-direct at a VMM point: a park there holds the VMM, and the harness kills the parked hitter (the VMM), not its own vmctl waiting on it"
+	if c.Op != OpSave {
+		return Scenario{}, "sigkill-direct outside the save: no harness-run verb of " + c.Op + " to kill"
 	}
-	return Scenario{
+	s := Scenario{
 		ID:      "cov-save-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
 		Title:   fmt.Sprintf("an operator's snapshot save SIGKILLed parked at %s; a hibernate after it", c.Point),
 		SeedRef: "coverage", Op: OpSave, Speed: "nightly",
@@ -446,7 +597,19 @@ func directSaveScenario(c CoverageCell) (Scenario, string) {
 		Env:    Env{RestartDelay: 1 * time.Second, Daemon: true, DaemonEvery: 5 * time.Second},
 		Expect: Expect{Ledger: true},
 		Labels: []string{"coverage", "point:" + c.Point, "kind:" + c.Kind, "trigger:park"},
-	}, ""
+	}
+	if c.Proc == "fakech" {
+		// a VMM point parks only in a VMM the armed stack started: the
+		// act creates the VM (its create resumes it once first), and the
+		// park holds the VMM while the runner kills the save's vmctl
+		s.Title = fmt.Sprintf("an operator's snapshot save SIGKILLed while its VMM is parked at %s; a hibernate after it", c.Point)
+		s.Setup = nil
+		s.Act = []Step{createA, ledgerA, {Kind: StepDirectSave, VM: vmA}}
+		if createHits(c.Point) {
+			s.Faults[0].Trigger += "#2"
+		}
+	}
+	return s, ""
 }
 
 // asyncAt reports the matrix's AsyncNext fact of (op, point).

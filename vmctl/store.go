@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/vmchaos/vmchaos/durable"
+	"github.com/vmchaos/vmchaos/regress"
 )
 
 // indexVersion is written into both indexes; a newer one is refused rather
@@ -157,6 +158,13 @@ func (m *Manager) commitIndex(ctx context.Context, path string, doc any, id stri
 		_ = os.Remove(prev)
 		if err := os.Link(path, prev); err != nil {
 			return fmt.Errorf("commit %s: keep previous generation: %w", path, err)
+		}
+	}
+	if regress.On("store-commit-in-place") {
+		// the planted bug: the new generation written over the current
+		// one in place, so a death before the write ends tears the index
+		if err := os.WriteFile(path, b[:len(b)/2], 0o644); err != nil {
+			return fmt.Errorf("commit %s: %w", path, err)
 		}
 	}
 	if err := hit(ctx, "store.commit.before-rename", id); err != nil {

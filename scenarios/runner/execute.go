@@ -64,9 +64,16 @@ func (cr *caseRun) parkSpecs(node string) []string {
 		if err != nil {
 			continue
 		}
-		spec := t.Point + "=pause"
+		vm := ""
 		if t.VM != "" {
-			spec += "@vm=" + t.VM
+			vm = "@vm=" + t.VM
+		}
+		spec := t.Point + "=pause" + vm
+		if t.N > 1 {
+			// park POINT#N: the first N-1 hits of the process (of that VM)
+			// go on, the N-th parks (the first rule whose count is not
+			// spent runs, failpoint.hit)
+			spec = fmt.Sprintf("%s=%d*sleep(0)%s;%s", t.Point, t.N-1, vm, spec)
 		}
 		if !seen[spec] {
 			seen[spec] = true
@@ -152,6 +159,7 @@ func (cr *caseRun) faultWindow(i int) phaseWindow {
 		return phaseWindow{Steady: true}
 	case strings.HasPrefix(f.Trigger, "park "):
 		p, _, _ := strings.Cut(strings.TrimPrefix(f.Trigger, "park "), "@")
+		p, _, _ = strings.Cut(p, "#")
 		return phaseWindow{Open: strings.TrimSpace(p)}
 	}
 	return phaseWindow{Open: f.Window[0], Close: f.Window[1]}
@@ -241,7 +249,7 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 	if err != nil {
 		return nil, err
 	}
-	hit, err := ts.Trace.WaitPoint(ctx, mark, t.Point, 1, t.VM)
+	hit, err := ts.Trace.WaitPoint(ctx, mark, t.Point, t.N, t.VM)
 	if err != nil {
 		return nil, err
 	}
@@ -299,8 +307,18 @@ func (cr *caseRun) parkedFault(ctx context.Context, i int, trig string, t inject
 	case "sigkill-direct":
 		// a vmctl the harness started itself, parked: kill it there,
 		// through the injector (its pidfd and its accounting)
-		in := cr.inj.InjectHit(ctx, injector.Fault{Kind: injector.FaultSigkillHitter}, hit, injector.Resolve(cr.directHost))
-		cr.noteVictim(pid)
+		resolve, victim := cr.directHost, pid
+		if hit.Event.Proc != "vmctl" {
+			// parked in the VMM at a VMM point of the verb: the victim
+			// is the harness's vmctl waiting on it, the verb in flight
+			self, host, err := cr.lastDirectHost()
+			if err != nil {
+				return reports.Injection{Fault: f.Kind, Trigger: trig, Err: err.Error(), IntendedPhase: t.Point}
+			}
+			resolve, victim = func(int) (int, error) { return host, nil }, self
+		}
+		in := cr.inj.InjectHit(ctx, injector.Fault{Kind: injector.FaultSigkillHitter}, hit, injector.Resolve(resolve))
+		cr.noteVictim(victim)
 		return reports.Injection{Fault: f.Kind, Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
 			VictimPID: in.VictimPID, Err: in.Err, IntendedPhase: t.Point}
 	default:
@@ -462,8 +480,15 @@ func (cr *caseRun) waitFailpoint(ctx context.Context, mark, i int, trig string) 
 	// like signal(SIG,DELAY) at DELAY 0). Requested was the arming time,
 	// which made the time to reach the point look like an injection error.
 	rec := reports.Injection{Fault: "failpoint " + cr.s.Env.Failpoints, Trigger: trig, InVictim: true}
+	nth := 1 // the action behind N* pass-through rules runs at the trigger's N-th hit
+	if point == t.Point {
+		nth = t.N
+	}
 	for _, e := range cr.st.Trace.Sorted() {
 		if e.TsNs > cr.armNs && e.Point == point {
+			if nth--; nth > 0 {
+				continue
+			}
 			rec.RequestedNs, rec.ActualNs = e.TsNs, e.TsNs
 			break
 		}
@@ -511,6 +536,12 @@ func (cr *caseRun) step(ctx context.Context, step scenarios.Step, budget time.Du
 		return nil
 	case scenarios.StepCounterClaim:
 		return cr.counterClaim(ctx, step.VM, budget)
+	case scenarios.StepRestartAgent:
+		// the armed agent's spec, its startup points' rules included
+		if err := cr.st.RestartAgent(ctx, withSpecs(cr.failpoints(), cr.victimSpecs(false))); err != nil {
+			return harnessErr(err)
+		}
+		return nil
 	}
 	if ok, err := cr.registryStep(ctx, step, budget); ok {
 		return err

@@ -116,6 +116,18 @@ func withSpecs(fps string, specs []string) string {
 	return strings.Join(specs, ";")
 }
 
+// withoutPoints drops the rules of a VMCHAOS_FAILPOINTS spec at points.
+func withoutPoints(spec string, points map[string]bool) string {
+	var keep []string
+	for _, rule := range strings.Split(spec, ";") {
+		name, _, _ := strings.Cut(rule, "=")
+		if rule != "" && !points[strings.TrimSpace(name)] {
+			keep = append(keep, rule)
+		}
+	}
+	return strings.Join(keep, ";")
+}
+
 // pointOf is the process that hits a point and its operation (catalogue).
 func pointOf(name string) (proc, op string) {
 	for _, p := range failpoint.Catalogue {
@@ -174,6 +186,7 @@ func (cr *caseRun) startDirect(key string, start func() (*exec.Cmd, <-chan int, 
 			d.self, d.host = d.pid, d.pid
 		}
 		cr.direct[key] = d
+		cr.lastDirect = key
 	}
 	cr.directChanged()
 	return exit, err
@@ -241,6 +254,32 @@ func (cr *caseRun) directHost(pid int) (int, error) {
 		case <-changed:
 		case <-giveUp:
 			return 0, errors.New("not a process the harness started (a harness vmctl was still starting after 30s)")
+		}
+	}
+}
+
+// lastDirectHost is the pids (its own, the host's) of the vmctl the
+// harness started last,
+// once learnt: the verb in flight when a park holds the VMM it waits on
+// (sigkill-direct at a VMM point kills that vmctl, not the parked VMM).
+func (cr *caseRun) lastDirectHost() (self, host int, err error) {
+	cr.mu.Lock()
+	d, key := cr.direct[cr.lastDirect], cr.lastDirect
+	cr.mu.Unlock()
+	if d == nil {
+		return 0, 0, errors.New("no vmctl of the harness's own was started")
+	}
+	for giveUp := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		cr.mu.Lock()
+		self, host = d.self, d.host
+		cr.mu.Unlock()
+		switch {
+		case self > 0:
+			return self, host, nil
+		case self < 0:
+			return 0, 0, fmt.Errorf("the harness's vmctl %s was gone before its pid was learnt", key)
+		case time.Now().After(giveUp):
+			return 0, 0, fmt.Errorf("the harness's vmctl %s: pid not learnt in 30 s", key)
 		}
 	}
 }

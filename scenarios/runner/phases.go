@@ -81,8 +81,9 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 		}
 	}
 	cr.laps.lap("agent")
-	if s.Env.Daemon {
-		if err := st.StartDaemon(ctx, floor(r.scale(orDefault(s.Env.DaemonEvery, 5*time.Second)), 50*time.Millisecond)); err != nil {
+	daemonEvery := floor(r.scale(orDefault(s.Env.DaemonEvery, 5*time.Second)), 50*time.Millisecond)
+	if s.Env.Daemon && !s.Env.DaemonArmed {
+		if err := st.StartDaemon(ctx, daemonEvery); err != nil {
 			return harnessErr(err)
 		}
 	}
@@ -116,8 +117,9 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 	// agent (and its children, which inherit its environment) or the
 	// harness's own vmctl processes.
 	cr.laps.lap("window")
-	fps := withSpecs(cr.failpoints(), cr.victimSpecs(false))
-	st.SetHarnessFailpoints(withSpecs(cr.failpoints(), cr.victimSpecs(true)))
+	own := cr.armedOwn()
+	fps := withSpecs(own, cr.victimSpecs(false))
+	st.SetHarnessFailpoints(withSpecs(own, cr.victimSpecs(true)))
 	if fps != "" {
 		if err := st.Arm(ctx, fps); err != nil {
 			return startErr(err)
@@ -145,7 +147,27 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 		cr.listBaseline(ctx)
 	}
 	cr.mark, cr.armNs = st.Trace.Mark(), failpoint.Now()
+	if s.Env.DaemonArmed {
+		// started after the mark: its first pass is the case's
+		if err := st.StartDaemonFP(ctx, daemonEvery, cr.failpoints()); err != nil {
+			return harnessErr(err)
+		}
+	}
 	return nil
+}
+
+// armedOwn is the case's own failpoints as the armed agent and the
+// harness's vmctls get them: none when they are the daemon's alone
+// (Env.DaemonArmed), none at the startup points when the act restarts the
+// agent (that restart arms them, StepRestartAgent).
+func (cr *caseRun) armedOwn() string {
+	switch {
+	case cr.s.Env.DaemonArmed:
+		return ""
+	case scenarios.RestartsAgent(cr.s):
+		return withoutPoints(cr.failpoints(), scenarios.StartupPoints)
+	}
+	return cr.failpoints()
 }
 
 // pendingFault is an armed fault (or the faults sharing one parked point)
@@ -406,16 +428,27 @@ func (cr *caseRun) restarts() reports.Invariant {
 
 // actionRestarts is the agent start a failpoint fault's kill or exit
 // action at one of the agent's own points causes (the unit's Restart=always
-// after it): one, as the coverage cases' once= actions fire once.
+// after it): one, as the coverage cases' once= actions fire once; an error
+// at a startup point ends the agent's run the same way. Each operator's
+// restart of the act (StepRestartAgent) is one start too.
 func actionRestarts(s *scenarios.Scenario) int {
+	n := 0
+	for _, st := range s.Act {
+		if st.Kind == scenarios.StepRestartAgent {
+			n++
+		}
+	}
 	point, kind := scenarios.FailpointAction(s)
+	if kind == scenarios.CovFailpointError && scenarios.StartupPoints[point] {
+		return n + 1
+	}
 	if kind != scenarios.CovFailpointKill && kind != scenarios.CovFailpointExit {
-		return 0
+		return n
 	}
 	if p, ok := failpoint.Lookup(point); ok && p.Proc == "nodeagent" {
-		return 1
+		return n + 1
 	}
-	return 0
+	return n
 }
 
 // unexpectedStarts lists the agent starts after armNs and how many the

@@ -423,6 +423,10 @@ type caseRun struct {
 	cycles map[string]bool
 	kills  []vmmKill // VMM deaths the event stream must report
 	direct map[string]*directProc
+	// lastDirect is the key in direct of the vmctl the harness started
+	// last: the act's verb in flight, sigkill-direct's victim when a park
+	// holds the VMM that verb waits on
+	lastDirect string
 	// starting counts harness vmctls started but not yet in direct;
 	// directAdded is closed (and replaced) each time direct changes
 	starting    int

@@ -602,10 +602,33 @@ func (s *Stack) Arm(ctx context.Context, failpoints string) error {
 	return s.startAgent(ctx, failpoints)
 }
 
+// RestartAgent is the operator's restart of the agent unit with
+// failpoints: stop, and start with the new environment; not waited for (a
+// case parks its startup).
+func (s *Stack) RestartAgent(ctx context.Context, failpoints string) error {
+	if err := s.run.Sup.Stop(ctx, s.AgentUnit); err != nil {
+		return fmt.Errorf("stack: restart agent: stop: %w", err)
+	}
+	// a new unit with the new environment, as Arm does (a stopped unit's
+	// name stays taken)
+	s.AgentUnit += "-restarted"
+	if err := s.run.Sup.Start(ctx, s.agentSpec(failpoints)); err != nil {
+		return fmt.Errorf("stack: restart agent: %w", err)
+	}
+	s.unitsUp[s.AgentUnit] = true
+	return nil
+}
+
 // StartDaemon starts `vmctl daemon` as a unit.
 func (s *Stack) StartDaemon(ctx context.Context, every time.Duration) error {
+	return s.StartDaemonFP(ctx, every, "")
+}
+
+// StartDaemonFP starts `vmctl daemon` as a unit with failpoints (a case
+// whose points are the daemon's own).
+func (s *Stack) StartDaemonFP(ctx context.Context, every time.Duration, failpoints string) error {
 	argv := []string{filepath.Join(s.run.BinDir, "vmctl"), "daemon", "--interval", every.String()}
-	spec := injector.UnitSpec{Name: s.DaemonUnit, Argv: argv, Env: s.StackEnv(""), Dir: s.Dir,
+	spec := injector.UnitSpec{Name: s.DaemonUnit, Argv: argv, Env: s.StackEnv(failpoints), Dir: s.Dir,
 		RestartSec: time.Duration(float64(5*time.Second) * s.run.Scale), TimeoutStopSec: 10 * time.Second,
 		LogPath: filepath.Join(s.LogDir, "vmctl-daemon.log")}
 	if err := s.run.Sup.Start(ctx, spec); err != nil {

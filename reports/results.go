@@ -129,10 +129,13 @@ type Case struct {
 	// ClockConcurrency is, for an alone case under the scheduler, the most
 	// in flight while it held the machine for its timed part (calibration,
 	// arming, act, injection): 1, or absent when it never got that far.
-	// Absent in runs written before the scheduler (issue #37).
-	Class            string `json:"class,omitempty"`
-	Concurrency      int    `json:"concurrency,omitempty"`
-	ClockConcurrency int    `json:"clock_concurrency,omitempty"`
+	// ClockMs is how long it held the machine so: serial time, the part of
+	// the run no number of workers shortens. Absent in runs written
+	// before the scheduler (issue #37).
+	Class            string  `json:"class,omitempty"`
+	Concurrency      int     `json:"concurrency,omitempty"`
+	ClockConcurrency int     `json:"clock_concurrency,omitempty"`
+	ClockMs          float64 `json:"clock_ms,omitempty"`
 	// CoverageAt is the point a failpoint-action fault acts at (its
 	// VMCHAOS_FAILPOINTS rule): the cell it credits when it landed.
 	CoverageAt string `json:"coverage_at,omitempty"`

@@ -222,6 +222,11 @@ func writeBench(w io.Writer, filter string, scale float64, runs []*benchRun, cmp
 			fmt.Fprintf(w, "%s wall time: %.0f%% of sequential (×%.2f)\n", r.Name,
 				100*r.Wall.Seconds()/runs[0].Wall.Seconds(), runs[0].Wall.Seconds()/max(r.Wall.Seconds(), 1e-9))
 		}
+		if held := clockHeld(r.Res); held > 0 {
+			// with n places the run is at least (case time + (n-1)·held)/n:
+			// the timed parts leave n-1 places empty
+			fmt.Fprintf(w, "%s: alone cases' timed parts held the machine %s in all (serial time)\n", r.Name, progress.Round(held))
+		}
 		cmp := cmps[i]
 		prefix := ""
 		if len(runs) > 2 {
@@ -232,6 +237,16 @@ func writeBench(w io.Writer, filter string, scale float64, runs []*benchRun, cmp
 			fmt.Fprintln(w, "  "+d)
 		}
 	}
+}
+
+// clockHeld is the time the run's alone cases held the machine for their
+// timed parts (results.json clock_ms).
+func clockHeld(res *reports.Results) time.Duration {
+	var ms float64
+	for _, c := range res.Cases {
+		ms += c.ClockMs
+	}
+	return time.Duration(ms * float64(time.Millisecond))
 }
 
 func perMinute(n int, d time.Duration) float64 {

@@ -74,13 +74,15 @@ func TestWriteBenchComparesEveryScheduledRunWithTheSequentialOne(t *testing.T) {
 	seq := benchResults("a", reports.Pass, "b", reports.Pass)
 	two := benchResults("a", reports.Pass, "b", reports.Pass)
 	three := benchResults("a", reports.Fail, "b", reports.Pass)
+	three.Cases[0].ClockMs = 1500
 	runs := []*benchRun{{Name: "sequential", Wall: 4 * time.Minute, Res: seq},
 		{Name: "scheduled-2", Wall: 3 * time.Minute, Res: two}, {Name: "scheduled-3", Wall: 2 * time.Minute, Res: three}}
 	var b bytes.Buffer
 	writeBench(&b, "speed:fast", 0.05, runs, []benchComparison{compareBench(seq, two), compareBench(seq, three)})
 	out := b.String()
 	for _, w := range []string{"scheduled-2 wall time: 75% of sequential", "scheduled-3 wall time: 50% of sequential",
-		"scheduled-2 verdict differences: 0", "scheduled-3 verdict differences: 1", "  a: "} {
+		"scheduled-2 verdict differences: 0", "scheduled-3 verdict differences: 1", "  a: ",
+		"scheduled-3: alone cases' timed parts held the machine 1.5s"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/vmchaos/vmchaos/scenarios/runner"
 )
@@ -16,7 +17,10 @@ type Slot struct {
 	Class            Class
 	Concurrency      int
 	ClockConcurrency int
-	Ran              bool
+	// Clock is how long it held the machine for its timed part: serial
+	// time of the run, the floor no number of workers shortens.
+	Clock time.Duration
+	Ran   bool
 }
 
 // Schedule runs case i (0 <= i < len(classes)) by calling run(ctx, i) on
@@ -197,6 +201,7 @@ type tracker struct {
 	slots   []Slot
 	running map[int]bool
 	holder  int // the alone case holding the machine, -1 for none
+	since   time.Time
 }
 
 func (t *tracker) do(ctx context.Context, i int, run func(context.Context, int)) {
@@ -222,7 +227,10 @@ func (t *tracker) do(ctx context.Context, i int, run func(context.Context, int))
 func (t *tracker) hold(i int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.holder = i
+	if t.holder >= 0 {
+		t.slots[t.holder].Clock += time.Since(t.since)
+	}
+	t.holder, t.since = i, time.Now()
 	if i >= 0 {
 		t.slots[i].ClockConcurrency = max(t.slots[i].ClockConcurrency, len(t.running))
 	}

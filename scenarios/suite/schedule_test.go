@@ -147,6 +147,9 @@ func TestScheduleAloneTimedPartsNeverOverlapAndSharedOnesDo(t *testing.T) {
 			if slots[i].ClockConcurrency != 1 {
 				t.Errorf("alone case %d: concurrency in its timed part %d, want 1", i, slots[i].ClockConcurrency)
 			}
+			if slots[i].Clock < time.Millisecond { // busy() sleeps 1 ms inside the timed part
+				t.Errorf("alone case %d: held the machine %v, want at least its timed part's 1 ms", i, slots[i].Clock)
+			}
 			aloneBeside = aloneBeside || len(rec.overlaps[i]) > 0
 		case Shared:
 			sharedOverlap = sharedOverlap || len(rec.overlaps[i]) > 0

@@ -62,6 +62,7 @@ func Annotate(res *reports.Results, cases []scenarios.Case, slots []Slot) {
 		rc.Class, rc.Concurrency = string(cl), 1
 		if slots != nil {
 			rc.Concurrency, rc.ClockConcurrency = slots[i].Concurrency, slots[i].ClockConcurrency
+			rc.ClockMs = float64(slots[i].Clock) / float64(time.Millisecond)
 		}
 	}
 	sort.SliceStable(res.Cases, func(a, b int) bool {

@@ -14,6 +14,12 @@ import (
 // after: those wait on the product, they place nothing by the clock).
 // A case without a gate (a shared case, a --parallel 1 run) runs as if
 // the gate were always held.
+//
+// The timed part starts at the first step whose timing the verdict
+// depends on: the measured runs of a window calibration (the fault is
+// placed at a fraction of what they measure), else the re-arm restart
+// (the armed agent carries the in-victim timers); it ends once every
+// fault is in and the while-stopped steps (which race RestartSec) ran.
 type ClockGate interface {
 	Enter(ctx context.Context) error
 	Leave()
@@ -42,9 +48,9 @@ type clock struct {
 	left    bool
 }
 
-// enter takes the machine for the timed part: from the window calibration
-// of a swept or offset case, else from the re-arm restart, through the act
-// and the injection. A run cancelled while it waits is interrupted, a harness
+// enter takes the machine for the timed part: from the measured runs of
+// a swept or offset case's window calibration, else from the re-arm
+// restart, through the act and the injection. A run cancelled while it waits is interrupted, a harness
 // error.
 func (c *clock) enter(ctx context.Context) error {
 	if c == nil || c.g == nil || c.entered {

@@ -89,14 +89,6 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 			return harnessErr(err)
 		}
 	}
-	if windowed(s) && (cr.c.HasFrac || cr.c.HasOff) {
-		// the window is measured on this stack from the calibration's
-		// first step on (issued beside the setup): nothing else of the
-		// run may stretch it between that measurement and the fault
-		if err := cr.clock.enter(ctx); err != nil {
-			return err
-		}
-	}
 	if err := cr.preCalibrate(ctx, budget); err != nil {
 		return err
 	}

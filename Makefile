@@ -100,7 +100,9 @@ chaos: setup build
 # bench-chaos: the same selection run sequentially and through the scheduler
 # on this build, one after the other: wall time, cases per minute and verdict
 # differences (exit 1 when a verdict differs). BENCH_FILTER=speed:fast for a
-# quick run; BENCH_PARALLEL sets the scheduled run's --parallel.
+# quick run; BENCH_PARALLEL sets the scheduled run's --parallel, or a comma
+# list (BENCH_PARALLEL=2,3: one scheduled run per value against the one
+# sequential run, to choose N on this machine).
 BENCH_FILTER   ?= !speed:nightly
 BENCH_PARALLEL ?= auto
 .PHONY: bench-chaos

@@ -123,12 +123,19 @@ type Case struct {
 	// coverage map's column for its landed phase); "" for none.
 	CoverageKind string `json:"coverage_kind,omitempty"`
 	// Class is the scheduler's class of the case ("alone": nothing else of
-	// the run ran beside it; "shared": it may share the machine), and
-	// Concurrency the most cases of the run in flight at once while it
-	// ran, itself included (1: alone or sequential). Absent in runs
-	// written before the scheduler (issue #37).
-	Class       string `json:"class,omitempty"`
-	Concurrency int    `json:"concurrency,omitempty"`
+	// the run ran beside its timed part; "shared": it may share the
+	// machine throughout), and Concurrency the most cases of the run in
+	// flight at once while it ran, itself included (1: sequential).
+	// ClockConcurrency is, for an alone case under the scheduler, the most
+	// in flight while it held the machine for its timed part (calibration,
+	// arming, act, injection): 1, or absent when it never got that far.
+	// ClockMs is how long it held the machine so: serial time, the part of
+	// the run no number of workers shortens. Absent in runs written
+	// before the scheduler (issue #37).
+	Class            string  `json:"class,omitempty"`
+	Concurrency      int     `json:"concurrency,omitempty"`
+	ClockConcurrency int     `json:"clock_concurrency,omitempty"`
+	ClockMs          float64 `json:"clock_ms,omitempty"`
 	// CoverageAt is the point a failpoint-action fault acts at (its
 	// VMCHAOS_FAILPOINTS rule): the cell it credits when it landed.
 	CoverageAt string `json:"coverage_at,omitempty"`

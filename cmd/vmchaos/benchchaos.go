@@ -33,20 +33,23 @@ func newBenchChaosCmd() *cobra.Command {
 		Short: "Run the same cases sequentially and through the scheduler, and compare wall time and verdicts",
 		Long: `bench-chaos runs ` + "`vmchaos run`" + ` twice with this binary, on the same selection, seed and time
 scale: first --parallel 1 (one case at a time, through Ginkgo), then --parallel as given (default auto:
-the scheduler, timed cases alone, the others N at a time). Each run writes its own run dir under
---report-dir (sequential/, scheduled/) and its output to <name>.log beside it. It prints each run's
-wall time, cases per minute, verdicts and the load average before it, and every case whose verdict
-differs between the two (reports.Stability over both runs, plus cases only one run has). Exit status:
-0 no verdict differs, 1 a verdict differs, 3 a run left no results.`,
+the scheduler, the timed part of a timed case alone, the rest N at a time). --parallel takes a comma
+list (2,3: one scheduled run per value, each compared with the one sequential run), to choose N on a
+machine with the same sequential baseline. Each run writes its own run dir under --report-dir
+(sequential/, scheduled/, or scheduled-<N>/ for a list) and its output to <name>.log beside it. It
+prints each run's wall time, cases per minute, verdicts and the load average before it, and every
+case whose verdict differs from the sequential run's (reports.Stability over both runs, plus cases
+only one run has). Exit status: 0 no verdict differs, 1 a verdict differs, 3 a run left no results.`,
 		Example: `  vmchaos bench-chaos --label-filter speed:fast --time-scale 0.05
-  BENCH_FILTER=speed:fast make bench-chaos`,
+  BENCH_FILTER=speed:fast make bench-chaos
+  BENCH_PARALLEL=2,3 make bench-chaos`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.OutOrStdout()) },
 	}
 	c.Flags().StringVar(&o.filter, "label-filter", "!speed:nightly", "label filter of both runs")
 	c.Flags().StringVar(&o.backend, "backend", "fake", "stack backend of both runs")
 	c.Flags().StringVar(&o.supervisor, "supervisor", "auto", "supervisor of both runs")
-	c.Flags().StringVar(&o.parallel, "parallel", "auto", "--parallel of the scheduled run (the other is 1)")
+	c.Flags().StringVar(&o.parallel, "parallel", "auto", "--parallel of the scheduled run (the other is 1); a comma list: one scheduled run per value")
 	c.Flags().Float64Var(&o.scale, "time-scale", 0.05, "time scale of both runs")
 	c.Flags().Int64Var(&o.seed, "seed", 1, "seed of both runs")
 	c.Flags().StringVar(&o.dir, "report-dir", "", "dir of both run dirs (default ./vmchaos-results/bench-chaos-<time>)")
@@ -74,7 +77,10 @@ func (o *benchChaosCmd) run(out io.Writer) error {
 	if err != nil {
 		return reports.InfraError{Err: fmt.Errorf("bench-chaos: own binary: %w", err)}
 	}
-	runs := []*benchRun{{Name: "sequential", Parallel: "1"}, {Name: "scheduled", Parallel: o.parallel}}
+	runs, err := benchRuns(o.parallel)
+	if err != nil {
+		return err
+	}
 	for _, r := range runs {
 		r.Dir = filepath.Join(dir, r.Name)
 		fmt.Fprintf(os.Stderr, "bench-chaos: %s run (--parallel %s) → %s (output in %s.log)\n", r.Name, r.Parallel, r.Dir, r.Dir)
@@ -83,12 +89,42 @@ func (o *benchChaosCmd) run(out io.Writer) error {
 		}
 		fmt.Fprintf(os.Stderr, "bench-chaos: %s run: %s, exit %d\n", r.Name, progress.Round(r.Wall), r.Exit)
 	}
-	cmp := compareBench(runs[0].Res, runs[1].Res)
-	writeBench(out, o.filter, o.scale, runs, cmp)
-	if n := len(cmp.Differ) + len(cmp.OnlyIn); n > 0 {
-		return benchError{fmt.Sprintf("%d case(s) differ between the sequential and the scheduled run", n)}
+	cmps := make([]benchComparison, len(runs)-1)
+	n := 0
+	for i, r := range runs[1:] {
+		cmps[i] = compareBench(runs[0].Res, r.Res)
+		n += len(cmps[i].Differ) + len(cmps[i].OnlyIn)
+	}
+	writeBench(out, o.filter, o.scale, runs, cmps)
+	if n > 0 {
+		return benchError{fmt.Sprintf("%d case verdict(s) differ between the sequential and the scheduled run(s)", n)}
 	}
 	return nil
+}
+
+// benchRuns is the sequential run and one scheduled run per value of a
+// comma list of --parallel values ("scheduled" alone, "scheduled-<v>" each
+// for a list).
+func benchRuns(parallel string) ([]*benchRun, error) {
+	runs := []*benchRun{{Name: "sequential", Parallel: "1"}}
+	vals := strings.Split(parallel, ",")
+	for _, v := range vals {
+		v = strings.TrimSpace(v)
+		if v == "" || (v != "auto" && !positive(v)) {
+			return nil, fmt.Errorf("bench-chaos: --parallel %q: want auto, a number >= 1, or a comma list of them", parallel)
+		}
+		name := "scheduled"
+		if len(vals) > 1 {
+			name += "-" + v
+		}
+		runs = append(runs, &benchRun{Name: name, Parallel: v})
+	}
+	return runs, nil
+}
+
+func positive(v string) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= 1
 }
 
 // runOnce runs `vmchaos run` once as a child (Ginkgo allows one suite run
@@ -165,8 +201,10 @@ func compareBench(seq, sched *reports.Results) benchComparison {
 	return c
 }
 
-// writeBench prints the table of both runs and the differences.
-func writeBench(w io.Writer, filter string, scale float64, runs []*benchRun, cmp benchComparison) {
+// writeBench prints the table of the runs, and each scheduled run's wall
+// time against the sequential one and its verdict differences (cmps[i]
+// is runs[i+1]'s).
+func writeBench(w io.Writer, filter string, scale float64, runs []*benchRun, cmps []benchComparison) {
 	fmt.Fprintf(w, "bench-chaos: label filter %q, time scale %g\n", filter, scale)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tCASES\tWALL\tCASES/MIN\tVERDICTS\tPARALLEL\tLOAD BEFORE\tEXIT")
@@ -176,14 +214,39 @@ func writeBench(w io.Writer, filter string, scale float64, runs []*benchRun, cmp
 			reports.CountVerdicts(r.Res.Cases), orDash(r.Res.Parallel), r.LoadBefore, r.Exit)
 	}
 	_ = tw.Flush()
-	if len(runs) == 2 && runs[0].Wall > 0 {
-		fmt.Fprintf(w, "scheduled wall time: %.0f%% of sequential (×%.2f)\n",
-			100*runs[1].Wall.Seconds()/runs[0].Wall.Seconds(), runs[0].Wall.Seconds()/max(runs[1].Wall.Seconds(), 1e-9))
+	for i, r := range runs[1:] {
+		if i >= len(cmps) {
+			break
+		}
+		if runs[0].Wall > 0 {
+			fmt.Fprintf(w, "%s wall time: %.0f%% of sequential (×%.2f)\n", r.Name,
+				100*r.Wall.Seconds()/runs[0].Wall.Seconds(), runs[0].Wall.Seconds()/max(r.Wall.Seconds(), 1e-9))
+		}
+		if held := clockHeld(r.Res); held > 0 {
+			// with n places the run is at least (case time + (n-1)·held)/n:
+			// the timed parts leave n-1 places empty
+			fmt.Fprintf(w, "%s: alone cases' timed parts held the machine %s in all (serial time)\n", r.Name, progress.Round(held))
+		}
+		cmp := cmps[i]
+		prefix := ""
+		if len(runs) > 2 {
+			prefix = r.Name + " "
+		}
+		fmt.Fprintf(w, "%sverdict differences: %d\n", prefix, len(cmp.Differ)+len(cmp.OnlyIn))
+		for _, d := range append(append([]string{}, cmp.Differ...), cmp.OnlyIn...) {
+			fmt.Fprintln(w, "  "+d)
+		}
 	}
-	fmt.Fprintf(w, "verdict differences: %d\n", len(cmp.Differ)+len(cmp.OnlyIn))
-	for _, d := range append(append([]string{}, cmp.Differ...), cmp.OnlyIn...) {
-		fmt.Fprintln(w, "  "+d)
+}
+
+// clockHeld is the time the run's alone cases held the machine for their
+// timed parts (results.json clock_ms).
+func clockHeld(res *reports.Results) time.Duration {
+	var ms float64
+	for _, c := range res.Cases {
+		ms += c.ClockMs
 	}
+	return time.Duration(ms * float64(time.Millisecond))
 }
 
 func perMinute(n int, d time.Duration) float64 {

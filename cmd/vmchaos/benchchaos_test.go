@@ -45,9 +45,44 @@ func TestWriteBenchPrintsWallRateAndDifferences(t *testing.T) {
 	runs := []*benchRun{{Name: "sequential", Wall: 2 * time.Minute, Res: seq, LoadBefore: "0.1 0.2 0.3"},
 		{Name: "scheduled", Wall: time.Minute, Res: sched, LoadBefore: "0.5 0.4 0.3", Exit: 1}}
 	var b bytes.Buffer
-	writeBench(&b, "speed:fast", 0.05, runs, compareBench(seq, sched))
+	writeBench(&b, "speed:fast", 0.05, runs, []benchComparison{compareBench(seq, sched)})
 	out := b.String()
-	for _, w := range []string{"sequential  2", "1.0", "2.0", "auto=3", "50% of sequential (×2.00)", "verdict differences: 1", "  b: "} {
+	for _, w := range []string{"sequential  2", "1.0", "2.0", "auto=3", "scheduled wall time: 50% of sequential (×2.00)", "verdict differences: 1", "  b: "} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+func TestBenchRunsOnePerParallelValue(t *testing.T) {
+	runs, err := benchRuns("auto")
+	if err != nil || len(runs) != 2 || runs[1].Name != "scheduled" || runs[1].Parallel != "auto" {
+		t.Fatalf("auto: %v %+v", err, runs)
+	}
+	runs, err = benchRuns("2, 3")
+	if err != nil || len(runs) != 3 || runs[1].Name != "scheduled-2" || runs[2].Name != "scheduled-3" || runs[2].Parallel != "3" {
+		t.Fatalf("2,3: %v %+v", err, runs)
+	}
+	for _, bad := range []string{"", "0", "2,,3", "x"} {
+		if _, err := benchRuns(bad); err == nil {
+			t.Errorf("--parallel %q accepted", bad)
+		}
+	}
+}
+
+func TestWriteBenchComparesEveryScheduledRunWithTheSequentialOne(t *testing.T) {
+	seq := benchResults("a", reports.Pass, "b", reports.Pass)
+	two := benchResults("a", reports.Pass, "b", reports.Pass)
+	three := benchResults("a", reports.Fail, "b", reports.Pass)
+	three.Cases[0].ClockMs = 1500
+	runs := []*benchRun{{Name: "sequential", Wall: 4 * time.Minute, Res: seq},
+		{Name: "scheduled-2", Wall: 3 * time.Minute, Res: two}, {Name: "scheduled-3", Wall: 2 * time.Minute, Res: three}}
+	var b bytes.Buffer
+	writeBench(&b, "speed:fast", 0.05, runs, []benchComparison{compareBench(seq, two), compareBench(seq, three)})
+	out := b.String()
+	for _, w := range []string{"scheduled-2 wall time: 75% of sequential", "scheduled-3 wall time: 50% of sequential",
+		"scheduled-2 verdict differences: 0", "scheduled-3 verdict differences: 1", "  a: ",
+		"scheduled-3: alone cases' timed parts held the machine 1.5s"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}

@@ -101,10 +101,12 @@ and the report path to stdout. Exit status: 0 pass, 1 an invariant was violated,
 3 infrastructure error (reports.Gate).
 
 With --parallel 1 the cases run one after the other through the Ginkgo suite of scenarios/suite
-(run programmatically from this binary). Otherwise (the default, auto) the scheduler runs every case
-whose fault lands by the clock (at, after-exit, offsets, sweep points, while-down, window calibration)
-alone, then the cases whose fault lands at an exact phase (park) or at steady state N at a time;
-results.json records each case's class and the concurrency it ran under.`,
+(run programmatically from this binary). Otherwise (the default, auto) the scheduler runs the cases
+whose fault lands at an exact phase (park) or at steady state N at a time, and beside them, one after
+the other, the cases whose fault lands by the clock (at, after-exit, offsets, sweep points, while-down,
+window calibration): each of those has the machine to itself from its calibration's measured runs (or
+its re-arm) until its faults are in. results.json records each case's class, the concurrency it ran
+under and, for a timed case, the concurrency and time of its timed part (clock_concurrency, clock_ms).`,
 		Example: `  vmchaos run --label-filter speed:fast --time-scale 0.05
   vmchaos run --label-filter 'seed:001 && op:hibernate' --time-scale 0.05
   vmchaos run --list --label-filter 'fault:stop'
@@ -123,7 +125,7 @@ func (o *runCmd) add(c *cobra.Command) {
 	o.sf.add(c)
 	c.Flags().StringVar(&o.filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
 	c.Flags().StringVar(&o.shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
-	c.Flags().StringVar(&o.parallel, "parallel", "auto", "shared cases run at once: auto (2 per CPU less the load average, at least 1, at most one per CPU and 4) or N; cases with timed faults or a window calibration always run alone. 1: sequential through Ginkgo, as before the scheduler. >1 (or auto): the scheduler of scenarios/suite, same ginkgo.json")
+	c.Flags().StringVar(&o.parallel, "parallel", "auto", "shared cases run at once: auto (2 per CPU less the load average, at least 1, at most one per CPU and 4) or N; the timed part of a case with timed faults or a window calibration always runs alone. 1: sequential through Ginkgo, as before the scheduler. >1 (or auto): the scheduler of scenarios/suite, same ginkgo.json")
 	c.Flags().BoolVar(&o.list, "list", false, "list the selected cases with their labels and exit")
 	c.Flags().IntVar(&o.repeat, "repeat", 1, "run every case N times, each on a fresh stack; a case whose verdicts differ is reported flaky (not a pass). Composes with --shard, e.g. --repeat 5 --shard 1/2")
 	c.Flags().StringVar(&o.load, "load", "", "run under a bounded CPU hog for the run's duration: cpu=N spins N cores (e.g. cpu=1), torn down with the run")

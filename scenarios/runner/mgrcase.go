@@ -95,7 +95,14 @@ func (r *Runner) runMgrCase(ctx context.Context, c scenarios.Case, bugs []string
 		rc.Verdict, rc.Reason, rc.Culprit = verdictOf(outcome{Err: err})
 		return rc
 	}
-	o := mc.run(ctx)
+	// a manager case marks no timed part: an alone one holds the machine
+	// from its setup to the end of its convergence
+	ck := &clock{g: ClockGateOf(ctx)}
+	o := outcome{Err: ck.enter(ctx)}
+	if o.Err == nil {
+		o = mc.run(ctx)
+	}
+	ck.leave()
 	if o.Err == nil && errors.Is(ctx.Err(), context.Canceled) {
 		o.Err = harnessErr(fmt.Errorf("run interrupted: %w", ctx.Err()))
 	}

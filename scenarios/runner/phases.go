@@ -21,6 +21,9 @@ import (
 // verdict. A phase error says who failed (caseError).
 func (cr *caseRun) execute(ctx context.Context, budget time.Duration) outcome {
 	o := outcome{Budget: budget}
+	// every way out of the timed part gives the machine back (restore
+	// gives it back as soon as the faults are in)
+	defer cr.clock.leave()
 	o.Err = cr.arm(ctx, budget)
 	cr.laps.lap("arm")
 	if o.Err == nil && cr.refusal != "" {
@@ -117,6 +120,13 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 	// agent (and its children, which inherit its environment) or the
 	// harness's own vmctl processes.
 	cr.laps.lap("window")
+	// from the armed agent on (it carries the in-victim timers), through
+	// the act and the injection, an at/after-exit trigger, an offset, a
+	// while-down fault or a now fault in flight lands by the clock
+	// (suite.Classify): an alone case holds the machine
+	if err := cr.clock.enter(ctx); err != nil {
+		return err
+	}
 	own := cr.armedOwn()
 	fps := withSpecs(own, cr.victimSpecs(false))
 	st.SetHarnessFailpoints(withSpecs(own, cr.victimSpecs(true)))
@@ -352,6 +362,9 @@ func (cr *caseRun) restore(ctx context.Context, budget time.Duration) error {
 			return harnessErr(fmt.Errorf("operator start of %s: %w", unit, err))
 		}
 	}
+	// the faults are in and the while-stopped steps (which race the
+	// agent's RestartSec) ran: what follows waits on the product
+	cr.clock.leave()
 	if err := cr.waitServing(ctx, 60*time.Second); err != nil {
 		return productErr(ServedAfterRestart, fmt.Errorf("the agent did not serve again after the fault: %w", err))
 	}

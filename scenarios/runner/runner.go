@@ -456,6 +456,7 @@ type caseRun struct {
 	// (stall.go)
 	unreached []string
 	laps      *laps             // VMCHAOS_LAPS: phase wall times (laps.go)
+	clock     *clock            // the alone case's hold on the machine for its timed part (clock.go)
 	vArms     map[int]victimArm // faults armed in their victim (invictim.go)
 	// macs: per name, the MACs of its VM listed right before its
 	// hibernate (Expect.MACKept, macs.go), and the first listing error
@@ -557,7 +558,8 @@ func (r *Runner) runCase(ctx context.Context, c scenarios.Case, bugs []string, r
 	}
 	lp.lap("stack")
 	cr := &caseRun{r: r, c: c, s: s, st: st, rc: &rc, goals: map[string]string{}, gens: map[string]int64{},
-		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs, laps: lp}
+		ledger: map[string]int{}, cycles: map[string]bool{}, direct: map[string]*directProc{}, victims: map[int]bool{}, bugs: bugs, laps: lp,
+		clock: &clock{g: ClockGateOf(ctx)}}
 	if cl != nil {
 		cr.cl = cl
 		cl.mu.Lock()

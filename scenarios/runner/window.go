@@ -158,6 +158,13 @@ func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opW
 			}
 		}
 	}
+	// The measured runs are the timed part's start: from here to the
+	// fault, nothing else of the run may stretch this stack's windows
+	// (an alone case holds the machine; the preparation above and the
+	// setup beside it measured nothing and shared it).
+	if err := cr.clock.enter(ctx); err != nil {
+		return ow, err
+	}
 	for _, vm := range vms {
 		_, run := calibSteps(cr.s.Op, vm)
 		fromNs := failpoint.Now()

@@ -19,8 +19,9 @@ type ScheduleMeta struct {
 
 // StartOrder is the place in which each case starts under Schedule with n
 // workers: with one worker the catalogue order; otherwise every alone
-// case in catalogue order, then the shared ones in catalogue order (each
-// starts as a worker frees up, in that order).
+// case in catalogue order, then the shared ones in catalogue order. The
+// two run side by side (Schedule's alone lane beside the shared places),
+// so the place is each class's own start order, not a global one.
 func StartOrder(classes []Class, n int) []int {
 	order := make([]int, len(classes))
 	if n <= 1 {

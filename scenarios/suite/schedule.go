@@ -3,55 +3,82 @@ package suite
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/vmchaos/vmchaos/scenarios/runner"
 )
 
-// Slot is what the scheduler knows about one case once it ran: its class
-// and the most cases of the run in flight at once while it ran (itself
-// included; 1 for an alone case, and for every case of a --parallel 1 run).
+// Slot is what the scheduler knows about one case once it ran: its class,
+// the most cases of the run in flight at once while it ran (itself
+// included; 1 for every case of a --parallel 1 run), and for an alone case
+// the most in flight while it held the machine for its timed part (1
+// whenever it entered it: nothing beside it; 0 when it never did).
 type Slot struct {
-	Class       Class
-	Concurrency int
-	Ran         bool
+	Class            Class
+	Concurrency      int
+	ClockConcurrency int
+	// Clock is how long it held the machine for its timed part: serial
+	// time of the run, the floor no number of workers shortens.
+	Clock time.Duration
+	Ran   bool
 }
 
 // Schedule runs case i (0 <= i < len(classes)) by calling run(ctx, i) on
-// its own goroutine: shared cases up to n at a time, each alone case with
-// nothing else of the run in flight. The alone cases run first, one after
-// the other in catalogue order, then the shared ones n at a time in
-// catalogue order: one drain for the whole run instead of one per alone
-// case scattered through the catalogue (a drain waits for the slowest
-// shared case in flight). A cancelled ctx starts no further case; cases in
-// flight finish. It returns when every started case has returned.
+// its own goroutine, at most n cases in flight. Shared cases start in
+// catalogue order whenever a place is free. Alone cases run one after the
+// other in catalogue order, on a lane of their own beside the shared
+// cases (n-1 shared places while that lane runs, n after): each gets a
+// runner.ClockGate in its ctx, and for the part it enters (the timed part:
+// calibration, arming, act, injection) no shared case starts and the ones
+// in flight have returned, so nothing else of the run runs beside it.
+// Its stack start before and its recovery, convergence and teardown after
+// share the machine (issue #37: the alone floor was a third of the
+// scheduled wall time with every alone case holding the machine whole).
+// With n = 1 every case runs by itself: the alone ones first, then the
+// shared ones. A cancelled ctx starts no further case; cases in flight
+// finish. It returns when every started case has returned.
 func Schedule(ctx context.Context, classes []Class, n int, run func(ctx context.Context, i int)) []Slot {
 	n = max(n, 1)
-	tr := &tracker{slots: make([]Slot, len(classes)), running: map[int]bool{}}
+	tr := &tracker{slots: make([]Slot, len(classes)), running: map[int]bool{}, holder: -1}
+	var alone, shared []int
 	for i, c := range classes {
 		tr.slots[i].Class = c
+		if c == Shared {
+			shared = append(shared, i)
+		} else {
+			alone = append(alone, i)
+		}
 	}
-	for i, c := range classes {
-		if c != Shared && ctx.Err() == nil {
-			// nothing else is in flight: the previous alone case returned
-			// and no shared case has started yet
+	if n == 1 {
+		for _, i := range append(alone, shared...) {
+			if ctx.Err() != nil {
+				break
+			}
 			tr.do(ctx, i, run)
 		}
+		return tr.slots
 	}
-	sem := make(chan struct{}, n)
+	g := newGate(n, len(alone) > 0)
 	var wg sync.WaitGroup
-	for i, c := range classes {
-		if c != Shared {
-			continue
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer g.laneDone()
+		for _, i := range alone {
+			if ctx.Err() != nil {
+				return
+			}
+			tr.do(runner.WithClockGate(ctx, &hold{g: g, tr: tr, i: i}), i, run)
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
+	}()
+	for _, i := range shared {
+		if !g.admit(ctx) {
 			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
+			defer g.release()
 			tr.do(ctx, i, run)
 		}()
 	}
@@ -59,12 +86,122 @@ func Schedule(ctx context.Context, classes []Class, n int, run func(ctx context.
 	return tr.slots
 }
 
+// gate admits shared cases and gives the alone lane the machine for a
+// case's timed part. State changes close changed, waking every waiter.
+type gate struct {
+	mu      sync.Mutex
+	n       int  // places in all
+	lane    bool // the alone lane still runs: it takes one place
+	shared  int  // shared cases in flight
+	want    bool // an alone case waits for the machine: admit nothing
+	held    bool // an alone case holds the machine
+	changed chan struct{}
+}
+
+func newGate(n int, lane bool) *gate {
+	return &gate{n: n, lane: lane, changed: make(chan struct{})}
+}
+
+// wait blocks until ok (called under g.mu, which it holds again on
+// return); false once ctx is done, whatever ok says.
+func (g *gate) wait(ctx context.Context, ok func() bool) bool {
+	for ctx.Err() == nil && !ok() {
+		ch := g.changed
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		g.mu.Lock()
+	}
+	return ctx.Err() == nil
+}
+
+func (g *gate) broadcast() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// admit takes a place for a shared case; false when ctx ended first.
+func (g *gate) admit(ctx context.Context) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	places := func() int {
+		if g.lane {
+			return g.n - 1
+		}
+		return g.n
+	}
+	if !g.wait(ctx, func() bool { return !g.want && !g.held && g.shared < places() }) {
+		return false
+	}
+	g.shared++
+	return true
+}
+
+// release gives a shared case's place back once it returned.
+func (g *gate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shared--
+	g.broadcast()
+}
+
+// laneDone: every alone case returned; its place goes to shared cases.
+func (g *gate) laneDone() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lane, g.want, g.held = false, false, false
+	g.broadcast()
+}
+
+// hold is one alone case's runner.ClockGate.
+type hold struct {
+	g  *gate
+	tr *tracker
+	i  int
+}
+
+// Enter stops admitting shared cases, waits until the ones in flight have
+// returned, and holds the machine.
+func (h *hold) Enter(ctx context.Context) error {
+	g := h.g
+	g.mu.Lock()
+	g.want = true
+	ok := g.wait(ctx, func() bool { return g.shared == 0 })
+	if ok {
+		g.held = true
+	} else {
+		g.want = false
+		g.broadcast()
+	}
+	g.mu.Unlock()
+	if !ok {
+		return ctx.Err()
+	}
+	h.tr.hold(h.i)
+	return nil
+}
+
+// Leave lets shared cases start again.
+func (h *hold) Leave() {
+	h.tr.hold(-1)
+	g := h.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.want, g.held = false, false
+	g.broadcast()
+}
+
 // tracker measures each case's concurrency: the largest number of cases
-// in flight at any moment between its start and its end.
+// in flight at any moment between its start and its end, and for the case
+// holding the machine, while it holds it.
 type tracker struct {
 	mu      sync.Mutex
 	slots   []Slot
 	running map[int]bool
+	holder  int // the alone case holding the machine, -1 for none
+	since   time.Time
 }
 
 func (t *tracker) do(ctx context.Context, i int, run func(context.Context, int)) {
@@ -72,6 +209,9 @@ func (t *tracker) do(ctx context.Context, i int, run func(context.Context, int))
 	t.running[i] = true
 	for j := range t.running {
 		t.slots[j].Concurrency = max(t.slots[j].Concurrency, len(t.running))
+	}
+	if t.holder >= 0 {
+		t.slots[t.holder].ClockConcurrency = max(t.slots[t.holder].ClockConcurrency, len(t.running))
 	}
 	t.slots[i].Ran = true
 	t.mu.Unlock()
@@ -81,4 +221,17 @@ func (t *tracker) do(ctx context.Context, i int, run func(context.Context, int))
 		t.mu.Unlock()
 	}()
 	run(ctx, i)
+}
+
+// hold records that case i (-1: none) holds the machine from now on.
+func (t *tracker) hold(i int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.holder >= 0 {
+		t.slots[t.holder].Clock += time.Since(t.since)
+	}
+	t.holder, t.since = i, time.Now()
+	if i >= 0 {
+		t.slots[i].ClockConcurrency = max(t.slots[i].ClockConcurrency, len(t.running))
+	}
 }

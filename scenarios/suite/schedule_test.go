@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmchaos/vmchaos/scenarios/runner"
 )
 
 // overlapRecorder is a fake case runner: it records, for every case, the
@@ -23,11 +25,28 @@ type overlapRecorder struct {
 	waitPair bool // more than one worker: shared cases wait for a pair
 	classes  []Class
 	ran      []int
+	// timed: the alone cases inside their timed part (between the
+	// gate's Enter and Leave); timedOverlaps[i]: every case in flight at
+	// any moment of alone case i's timed part; entered: the alone cases
+	// that got the gate
+	timed         map[int]bool
+	timedOverlaps map[int]map[int]bool
+	entered       map[int]bool
 }
 
 func newOverlapRecorder(classes []Class, workers int) *overlapRecorder {
 	return &overlapRecorder{running: map[int]bool{}, overlaps: map[int]map[int]bool{}, pair: make(chan struct{}),
-		classes: classes, waitPair: workers > 1}
+		classes: classes, waitPair: workers > 1, timed: map[int]bool{}, timedOverlaps: map[int]map[int]bool{},
+		entered: map[int]bool{}}
+}
+
+// busy gives any case a broken scheduler started beside this one the
+// chance to be in flight while this part still runs.
+func busy() {
+	for k := 0; k < 50; k++ {
+		runtime.Gosched()
+	}
+	time.Sleep(time.Millisecond)
 }
 
 func (o *overlapRecorder) run(ctx context.Context, i int) {
@@ -39,6 +58,9 @@ func (o *overlapRecorder) run(ctx context.Context, i int) {
 	}
 	o.running[i] = true
 	o.ran = append(o.ran, i)
+	for j := range o.timed {
+		o.timedOverlaps[j][i] = true
+	}
 	for j := range o.running {
 		if o.classes[j] == Shared {
 			shared++
@@ -56,15 +78,37 @@ func (o *overlapRecorder) run(ctx context.Context, i int) {
 		case <-ctx.Done():
 		}
 	}
-	// give any case a broken scheduler started beside this one the chance
-	// to be in flight while it still runs
-	for k := 0; k < 50; k++ {
-		runtime.Gosched()
+	busy()
+	if g := runner.ClockGateOf(ctx); g != nil {
+		// an alone case as the runner runs it: its stack start before the
+		// timed part, its convergence and teardown after it
+		o.timedPart(ctx, i, g)
+		busy()
 	}
-	time.Sleep(time.Millisecond)
 	o.mu.Lock()
 	delete(o.running, i)
 	o.mu.Unlock()
+}
+
+func (o *overlapRecorder) timedPart(ctx context.Context, i int, g runner.ClockGate) {
+	if g.Enter(ctx) != nil {
+		return
+	}
+	o.mu.Lock()
+	o.entered[i] = true
+	o.timedOverlaps[i] = map[int]bool{}
+	for j := range o.running {
+		if j != i {
+			o.timedOverlaps[i][j] = true
+		}
+	}
+	o.timed[i] = true
+	o.mu.Unlock()
+	busy()
+	o.mu.Lock()
+	delete(o.timed, i)
+	o.mu.Unlock()
+	g.Leave()
 }
 
 // mixed interleaves alone cases with shared ones, as the catalogue does.
@@ -80,26 +124,33 @@ func mixed() []Class {
 	return cs
 }
 
-func TestScheduleAloneCasesNeverOverlapAndSharedOnesDo(t *testing.T) {
+func TestScheduleAloneTimedPartsNeverOverlapAndSharedOnesDo(t *testing.T) {
 	classes := mixed()
 	rec := newOverlapRecorder(classes, 3)
 	slots := Schedule(context.Background(), classes, 3, rec.run)
 	if len(rec.ran) != len(classes) {
 		t.Fatalf("%d case(s) ran, want %d", len(rec.ran), len(classes))
 	}
-	sharedOverlap := false
+	sharedOverlap, aloneBeside := false, false
 	for i, c := range classes {
 		if !slots[i].Ran || slots[i].Class != c {
 			t.Errorf("case %d: slot %+v, want ran as %s", i, slots[i], c)
 		}
 		switch c {
 		case Alone:
-			if len(rec.overlaps[i]) > 0 {
-				t.Errorf("alone case %d overlapped cases %v", i, rec.overlaps[i])
+			if !rec.entered[i] {
+				t.Errorf("alone case %d ran without the machine to itself for its timed part", i)
 			}
-			if slots[i].Concurrency != 1 {
-				t.Errorf("alone case %d: concurrency %d, want 1", i, slots[i].Concurrency)
+			if len(rec.timedOverlaps[i]) > 0 {
+				t.Errorf("alone case %d: cases %v in flight during its timed part", i, rec.timedOverlaps[i])
 			}
+			if slots[i].ClockConcurrency != 1 {
+				t.Errorf("alone case %d: concurrency in its timed part %d, want 1", i, slots[i].ClockConcurrency)
+			}
+			if slots[i].Clock < time.Millisecond { // busy() sleeps 1 ms inside the timed part
+				t.Errorf("alone case %d: held the machine %v, want at least its timed part's 1 ms", i, slots[i].Clock)
+			}
+			aloneBeside = aloneBeside || len(rec.overlaps[i]) > 0
 		case Shared:
 			sharedOverlap = sharedOverlap || len(rec.overlaps[i]) > 0
 			if len(rec.overlaps[i]) > 0 && slots[i].Concurrency < 2 {
@@ -109,6 +160,9 @@ func TestScheduleAloneCasesNeverOverlapAndSharedOnesDo(t *testing.T) {
 	}
 	if !sharedOverlap {
 		t.Error("with 3 workers no shared case ever ran beside another")
+	}
+	if !aloneBeside {
+		t.Error("no shared case ever ran beside an alone case's untimed parts")
 	}
 	if rec.peak > 3 {
 		t.Errorf("%d cases in flight at once, want at most 3", rec.peak)

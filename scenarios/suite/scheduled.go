@@ -61,7 +61,8 @@ func Annotate(res *reports.Results, cases []scenarios.Case, slots []Slot) {
 		cl, _ := Classify(cases[i])
 		rc.Class, rc.Concurrency = string(cl), 1
 		if slots != nil {
-			rc.Concurrency = slots[i].Concurrency
+			rc.Concurrency, rc.ClockConcurrency = slots[i].Concurrency, slots[i].ClockConcurrency
+			rc.ClockMs = float64(slots[i].Clock) / float64(time.Millisecond)
 		}
 	}
 	sort.SliceStable(res.Cases, func(a, b int) bool {

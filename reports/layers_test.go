@@ -57,8 +57,11 @@ func namesIn(t *testing.T, dir string) map[string]bool {
 }
 
 // notInvariants are kebab-case names in the checker and runner that are
-// not invariants: none today.
-var notInvariants = map[string]bool{}
+// not invariants: kebab-case constants of the runner that name something
+// else (the scan cannot tell).
+var notInvariants = map[string]bool{
+	"tgt-cut": true, // runner/mgrworkload.go mgrCutClone: the VM the manager workload judgement clones
+}
 
 // TestEveryInvariantHasALayer: every invariant the checker and the runner
 // can emit is attributed to a layer, so no failure is reported unattributed.

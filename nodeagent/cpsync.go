@@ -125,12 +125,19 @@ func (a *Agent) putFromControlPlane(ctx context.Context, v controlplane.VM, in I
 	if applied {
 		return
 	}
-	if code, _, msg := a.putIntent(a.ctx, v.Name, in, v.Generation); msg != "" {
+	code, _, msg, owed := a.storeIntent(v.Name, in, v.Generation)
+	if msg != "" {
 		a.log.Warn("applying the control plane's intent", "vm", v.Name, "code", code, "err", msg)
 		return
 	}
+	// The intent is durable and its worker not yet told: a crash here must
+	// leave a restarted agent acting on it (its startup pass kicks every
+	// record), which is the window this point names.
 	if err := failpoint.Hit(ctx, "agent.migrate.applied", failpoint.Attrs{"vm": v.Name}); err != nil {
 		a.log.Warn("failpoint", "point", "agent.migrate.applied", "err", err)
+	}
+	if owed {
+		a.kick(a.ctx, v.Name, false, nil)
 	}
 }
 

@@ -155,7 +155,7 @@ func (a *Agent) handlePut(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("bad intent: source snapshot %q has the VM's own name, which is reserved for its hibernate snapshot", name))
 		return
 	}
-	code, view, msg := a.putIntent(a.baseCtx(r), name, in, 0)
+	code, view, msg := a.putIntent(a.baseCtx(r), name, in)
 	if msg != "" {
 		writeErr(w, code, msg)
 		return
@@ -163,32 +163,44 @@ func (a *Agent) handlePut(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, view)
 }
 
-// putIntent applies a PUT of in to name: the API's and the control
-// plane sync's one way in (cpsync.go; cpGen is the control plane's
-// generation it applies, 0 from the API). It answers the HTTP code and
-// either the VM's view or an error message.
-func (a *Agent) putIntent(ctx context.Context, name string, in Intent, cpGen int64) (int, VMView, string) {
+// putIntent applies a PUT of in to name from the API and kicks the VM's
+// worker when the record changed. It answers the HTTP code and either the
+// VM's view or an error message.
+func (a *Agent) putIntent(ctx context.Context, name string, in Intent) (int, VMView, string) {
+	code, view, msg, owed := a.storeIntent(name, in, 0)
+	if owed {
+		a.kick(ctx, name, false, nil)
+	}
+	return code, view, msg
+}
+
+// storeIntent records in for name: the API's and the control plane
+// sync's one way in (cpsync.go; cpGen is the control plane's generation it
+// applies, 0 from the API). owed: the record changed and its worker must
+// be kicked; the caller kicks, so the sync can mark "applied, not yet
+// acted on" (agent.migrate.applied) before the worker sees it.
+func (a *Agent) storeIntent(name string, in Intent, cpGen int64) (code int, view VMView, msg string, owed bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	cur := a.store.get(name)
 	if msg := conflict(name, cur, in); msg != "" {
-		return http.StatusConflict, VMView{}, msg
+		return http.StatusConflict, VMView{}, msg, false
 	}
 	if cur != nil && cur.Intent == in && cur.Status.Lifecycle != LifecycleFailed {
 		if cpGen > cur.CPGeneration {
 			// applied: nothing else to do for it
 			rec, err := a.store.update(name, func(r *record) error { r.CPGeneration = cpGen; return nil })
 			if err != nil {
-				return http.StatusInternalServerError, VMView{}, err.Error()
+				return http.StatusInternalServerError, VMView{}, err.Error(), false
 			}
-			return http.StatusOK, rec.view(), ""
+			return http.StatusOK, rec.view(), "", false
 		}
-		return http.StatusOK, cur.view(), "" // no change, no new generation
+		return http.StatusOK, cur.view(), "", false // no change, no new generation
 	}
 	if cur != nil && a.claims[name] {
-		return http.StatusConflict, VMView{}, fmt.Sprintf(MsgResumeInFlight, name)
+		return http.StatusConflict, VMView{}, fmt.Sprintf(MsgResumeInFlight, name), false
 	}
-	code := http.StatusOK
+	code = http.StatusOK
 	var rec *record
 	var err error
 	if cur == nil {
@@ -210,10 +222,9 @@ func (a *Agent) putIntent(ctx context.Context, name string, in Intent, cpGen int
 		})
 	}
 	if err != nil {
-		return http.StatusInternalServerError, VMView{}, err.Error()
+		return http.StatusInternalServerError, VMView{}, err.Error(), false
 	}
-	a.kickLocked(ctx, name, false, nil)
-	return code, rec.view(), ""
+	return code, rec.view(), "", true
 }
 
 func (a *Agent) handleDelete(w http.ResponseWriter, r *http.Request) {

@@ -424,3 +424,17 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// ExpandedCase is the case with that id among Expand(backend)'s.
+func ExpandedCase(backend, id string) (Case, error) {
+	all, err := Expand(backend)
+	if err != nil {
+		return Case{}, err
+	}
+	for _, c := range all {
+		if c.ID == id {
+			return c, nil
+		}
+	}
+	return Case{}, fmt.Errorf("no case %s in the %s catalogue", id, backend)
+}

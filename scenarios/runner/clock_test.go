@@ -37,17 +37,11 @@ func (g *recordingGate) Leave() {
 
 func fakeCase(t *testing.T, id string) scenarios.Case {
 	t.Helper()
-	all, err := scenarios.Expand("fake")
+	c, err := scenarios.ExpandedCase("fake", id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range all {
-		if c.ID == id {
-			return c
-		}
-	}
-	t.Fatalf("no case %s in the fake catalogue", id)
-	return scenarios.Case{}
+	return c
 }
 
 // A timed case holds the machine once, and every one of its faults lands

@@ -125,7 +125,8 @@ func buildCoverageCases(cat []Scenario) coverGen {
 		if targeted[cellKeyS{c.Op, c.Point, c.Kind}] {
 			continue
 		}
-		if !ops[c.Op] && directVerbs[c.Op].Act == nil && viaOp[c.Point].Op == "" && c.Op != "daemon" && !StartupPoints[c.Point] {
+		if !ops[c.Op] && directVerbs[c.Op].Act == nil && viaOp[c.Point].Op == "" && c.Op != "daemon" && c.Op != OpMigrate &&
+			!StartupPoints[c.Point] {
 			g.gaps = append(g.gaps, CoverageGap{c, noShape(c.Op)})
 			continue
 		}
@@ -159,6 +160,9 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	}
 	if c.Op == "daemon" {
 		return daemonScenario(c)
+	}
+	if c.Op == OpMigrate {
+		return migrateCoverScenario(c)
 	}
 	if c.Op == "agent" && StartupPoints[c.Point] {
 		return startupScenario(c)
@@ -268,8 +272,6 @@ func noShape(op string) string {
 		return "the agent's startup comes only after another fault or an operator's restart, and an agent armed at its start parks there before the case's operation: no one-fault shape reaches it yet"
 	case "ledger":
 		return "the ledger's markers are the harness's own points: no shape parks its guest writer yet"
-	case OpMigrate:
-		return "the control plane sync's points (agent.migrate.*) come only in a cluster case (catalogue_migrate.go): no generated shape drives a migration yet"
 	}
 	// vm-create: the one verb without a directVerbs shape
 	return "`vm create` boots a guest disk IMAGE: the fake backend's cases clone the base snapshot, and no harness step hands vmctl an image yet"
@@ -620,4 +622,62 @@ func asyncAt(op, point string) bool {
 		}
 	}
 	return false
+}
+
+// migrateCoverScenario is the case of a cell of the control plane sync
+// (op:migrate): the migration's own shape (migrateMatrix's: vm-a placed on
+// node A with ledger markers, its placement moved to node B), with the
+// kind's fault on node A's agent parked at the point for vm-a (the matrix's
+// fault; restart-in-recovery's second restart at the restarted agent's
+// reconciled), the node's power cut there, or the failpoint action there.
+// Node A hits agent.migrate.applied for vm-a first when it applies the
+// move as a hibernate (the setup's placement ran unarmed), and
+// agent.migrate.released once, when it released vm-a. Whatever the fault,
+// the migration must end by itself with vm-a live on node B alone, woken
+// from the registry with its RAM (StepAwaitMigrated: the ledger there).
+func migrateCoverScenario(c CoverageCell) (Scenario, string) {
+	s := Scenario{
+		ID:      "cov-" + c.Op + "-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
+		SeedRef: "coverage", Op: OpMigrate, Speed: "nightly",
+		Setup:    placedA,
+		Act:      []Step{{Kind: StepMigrate, VM: vmA, Node: NodeB}},
+		After:    []Step{{Kind: StepAwaitMigrated, VM: vmA, Node: NodeB}},
+		Env:      migrateEnv,
+		Backends: []string{"fake"},
+		Labels:   []string{"coverage", "point:" + c.Point, "kind:" + c.Kind},
+	}
+	mk, matrix := matrixKindNamed(c.Kind)
+	switch {
+	case covActions[c.Kind] != "":
+		s.Title = fmt.Sprintf("failpoint action %s at node A's %s of vm-a's migration to node B: the migration ends by itself with vm-a live on node B alone with its RAM", covActions[c.Kind], c.Point)
+		s.Env.Failpoints = c.Point + "=" + covActions[c.Kind] + "@vm=" + vmA
+		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point, Window: [2]string{c.Point, lastPoint(OpMigrate)}}}
+		s.Labels = append(s.Labels, "trigger:at")
+	case c.Kind == FaultPowerCut:
+		s.Title = fmt.Sprintf("power cut of node A parked at %s of vm-a's migration to node B: once node A booted again the migration ends by itself with vm-a live on node B alone with its RAM", c.Point)
+		s.Faults = []Fault{{Kind: FaultPowerCut, Trigger: "park " + c.Point, VM: vmA}}
+		// as packaged: the unit starts again 5 s (scaled) after the boot
+		s.Env.RestartDelay = 5 * time.Second
+		s.Labels = append(s.Labels, "trigger:park")
+	case matrix && mk.First.Unit == "" && mk.First.Kind != "sigkill-vmm" && mk.First.Kind != "sigkill-child" && !mk.KillsVMM:
+		f := mk.First
+		f.Trigger, f.VM = "park "+c.Point, vmA
+		s.Faults = []Fault{f}
+		s.Title = fmt.Sprintf("%s of node A's agent parked at %s of vm-a's migration to node B: the migration ends by itself with vm-a live on node B alone with its RAM", c.Kind, c.Point)
+		if mk.Second != nil {
+			g := *mk.Second
+			g.Window = [2]string{strings.TrimPrefix(g.Trigger, "at "), lastPoint(OpMigrate)}
+			s.Faults = append(s.Faults, g)
+			s.Labels = append(s.Labels, "double")
+			s.Title = fmt.Sprintf("double fault %s on node A's agent at %s of vm-a's migration to node B (killed there, restarted again at its recovery's reconciled): the migration ends by itself with vm-a live on node B alone with its RAM", c.Kind, c.Point)
+		}
+		if mk.Restart > 0 {
+			s.Env.RestartDelay = mk.Restart
+		}
+		s.Labels = append(s.Labels, "trigger:park")
+	default:
+		return Scenario{}, "no migration shape for " + c.Kind + " (a kind that kills the VMM or a child: the control plane sync has neither)"
+	}
+	s.Labels = append(s.Labels, LabelRegistryOCI)
+	return s, ""
 }

@@ -36,13 +36,18 @@ type Ack struct {
 	Name       string
 	Generation int64 // the generation the agent reported after it (0: unknown)
 	Delete     bool
-	AtNs       int64 // CLOCK_MONOTONIC when the 2xx was received
+	// Released: the node released the VM to the control plane (a
+	// migration's source, answered): the record must stay hibernated
+	// until the agent deletes it, never run again here
+	Released bool
+	AtNs     int64 // CLOCK_MONOTONIC when the 2xx was received
 }
 
 // AckedIntentsKeptInvariant judges what the rebooted agent lists (listed,
 // read before it could act on anything new) against the last change of
 // every name acknowledged before cutNs: a PUT must be there, not deleted,
-// at its generation or later; a DELETE must be gone or still deleting.
+// at its generation or later; a DELETE must be gone or still deleting; a
+// release (Ack.Released) must be hibernated, deleting or gone.
 // listErr (the list could not be read) fails it: no data, no pass.
 func AckedIntentsKeptInvariant(acks []Ack, cutNs int64, listed []agentapi.VMView, listErr error) reports.Invariant {
 	inv := reports.Invariant{Name: AckedIntentsKept}
@@ -70,6 +75,11 @@ func AckedIntentsKeptInvariant(acks []Ack, cutNs int64, listed []agentapi.VMView
 		a, v := last[n], views[n]
 		_, present := views[n]
 		switch {
+		case a.Released && present && !v.Deleted && v.Status.Lifecycle != agentapi.LifecycleHibernated &&
+			v.Status.Lifecycle != agentapi.LifecycleDeleting:
+			ev = append(ev, fmt.Sprintf("%s: released to the control plane before the cut, the agent lists it %s (generation %d)", n, v.Status.Lifecycle, v.Generation))
+		case a.Released:
+			// kept hibernated, being deleted or gone: what a release allows
 		case a.Delete && present && !v.Deleted:
 			ev = append(ev, fmt.Sprintf("%s: DELETE acknowledged before the cut, the agent lists it live (generation %d)", n, v.Generation))
 		case a.Delete:

@@ -37,3 +37,31 @@ func TestAckedIntentsKeptJudgesEveryAckBeforeTheCut(t *testing.T) {
 		}
 	}
 }
+
+// A migration's source that released a VM to the control plane before the
+// cut (after the placement's PUT) may list it hibernated, deleting or not
+// at all after the reboot, never running again.
+func TestAckedIntentsKeptAfterARelease(t *testing.T) {
+	acks := []Ack{{Name: "m", Generation: 1, AtNs: 10}, {Name: "m", Released: true, AtNs: 20}}
+	hib := agentapi.VMView{Name: "m", Generation: 2}
+	hib.Status.Lifecycle = agentapi.LifecycleHibernated
+	ready := hib
+	ready.Status.Lifecycle = agentapi.LifecycleReady
+	for _, c := range []struct {
+		name   string
+		listed []agentapi.VMView
+		ok     bool
+	}{
+		{"kept hibernated", []agentapi.VMView{hib}, true},
+		{"deleted since", nil, true},
+		{"running again", []agentapi.VMView{ready}, false},
+	} {
+		if inv := AckedIntentsKeptInvariant(acks, 100, c.listed, nil); inv.OK != c.ok {
+			t.Errorf("%s: ok=%v (%s), want %v", c.name, inv.OK, inv.Evidence, c.ok)
+		}
+	}
+	// without the release the same deleted listing loses the PUT
+	if inv := AckedIntentsKeptInvariant(acks[:1], 100, nil, nil); inv.OK {
+		t.Errorf("a PUT with no release, listed by nobody: passed (%s)", inv.Evidence)
+	}
+}

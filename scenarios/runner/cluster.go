@@ -360,6 +360,11 @@ func (cr *caseRun) observeRelease(e controlplane.Event) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	name := e.VM.Name
+	if e.From == cl.names[0] {
+		// the case's own node gave the VM up, answered once this returns
+		// (a power cut after it must not bring it back to life there)
+		cr.noteRelease(name, failpoint.Now())
+	}
 	var ev []string
 	if _, err := checker.ReadRegistrySnapshotOnce(ctx, cr.st.RegistryClient(5*time.Second), cr.st.RegistryURL, name); err != nil {
 		ev = append(ev, fmt.Sprintf("%s released %s to %s with no snapshot durable under %s:hibernate: %v", e.From, name, e.VM.Node, name, err))
@@ -442,6 +447,9 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 	if node == cr.st {
 		if v, err := cr.st.Agent.Get(ctx, step.VM); err == nil {
 			cr.gens[step.VM] = v.Generation
+			// ready at its generation: the placement is the agent's
+			// acknowledged intent (a power cut must keep it)
+			cr.noteAck(step.VM, v.Generation, false, failpoint.Now())
 		}
 	}
 	return true, nil
@@ -612,7 +620,14 @@ func (cr *caseRun) verifyMigrated(ctx context.Context, name string, node *stack.
 	}
 	vctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	v, err := cr.st.Ledger.Verify(vctx, ledger.Guest{Name: name, Addr: addr}, ledger.VerifyOpts{ExpectRAM: true})
+	opts := ledger.VerifyOpts{ExpectRAM: true}
+	if why := cr.coldBootReason(); why != "" {
+		// a power cut killed the source's VMM before its hibernate saved
+		// the guest's RAM: the wake brings back a fresh boot, its disk
+		// markers kept
+		opts.ColdBootAllowed = why
+	}
+	v, err := cr.st.Ledger.Verify(vctx, ledger.Guest{Name: name, Addr: addr}, opts)
 	if err != nil {
 		return harnessErr(fmt.Errorf("verify the migrated guest: %w", err))
 	}

@@ -319,6 +319,14 @@ func (cr *caseRun) noteAck(name string, gen int64, del bool, atNs int64) {
 	cr.mu.Unlock()
 }
 
+// noteRelease records the case's own node's release of a VM to the control
+// plane (a migration's source), answered at atNs.
+func (cr *caseRun) noteRelease(name string, atNs int64) {
+	cr.mu.Lock()
+	cr.acks = append(cr.acks, checker.Ack{Name: name, Released: true, AtNs: atNs})
+	cr.mu.Unlock()
+}
+
 // coldBootReason is why a guest may have booted fresh (a VMM died in the
 // cut), for the ledger's verification.
 func (cr *caseRun) coldBootReason() string {

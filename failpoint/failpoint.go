@@ -351,6 +351,12 @@ func (r *rule) run(ctx context.Context, st *state, name, vm, op string, hitSeq u
 	return nil
 }
 
+// Park parks the calling goroutine at name as a pause action does (dir is
+// the control dir): for a process that marks its phases without the
+// package's configuration, the harness's own ledger writer
+// (runner/ledgerpark.go), whose runs share one process.
+func Park(ctx context.Context, dir, name string) error { return park(ctx, dir, name) }
+
 // park announces itself with <ctl>/<name>.paused (holding our pid) and blocks
 // until <ctl>/<name>.release appears.
 func park(ctx context.Context, dir, name string) error {

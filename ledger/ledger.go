@@ -70,6 +70,13 @@ type Ledger struct {
 	// host namespace has no route to them. Set it before first use.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	// Hook, when set, runs at each of the writer's named phases
+	// (ledger.marker.intent, ledger.marker.written) after failpoint.Hit:
+	// the harness traces its own writer there and parks it for a fault
+	// (runner/ledgerpark.go). A non-nil error ends the write as the
+	// phase's failure. Set it before the writes it should see.
+	Hook func(ctx context.Context, point string, attrs failpoint.Attrs) error
+
 	journal string
 	key     *Key
 	pins    pinFile
@@ -131,7 +138,7 @@ func (l *Ledger) WriteMarkers(ctx context.Context, g Guest, cycle int) (Marker, 
 		return Marker{}, fmt.Errorf("ledger %s: marker %s: %w", g.Name, name, err)
 	}
 	attrs := failpoint.Attrs{"vm": g.Name, "marker": name}
-	if err := failpoint.Hit(ctx, "ledger.marker.intent", attrs); err != nil {
+	if err := l.hit(ctx, "ledger.marker.intent", attrs); err != nil {
 		return Marker{}, fmt.Errorf("ledger %s: marker %s: %w", g.Name, name, err)
 	}
 	// The disk marker is synced before the RAM marker exists, so a RAM
@@ -146,13 +153,24 @@ func (l *Ledger) WriteMarkers(ctx context.Context, g Guest, cycle int) (Marker, 
 	if m.BootID == "" {
 		return Marker{}, fmt.Errorf("ledger %s: write marker %s: guest reported an empty boot id", g.Name, name)
 	}
-	if err := failpoint.Hit(ctx, "ledger.marker.written", attrs); err != nil {
+	if err := l.hit(ctx, "ledger.marker.written", attrs); err != nil {
 		return Marker{}, fmt.Errorf("ledger %s: marker %s: %w", g.Name, name, err)
 	}
 	if err := l.append(Entry{Kind: KindAcked, Guest: g.Name, Marker: name, Cycle: cycle, Addr: g.Addr, BootID: m.BootID}); err != nil {
 		return Marker{}, fmt.Errorf("ledger %s: marker %s: %w", g.Name, name, err)
 	}
 	return m, nil
+}
+
+// hit marks one of the writer's phases: failpoint.Hit, then the Hook.
+func (l *Ledger) hit(ctx context.Context, point string, attrs failpoint.Attrs) error {
+	if err := failpoint.Hit(ctx, point, attrs); err != nil {
+		return err
+	}
+	if l.Hook != nil {
+		return l.Hook(ctx, point, attrs)
+	}
+	return nil
 }
 
 // RecordBootID journals g's current boot id: the baseline the next wake's

@@ -125,7 +125,7 @@ func buildCoverageCases(cat []Scenario) coverGen {
 		if targeted[cellKeyS{c.Op, c.Point, c.Kind}] {
 			continue
 		}
-		if !ops[c.Op] && directVerbs[c.Op].Act == nil && viaOp[c.Point].Op == "" && c.Op != "daemon" && c.Op != OpMigrate &&
+		if !ops[c.Op] && directVerbs[c.Op].Act == nil && viaOp[c.Point].Op == "" && c.Op != "daemon" && c.Op != OpMigrate && c.Op != "ledger" &&
 			!StartupPoints[c.Point] {
 			g.gaps = append(g.gaps, CoverageGap{c, noShape(c.Op)})
 			continue
@@ -163,6 +163,9 @@ func coverageScenario(c CoverageCell) (Scenario, string) {
 	}
 	if c.Op == OpMigrate {
 		return migrateCoverScenario(c)
+	}
+	if c.Op == "ledger" {
+		return ledgerScenario(c)
 	}
 	if c.Op == "agent" && StartupPoints[c.Point] {
 		return startupScenario(c)
@@ -270,8 +273,6 @@ func noShape(op string) string {
 	switch op {
 	case "agent":
 		return "the agent's startup comes only after another fault or an operator's restart, and an agent armed at its start parks there before the case's operation: no one-fault shape reaches it yet"
-	case "ledger":
-		return "the ledger's markers are the harness's own points: no shape parks its guest writer yet"
 	}
 	// vm-create: the one verb without a directVerbs shape
 	return "`vm create` boots a guest disk IMAGE: the fake backend's cases clone the base snapshot, and no harness step hands vmctl an image yet"
@@ -679,5 +680,44 @@ func migrateCoverScenario(c CoverageCell) (Scenario, string) {
 		return Scenario{}, "no migration shape for " + c.Kind + " (a kind that kills the VMM or a child: the control plane sync has neither)"
 	}
 	s.Labels = append(s.Labels, LabelRegistryOCI)
+	return s, ""
+}
+
+// ledgerScenario is the case of a cell of the ledger's own markers (op
+// context "ledger", the harness's guest writer): vm-a ready with a first
+// marker acked, then the harness writes its next marker and is parked at
+// the point (runner/ledgerpark.go: the writer traces and parks itself
+// there), where vm-a's VMM is SIGKILLed or the node's power cut. Parked at
+// ledger.marker.intent the marker is journaled and not in the guest yet;
+// at ledger.marker.written the guest synced its disk marker and made its
+// RAM marker, the ack not journaled yet (it is once released: the guest
+// confirmed it before the fault). The agent must bring vm-a back by
+// itself, and every marker acked before or at the fault keep its disk
+// marker (ledger-clean; a fresh boot is what a dead VMM leaves, so its RAM
+// markers are not owed).
+func ledgerScenario(c CoverageCell) (Scenario, string) {
+	s := Scenario{
+		ID:      "cov-ledger-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
+		SeedRef: "coverage", Op: "ledger", Speed: "nightly",
+		Setup:  readyA,
+		Act:    []Step{ledgerA},
+		Env:    Env{RestartDelay: 1 * time.Second},
+		Expect: Expect{Ledger: true},
+		Labels: []string{"coverage", "point:" + c.Point, "kind:" + c.Kind, "trigger:park"},
+	}
+	park := Fault{Trigger: "park " + c.Point}
+	switch c.Kind {
+	case "sigkill-vmm":
+		park.Kind, park.VM = "sigkill-vmm", vmA
+		s.Title = fmt.Sprintf("vm-a's VMM SIGKILLed while the harness's ledger write into its guest is parked at %s: the agent brings vm-a back, every acked marker kept on its disk", c.Point)
+	case FaultPowerCut:
+		park.Kind = FaultPowerCut
+		// as packaged: the unit starts again 5 s (scaled) after the boot
+		s.Env.RestartDelay = 5 * time.Second
+		s.Title = fmt.Sprintf("power cut of the node while the harness's ledger write into vm-a's guest is parked at %s: the rebooted agent brings vm-a back, every acked marker kept on its disk", c.Point)
+	default:
+		return Scenario{}, "no ledger shape for " + c.Kind
+	}
+	s.Faults = []Fault{park}
 	return s, ""
 }

@@ -156,6 +156,10 @@ func (cr *caseRun) arm(ctx context.Context, budget time.Duration) error {
 	if s.Expect.Adopted {
 		cr.listBaseline(ctx)
 	}
+	// the setup's ledger writes are done: the act's is the one parked
+	if err := cr.armLedgerPark(); err != nil {
+		return err
+	}
 	cr.mark, cr.armNs = st.Trace.Mark(), failpoint.Now()
 	if s.Env.DaemonArmed {
 		// started after the mark: its first pass is the case's

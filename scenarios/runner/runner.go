@@ -466,7 +466,10 @@ type caseRun struct {
 	cut     *cutState     // what a power cut left (power-cut cases)
 	acks    []checker.Ack // intent changes the agent acknowledged
 	ff      failFast      // the convergence phase's watch for a certain verdict (failfast.go)
-	mu      sync.Mutex
+	// ledgerHook parks the harness's own ledger writer (ledgerpark.go);
+	// nil unless a park trigger names a ledger point
+	ledgerHook *ledgerHook
+	mu         sync.Mutex
 }
 
 type vmmKill struct {
@@ -617,6 +620,9 @@ func (cr *caseRun) teardown(caseDir string) error {
 		cr.scraper.Stop()
 	}
 	cr.releaseAll()
+	if cr.ledgerHook != nil {
+		_ = cr.ledgerHook.conn.Close()
+	}
 	tctx, tcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer tcancel()
 	if cr.cl != nil {

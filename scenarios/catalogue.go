@@ -69,6 +69,10 @@ type Step struct {
 	// Args (direct-vmctl) are the vmctl arguments, VMs and snapshots by
 	// name; ArgImage stands for the run's guest disk image.
 	Args []string
+	// Refused is a refusal the case expects: a direct-vmctl (with Wait)
+	// must exit non-zero with this text in its output; an expect-parked
+	// must park failed with it in its message.
+	Refused string
 }
 
 // Fault is one injection: an injector fault kind fired by an injector trigger.

@@ -33,7 +33,9 @@ const (
 	StepPlace   = "place"   // put VM {snapshot: base, node: Node} on the control plane; with Wait: until Node's agent has it ready
 	StepMigrate = "migrate" // move VM's placement to Node; with Wait: until Node's agent has it ready and no other node holds it
 	// StepExpectParked waits until the case's own node reports VM failed
-	// with its automatic retries exhausted: a leftover failed.
+	// with its automatic retries exhausted: a leftover failed (with
+	// Step.Refused: the product's refusal the case expects, named in the
+	// failure's message).
 	StepExpectParked = "expect-parked"
 	// StepExpectImageRefusedOn waits until Node's agent refuses to restore
 	// VM into another image (image_changed) and holds no VM of it

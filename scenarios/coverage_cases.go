@@ -153,7 +153,7 @@ func buildCoverageCases(cat []Scenario) coverGen {
 // action singles out the save's hit.
 func coverageScenario(c CoverageCell) (Scenario, string) {
 	if c.Kind == CovFailpointError && c.Point == "ch.eject.acked" {
-		return Scenario{}, "error at ch.eject.acked is a guest that never acks the eject (fakech/devtree.go): the NIC's node stays in the device tree for good, so a hibernate ends in a visible terminal netresize error and a vm net leaves device-tree-consistent failing, by design; it needs a case that expects the refusal"
+		return ejectRefusedScenario(c)
 	}
 	if directVerbs[c.Op].Act != nil {
 		return directVerbScenario(c)
@@ -719,5 +719,45 @@ func ledgerScenario(c CoverageCell) (Scenario, string) {
 		return Scenario{}, "no ledger shape for " + c.Kind
 	}
 	s.Faults = []Fault{park}
+	return s, ""
+}
+
+// ejectRefusedScenario is error at ch.eject.acked: a guest that never acks
+// the eject of a NIC (fakech/devtree.go), so the node stays in the VMM's
+// device tree for good. The product refuses to go on over it: vm net exits
+// "eject pending" (the record keeps the ids), and a hibernate's NIC drop
+// fails the same way, is run again (nodeagent/eject.go) and ends the
+// hibernate failed, never saving the half-gone NIC. The cases expect that
+// refusal, then take the operator's way out, which must work over the
+// pending eject: the VM removed (its VMM and the pending node with it).
+// The VMM is started armed (the act clones it), so fakech runs the action.
+func ejectRefusedScenario(c CoverageCell) (Scenario, string) {
+	s := Scenario{
+		ID:      "cov-" + c.Op + "-" + strings.ReplaceAll(c.Point, ".", "-") + "-" + c.Kind,
+		SeedRef: "coverage", Op: c.Op, Speed: "nightly",
+		Backends: []string{"fake"},
+		Env:      Env{RestartDelay: 1 * time.Second, Failpoints: c.Point + "=" + covActions[c.Kind]},
+		Labels:   []string{"coverage", "point:" + c.Point, "kind:" + c.Kind, "trigger:at"},
+	}
+	switch c.Op {
+	case OpHibernate:
+		s.Title = "the guest never acks the eject of the hibernate's NIC drop: the hibernate is refused (eject pending, run again, then failed with no retry left), nothing saved; the operator deletes vm-a over the pending eject"
+		s.Act = armedHibernate
+		s.After = []Step{{Kind: StepExpectParked, VM: vmA, Refused: "eject pending"}, {Kind: StepDelete, VM: vmA, Wait: true}}
+		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point, Window: [2]string{c.Point, "agent.failed"}}}
+		// no automatic retry: the refusal parks at once
+		s.Env.AgentFlags = []string{"--retry-attempts=0"}
+		s.Expect.FailedOK = true
+	case "net":
+		s.Title = "the guest never acks the eject of a harness-run vm net's NIC: vm net is refused (eject pending), and vm rm --force removes the VM over the pending eject"
+		s.Setup = []Step{createA}
+		net := vmctlStep(true, "vm", "net", directVM, "--nics", "0")
+		net.Refused = "eject pending"
+		s.Act = []Step{directClone, net}
+		s.After = []Step{vmctlStep(true, "vm", "rm", "--force", directVM)}
+		s.Faults = []Fault{{Kind: "failpoint", Trigger: "at " + c.Point, Window: [2]string{c.Point, lastPoint(c.Op)}}}
+	default:
+		return Scenario{}, "no refusal shape for error at " + c.Point + " during " + c.Op
+	}
 	return s, ""
 }

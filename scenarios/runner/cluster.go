@@ -389,7 +389,7 @@ func (cr *caseRun) clusterStep(ctx context.Context, step scenarios.Step, budget 
 	switch step.Kind {
 	case scenarios.StepPlace, scenarios.StepMigrate, scenarios.StepAwaitMigrated:
 	case scenarios.StepExpectParked:
-		return true, cr.expectParked(ctx, step.VM, budget)
+		return true, cr.expectParked(ctx, step.VM, step.Refused, budget)
 	case scenarios.StepExpectImageRefusedOn:
 		return true, cr.expectImageRefusedOn(ctx, step.VM, step.Node, budget)
 	default:
@@ -642,7 +642,12 @@ func (cr *caseRun) verifyMigrated(ctx context.Context, name string, node *stack.
 // expectParked waits until the case's own node reports name failed with
 // its automatic retries exhausted (a leftover failed the next change must
 // get past).
-func (cr *caseRun) expectParked(ctx context.Context, name string, budget time.Duration) error {
+//
+// With refused (Step.Refused) the parked failure is the product's refusal
+// the case expects: its message must name it, and a VM that never parks so
+// is the product's failure (it went on where it must refuse), not a
+// precondition the harness missed.
+func (cr *caseRun) expectParked(ctx context.Context, name, refused string, budget time.Duration) error {
 	deadline := time.Now().Add(budget)
 	var last string
 	for {
@@ -650,10 +655,14 @@ func (cr *caseRun) expectParked(ctx context.Context, name string, budget time.Du
 		switch {
 		case err != nil:
 			last = err.Error()
-		case v.Status.Lifecycle == nodeagent.LifecycleFailed && strings.Contains(v.Status.Message, "retries exhausted"):
+		case v.Status.Lifecycle == nodeagent.LifecycleFailed && strings.Contains(v.Status.Message, "retries exhausted") &&
+			strings.Contains(v.Status.Message, refused):
 			return nil
 		default:
 			last = fmt.Sprintf("%s %q", v.Status.Lifecycle, v.Status.Message)
+		}
+		if time.Now().After(deadline) && refused != "" {
+			return productErr(GoalReached, fmt.Errorf("%s never refused %q within %s (last: %s)", name, refused, budget, last))
 		}
 		if time.Now().After(deadline) {
 			return harnessErr(fmt.Errorf("%s never parked failed within %s (last: %s): the leftover failed the case needs did not happen", name, budget, last))

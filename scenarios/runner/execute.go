@@ -672,6 +672,9 @@ func (cr *caseRun) stepDirectVmctl(ctx context.Context, step scenarios.Step) err
 			d.exit = closedWith(code)
 		}
 		cr.mu.Unlock()
+		if step.Refused != "" {
+			return cr.judgeRefused(step, name, code)
+		}
 		if code != 0 {
 			return fmt.Errorf("vmctl %s: exit %d (log %s.log)", strings.Join(step.Args, " "), code, name)
 		}
@@ -679,6 +682,23 @@ func (cr *caseRun) stepDirectVmctl(ctx context.Context, step scenarios.Step) err
 	case <-ctx.Done():
 		return fmt.Errorf("vmctl %s: %w", strings.Join(step.Args, " "), ctx.Err())
 	}
+}
+
+// judgeRefused: a harness-run verb the case expects to be refused
+// (Step.Refused) exited non-zero with the refusal in its output.
+func (cr *caseRun) judgeRefused(step scenarios.Step, name string, code int) error {
+	verb := strings.Join(step.Args, " ")
+	if code == 0 {
+		return fmt.Errorf("vmctl %s: exit 0, want it refused (%q)", verb, step.Refused)
+	}
+	b, err := os.ReadFile(filepath.Join(cr.st.LogDir, name+".log"))
+	if err != nil {
+		return harnessErr(fmt.Errorf("vmctl %s: its log: %w", verb, err))
+	}
+	if !strings.Contains(string(b), step.Refused) {
+		return fmt.Errorf("vmctl %s: exit %d without the refusal %q (log %s.log)", verb, code, step.Refused, name)
+	}
+	return nil
 }
 
 // stepDirectSave starts the harness's own snapshot save of the step's VM.

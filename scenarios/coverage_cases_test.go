@@ -151,3 +151,49 @@ func TestCoverageGapShapes(t *testing.T) {
 		t.Errorf("agent.wedged case: %q %+v", why, s)
 	}
 }
+
+// Nightly reaches every cell of the denominator: no gap is left. A cell
+// that loses its case (or a new cell with no shape) fails here naming its
+// reason; only a cell the host cannot run is marked (by the runner's
+// preflight, CoverageSpec), never listed as a gap.
+func TestCoverageNoGaps(t *testing.T) {
+	for _, g := range CoverageGaps() {
+		t.Errorf("gap %s %s × %s: %s", g.Cell.Op, g.Cell.Point, g.Cell.Kind, g.Why)
+	}
+}
+
+// The shapes that closed the last gaps: the control plane sync's cells on
+// the migration's source, the ledger's on the harness's own writer, and a
+// guest that never acks an eject, whose cases expect the product's refusal.
+func TestCoverageLastGapShapes(t *testing.T) {
+	for _, kind := range []string{"stop", "restart-in-recovery", FaultPowerCut, CovFailpointKill} {
+		s, why := coverageScenario(CoverageCell{Op: OpMigrate, Point: "agent.migrate.released", Proc: "nodeagent", Kind: kind})
+		if why != "" || s.Env.Nodes != 2 || s.Faults[0].Node != "" || len(s.After) != 1 || s.After[0].Kind != StepAwaitMigrated ||
+			s.After[0].Node != NodeB || s.Act[0].Kind != StepMigrate || s.Speed != "nightly" {
+			t.Errorf("migrate %s: %q %+v (want node A's fault, the migration awaited on node B)", kind, why, s)
+			continue
+		}
+		if got := CoverageKind(&s); got != kind {
+			t.Errorf("migrate %s: coverage kind %q", kind, got)
+		}
+	}
+	s, _ := coverageScenario(CoverageCell{Op: OpMigrate, Point: "agent.migrate.applied", Proc: "nodeagent", Kind: CovFailpointExit})
+	if !strings.HasPrefix(s.Env.Failpoints, "agent.migrate.applied=exit(3,once=") || !strings.HasSuffix(s.Env.Failpoints, "@vm="+vmA) {
+		t.Errorf("migrate action: %q (want the one-shot action for vm-a)", s.Env.Failpoints)
+	}
+	for _, kind := range []string{"sigkill-vmm", FaultPowerCut} {
+		s, why := coverageScenario(CoverageCell{Op: "ledger", Point: "ledger.marker.written", Proc: "vmchaos", Kind: kind})
+		if why != "" || s.Op != "ledger" || s.Faults[0].Trigger != "park ledger.marker.written" || !s.Expect.Ledger ||
+			len(s.Act) != 1 || s.Act[0].Kind != StepLedgerWrite || len(s.Setup) == 0 || s.Setup[len(s.Setup)-1].Kind != StepLedgerWrite {
+			t.Errorf("ledger %s: %q %+v (want a marker acked in the setup, the act's write parked, the ledger verified)", kind, why, s)
+		}
+	}
+	s, why := coverageScenario(CoverageCell{Op: OpHibernate, Point: "ch.eject.acked", Proc: "fakech", Kind: CovFailpointError})
+	if why != "" || len(s.Act) != len(armedHibernate) || s.After[0].Kind != StepExpectParked || s.After[0].Refused == "" || !s.Expect.FailedOK {
+		t.Errorf("hibernate eject error: %q %+v (want the armed act and the refusal expected)", why, s)
+	}
+	s, why = coverageScenario(CoverageCell{Op: "net", Point: "ch.eject.acked", Proc: "fakech", Kind: CovFailpointError})
+	if why != "" || s.Act[len(s.Act)-1].Refused == "" || !s.Act[len(s.Act)-1].Wait || s.Act[0].Args[1] != "clone" {
+		t.Errorf("net eject error: %q %+v (want the VMM cloned armed, vm net's refusal expected)", why, s)
+	}
+}

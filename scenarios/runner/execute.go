@@ -614,8 +614,9 @@ func (cr *caseRun) stepLedgerWrite(ctx context.Context, step scenarios.Step) err
 		return err
 	}
 	cr.ledger[step.VM]++
-	if _, err := cr.st.Ledger.WriteMarkers(ctx, g, cr.ledger[step.VM]); err != nil {
-		if !cr.ledgerHook.parkedOnce() {
+	_, err = cr.st.Ledger.WriteMarkers(ctx, g, cr.ledger[step.VM])
+	if parked := cr.ledgerHook.takeParked(); err != nil {
+		if !parked {
 			return err
 		}
 		// the write the case's fault hit while it was parked: its marker

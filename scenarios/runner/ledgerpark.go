@@ -62,14 +62,17 @@ func (cr *caseRun) armLedgerPark() error {
 	return nil
 }
 
-// parkedOnce reports whether the hook parked a write (the fault's).
-func (h *ledgerHook) parkedOnce() bool {
+// takeParked reports whether the write that just returned was parked (the
+// fault's), and forgets it: the next write is judged on its own.
+func (h *ledgerHook) takeParked() bool {
 	if h == nil {
 		return false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.done) > 0
+	p := h.parked
+	h.parked = false
+	return p
 }
 
 // ledgerHook is the hook of one case's ledger.
@@ -81,6 +84,8 @@ type ledgerHook struct {
 	seq   uint64
 	parks map[string]string
 	done  map[string]bool // points parked once already
+	// parked: the write in flight was parked (taken by its step)
+	parked bool
 }
 
 // hit sends the phase to the case's trace, then parks there when the case
@@ -98,7 +103,7 @@ func (h *ledgerHook) hit(ctx context.Context, point string, attrs failpoint.Attr
 	want, parked := h.parks[point]
 	park := parked && !h.done[point] && (want == "" || want == vm)
 	if park {
-		h.done[point] = true
+		h.done[point], h.parked = true, true
 	}
 	ev.TsNs = failpoint.Now()
 	b, err := json.Marshal(ev)

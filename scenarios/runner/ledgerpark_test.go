@@ -34,7 +34,7 @@ func TestLedgerHookTracesAndParksOnce(t *testing.T) {
 	if err := h.hit(ctx, "ledger.marker.intent", failpoint.Attrs{"vm": "vm-a", "marker": "m1"}); err != nil {
 		t.Fatalf("intent: %v", err)
 	}
-	if h.parkedOnce() {
+	if h.takeParked() {
 		t.Fatal("parked before the point the case names")
 	}
 	done := make(chan error, 1)
@@ -54,12 +54,12 @@ func TestLedgerHookTracesAndParksOnce(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("released write: %v", err)
 	}
-	if !h.parkedOnce() {
-		t.Fatal("parkedOnce false after the park")
+	if !h.takeParked() || h.takeParked() {
+		t.Fatal("takeParked: want true once after the park, then false")
 	}
 	// the next write's hit is traced, not parked again
-	if err := h.hit(ctx, "ledger.marker.written", failpoint.Attrs{"vm": "vm-a", "marker": "m2"}); err != nil {
-		t.Fatalf("second write: %v", err)
+	if err := h.hit(ctx, "ledger.marker.written", failpoint.Attrs{"vm": "vm-a", "marker": "m2"}); err != nil || h.takeParked() {
+		t.Fatalf("second write: %v (or parked again)", err)
 	}
 	buf := make([]byte, 4096)
 	for want := uint64(1); want <= 3; want++ {

@@ -1,11 +1,15 @@
 package runner
 
 import (
+	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/vmchaos/vmchaos/failpoint"
+	"github.com/vmchaos/vmchaos/manager"
+	"github.com/vmchaos/vmchaos/manager/cocoon"
 	"github.com/vmchaos/vmchaos/reports"
 	"github.com/vmchaos/vmchaos/scenarios"
 	"github.com/vmchaos/vmchaos/stackbin"
@@ -115,5 +119,60 @@ func TestMgrReproLineOfARepeatedRun(t *testing.T) {
 	got := r.mgrRepro(c, nil)
 	if want := "--label-filter 'case:mgr-clone-kill-at-35pct'"; !strings.HasSuffix(got, want) {
 		t.Fatalf("repro line %q, want it to end %q", got, want)
+	}
+}
+
+// TestCocoonWorkloadWithoutCNIPluginsIsInconclusive: on a host without
+// containernetworking-plugins a workload case over cocoon is inconclusive
+// with the adapter's preflight reason, results.json's not_run names the
+// package, and no verb ran (never a silent --nics 0: the case log dir holds
+// no verb's log).
+func TestCocoonWorkloadWithoutCNIPluginsIsInconclusive(t *testing.T) {
+	bin, err := stackbin.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := cocoon.NetPluginDir
+	t.Cleanup(func() { cocoon.NetPluginDir = old })
+	cocoon.NetPluginDir = t.TempDir() // no plugin in it
+	fake := filepath.Join(t.TempDir(), "cocoon")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"cocoon $* must not run\" >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	report := t.TempDir()
+	r, err := New(context.Background(), Options{ReportDir: report, Scale: 0.05, Seed: 1, BinDir: bin, Manager: "cocoon", ManagerBin: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	vm, err := NewManager("vmctl", manager.Options{Bin: filepath.Join(bin, "vmctl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "mgr-snapshot-save-kill-at-ch.snapshot.memory-written-workload"
+	var c *scenarios.Case
+	for _, x := range scenarios.ExpandManager(vm, map[manager.Verb][]string{manager.VerbSnapshotSave: {"ch.snapshot.memory-written"}}, nil) {
+		if x.ID == id {
+			c = &x
+		}
+	}
+	if c == nil {
+		t.Fatalf("no case %s", id)
+	}
+	rc := r.RunCase(context.Background(), *c)
+	if rc.Verdict != reports.Inconclusive || rc.Culprit != byPrecondition.String() ||
+		!strings.Contains(rc.Reason, guestNetPrefix) || !strings.Contains(rc.Reason, cocoon.CNIPackage) {
+		t.Fatalf("%s (%s) %q; want inconclusive, precondition, the guest network's reason naming %s", rc.Verdict, rc.Culprit, rc.Reason, cocoon.CNIPackage)
+	}
+	nr := r.Results().NotRun
+	if len(nr) != 1 || nr[0].Case != id || !strings.Contains(nr[0].Missing, cocoon.CNIPackage) || nr[0].Kind != reports.MissingBinary {
+		t.Fatalf("not_run = %+v; want %s missing %s", nr, id, cocoon.CNIPackage)
+	}
+	if logs, _ := os.ReadDir(filepath.Join(report, "cases", id, "logs")); len(logs) != 0 {
+		t.Fatalf("verbs ran without a guest network: %v", logs)
 	}
 }

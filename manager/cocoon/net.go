@@ -251,15 +251,25 @@ var (
 )
 
 // GuestNet: cocoon's VMs get a CNI NIC the harness reaches (inside the
-// VM's netns) when this host has the plugins and root (NetPreflight);
-// GuestNetReason says what is missing otherwise.
+// VM's netns) when this host has the plugins and root (NetPreflight) and
+// the binary takes per-run CNI dirs; GuestNetReason says what is missing
+// otherwise.
 func (a *Adapter) GuestNet() bool { return a.GuestNetReason() == "" }
 
 // GuestNetReason is "" when the adapter can give a guest a NIC on this
-// host, else the preflight's reason naming what is missing.
+// host, else the reason naming what is missing: the preflight's, or the
+// binary's missing cni-dirs row (a binary whose help cannot be read is
+// judged by its verbs, not here).
 func (a *Adapter) GuestNetReason() string {
-	why, _ := NetPreflight(NetPluginDir)
-	return why
+	if why, _ := NetPreflight(NetPluginDir); why != "" {
+		return why
+	}
+	if cli := a.CLI(context.Background()); cli.Err() == nil {
+		if ok, why := cli.Caps.Supports(manager.FeatureCNIDirs); !ok {
+			return why
+		}
+	}
+	return ""
 }
 
 // DialGuest connects to a guest from inside its VM's netns (the adapter's

@@ -151,3 +151,42 @@ func TestWriteCNIConfIsTheCasesPool(t *testing.T) {
 		t.Fatalf("env does not point cocoon at the conflist: %s", env)
 	}
 }
+
+// TestGuestNetNeedsTheCNIDirFlags: with the plugins (as root), each
+// recorded build is a GuestNet; a build whose root help lacks
+// --cni-conf-dir is not, and the reason names the missing flag.
+func TestGuestNetNeedsTheCNIDirFlags(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the CNI preflight needs root before the flags are asked")
+	}
+	full := t.TempDir()
+	for _, p := range CNIPlugins {
+		if err := os.WriteFile(filepath.Join(full, p), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withPluginDir(t, full)
+	for _, b := range builds {
+		if ok, why := manager.GuestNetOf(recorded(t, b, manager.Options{Bin: "/nonexistent/cocoon-" + b})); !ok {
+			t.Errorf("%s: not a GuestNet: %s", b, why)
+		}
+	}
+	a := recorded(t, "head", manager.Options{Bin: "/nonexistent/cocoon-nocni"})
+	pages := a.help
+	a.help = func(ctx context.Context, path string) (string, error) {
+		s, err := pages(ctx, path)
+		if path != "" {
+			return s, err
+		}
+		var keep []string
+		for _, l := range strings.Split(s, "\n") {
+			if !strings.Contains(l, "cni-conf-dir") {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n"), err
+	}
+	if ok, why := manager.GuestNetOf(a); ok || !strings.Contains(why, "cni-conf-dir") {
+		t.Fatalf("a build without --cni-conf-dir: GuestNet %v (%q); want no, naming the flag", ok, why)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -150,12 +151,39 @@ type Options struct {
 }
 
 // GuestNet is an adapter whose create and clone give a VM a NIC
-// (Call.NICs) that the harness reaches the guest's SSH on from its own
-// network namespace, at the address the list verb records (VM.Address).
-// The manager-verb workload cases (the guest writer through a save, the
-// clone judged as the save's consistent cut) are generated only for one.
+// (Call.NICs) that the harness reaches the guest's SSH on, at the address
+// the list verb records (VM.Address): from its own network namespace, or
+// through the adapter's GuestDialer. The manager-verb workload cases (the
+// guest writer through a save, the clone judged as the save's consistent
+// cut) are generated only for one. GuestNet reports whether this host lets
+// it (cocoon: the CNI plugins and root); an adapter whose answer can be no
+// says why in GuestNetReason (GuestNetOf).
 type GuestNet interface {
 	GuestNet() bool
+}
+
+// GuestDialer is a GuestNet adapter whose guests answer only inside
+// namespaces of its own (cocoon: each VM's netns): the harness dials their
+// SSH through it.
+type GuestDialer interface {
+	DialGuest(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// GuestNetOf says whether m gives a guest a NIC the harness reaches on
+// this host, and why not: the adapter's own reason (a missing package,
+// root), or that it is no GuestNet at all.
+func GuestNetOf(m Manager) (bool, string) {
+	g, ok := m.(GuestNet)
+	if !ok {
+		return false, "the " + m.Name() + " adapter gives no VM a NIC the harness reaches"
+	}
+	if g.GuestNet() {
+		return true, ""
+	}
+	if r, ok := m.(interface{ GuestNetReason() string }); ok && r.GuestNetReason() != "" {
+		return false, r.GuestNetReason()
+	}
+	return false, "the " + m.Name() + " adapter gives no VM a NIC the harness reaches on this host"
 }
 
 // Manager is what the manager-level catalogue needs from one manager: the

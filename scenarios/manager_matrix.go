@@ -66,8 +66,11 @@ func mgrMatrixPark(add mgrAdd, m manager.Manager, op MgrOp, p string) {
 // through the save, the save is SIGKILLed parked at p, the embedder's
 // recovery retries it under the same name, and a clone of the snapshot it
 // leaves must hold exactly that save's consistent cut
-// (workload-consistent-cut). Only where the adapter gives a VM a guest the
-// harness reaches (manager.GuestNet).
+// (workload-consistent-cut). Only where the adapter can give a VM a guest
+// the harness reaches (a manager.GuestNet); whether this host lets it
+// (cocoon: the CNI plugins, root) is the case's precondition when it runs
+// (manager.GuestNetOf: inconclusive with the reason, listed in not_run),
+// so a host without them still lists the cells it could not run.
 func mgrWorkloadPark(add mgrAdd, m manager.Manager, op MgrOp, p string) {
 	if _, ok := m.(manager.GuestNet); !ok || op.Verb != manager.VerbSnapshotSave {
 		return

@@ -55,6 +55,9 @@ type Adapter struct {
 	version func(context.Context) (string, error)
 	cliOnce sync.Once
 	cli     *CLI
+	// net is the case's own net holder (Options.NetPool): every verb
+	// then runs inside its namespaces (net.go)
+	net *caseNet
 }
 
 var (
@@ -174,6 +177,13 @@ func (a *Adapter) Setup(ctx context.Context) error {
 	for _, d := range []string{a.root, a.runDir, a.logDir, filepath.Join(a.root, "firmware"),
 		filepath.Join(a.opts.Dir, "cni", "net.d"), filepath.Join(a.opts.Dir, "cni", "bin")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("cocoon adapter: %w", err)
+		}
+	}
+	if a.opts.NetPool != "" {
+		// a guest the harness reaches: its NIC from the real CNI plugins,
+		// every verb inside the case's own namespaces
+		if err := a.setupNet(ctx); err != nil {
 			return fmt.Errorf("cocoon adapter: %w", err)
 		}
 	}
@@ -320,12 +330,17 @@ func (a *Adapter) jsonFlag(path string) string {
 	return "--format"
 }
 
-// argv0 is the binary with the user's config file, if any.
+// argv0 is the binary with the user's config file, if any: the wrapper
+// into the case's namespaces once the adapter's networking is up.
 func (a *Adapter) argv0() []string {
-	if a.opts.Config != "" {
-		return []string{a.opts.Bin, "--config", a.opts.Config}
+	bin := a.opts.Bin
+	if a.net != nil {
+		bin = a.net.wrapper
 	}
-	return []string{a.opts.Bin}
+	if a.opts.Config != "" {
+		return []string{bin, "--config", a.opts.Config}
+	}
+	return []string{bin}
 }
 
 // EventCommand is `vm status --event --format json --interval 1` (whole seconds:

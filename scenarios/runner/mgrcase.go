@@ -214,6 +214,11 @@ func (mc *mgrCase) input() *checker.Input {
 	if mc.events != nil && mc.events.rv.cmd.Process != nil {
 		harness[mc.events.rv.cmd.Process.Pid] = true
 	}
+	if h, ok := mc.m.(interface{ HarnessPIDs() []int }); ok {
+		for _, pid := range h.HarnessPIDs() { // the adapter's own (cocoon's net holder)
+			harness[pid] = true
+		}
+	}
 	return &checker.Input{Manager: mc.m, Procs: checker.TagScan{Tag: mc.tag, Harness: harness},
 		Agentless: true, Quiescent: true, Without: mc.without, BaseName: mc.untouched(),
 		Store: func() ([]string, error) { return checker.ListStoreDirs(mc.dir) }, StoreBefore: mc.before}
@@ -268,6 +273,15 @@ func (mc *mgrCase) prepare(ctx context.Context) error {
 	}
 	if mc.m, err = NewManager(mr.name, o); err != nil {
 		return harnessErr(err)
+	}
+	if mc.mc.Workload {
+		// the writer needs a guest the harness reaches: a host without
+		// what the adapter needs for it (cocoon: the CNI plugins, root)
+		// makes the case inconclusive with that reason (results.json
+		// not_run), never a run over a silent --nics 0
+		if ok, why := manager.GuestNetOf(mc.m); !ok {
+			return preconditionErr(fmt.Errorf("%s%s", guestNetPrefix, why))
+		}
 	}
 	if mc.mc.PowerCut {
 		if err := mc.mountStore(); err != nil {

@@ -29,6 +29,10 @@ import (
 // its verbs: the same judgement on every adapter that gives a guest a NIC
 // (manager.GuestNet).
 
+// guestNetPrefix starts the reason of a workload case the host cannot give
+// a reachable guest (notrun.go names what is missing from it).
+const guestNetPrefix = "guest network: "
+
 // mgrCutClone is the VM the judgement clones from the saved snapshot.
 const mgrCutClone = "tgt-cut"
 
@@ -65,6 +69,9 @@ func (mc *mgrCase) startWorkload(ctx context.Context) error {
 	led, err := ledger.Open(filepath.Join(mc.caseDir, "ledger.jsonl"), mc.r.mgr.key, filepath.Join(mc.caseDir, "known_hosts"))
 	if err != nil {
 		return harnessErr(fmt.Errorf("the case's ledger: %w", err))
+	}
+	if d, ok := mc.m.(manager.GuestDialer); ok {
+		led.Dial = d.DialGuest // cocoon: each guest inside its VM's netns
 	}
 	mc.wl = &mgrWorkload{led: led}
 	g, err := mc.guestOf(ctx, scenarios.MgrSrcVM)

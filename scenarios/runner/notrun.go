@@ -3,6 +3,7 @@ package runner
 import (
 	"strings"
 
+	"github.com/vmchaos/vmchaos/manager/cocoon"
 	"github.com/vmchaos/vmchaos/realch"
 	"github.com/vmchaos/vmchaos/reports"
 )
@@ -32,6 +33,8 @@ func (r *Runner) needOf(reason string) need {
 	switch {
 	case strings.HasPrefix(strings.TrimPrefix(reason, "precondition: "), noFUSE):
 		return need{"FUSE (/dev/fuse, mounted as root) for lazyfs", reports.MissingHostFeature}
+	case strings.HasPrefix(strings.TrimPrefix(reason, "precondition: "), guestNetPrefix):
+		return guestNetNeed(reason)
 	case strings.Contains(reason, "sch_netem"):
 		return need{"tc netem (the kernel's sch_netem) for net-delay", reports.MissingHostFeature}
 	case r.skip != "":
@@ -40,6 +43,18 @@ func (r *Runner) needOf(reason string) need {
 		return r.snapNeed
 	}
 	return need{"a host precondition", reports.MissingHostFeature}
+}
+
+// guestNetNeed is what a workload case's guest network lacks, from the
+// adapter's reason (cocoon.NetPreflight's words).
+func guestNetNeed(reason string) need {
+	switch {
+	case strings.Contains(reason, cocoon.CNIPackage):
+		return need{cocoon.CNIPackage + " (" + strings.Join(cocoon.CNIPlugins, ", ") + ")", reports.MissingBinary}
+	case strings.Contains(reason, "needs root"):
+		return need{"root", reports.MissingCapability}
+	}
+	return need{"a guest network the harness reaches", reports.MissingHostFeature}
 }
 
 // notRunNeed is what the real backend's preflight found missing: the

@@ -20,7 +20,7 @@ import (
 const Env = "VMCHAOS_BIN"
 
 // Names are the binaries a stack dir must hold.
-var Names = []string{"vmctl", "nodeagent", "fakech", "cloud-hypervisor", "controlplane"}
+var Names = []string{"vmctl", "nodeagent", "fakech", "cloud-hypervisor", "controlplane", "vmchaos-writer"}
 
 var (
 	once   sync.Once
@@ -88,7 +88,7 @@ func build() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "build", "-o", d+"/", "./cmd/vmctl", "./cmd/nodeagent", "./cmd/fakech", "./cmd/controlplane")
+	cmd := exec.Command("go", "build", "-o", d+"/", "./cmd/vmctl", "./cmd/nodeagent", "./cmd/fakech", "./cmd/controlplane", "./cmd/vmchaos-writer")
 	cmd.Dir = filepath.Dir(mod)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(d)

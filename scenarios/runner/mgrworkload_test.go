@@ -156,15 +156,7 @@ func TestCocoonWorkloadWithoutCNIPluginsIsInconclusive(t *testing.T) {
 		t.Fatal(err)
 	}
 	const id = "mgr-snapshot-save-kill-at-ch.snapshot.memory-written-workload"
-	var c *scenarios.Case
-	for _, x := range scenarios.ExpandManager(vm, map[manager.Verb][]string{manager.VerbSnapshotSave: {"ch.snapshot.memory-written"}}, nil) {
-		if x.ID == id {
-			c = &x
-		}
-	}
-	if c == nil {
-		t.Fatalf("no case %s", id)
-	}
+	c := saveCase(t, vm, "ch.snapshot.memory-written", id)
 	rc := r.RunCase(context.Background(), *c)
 	if rc.Verdict != reports.Inconclusive || rc.Culprit != byPrecondition.String() ||
 		!strings.Contains(rc.Reason, guestNetPrefix) || !strings.Contains(rc.Reason, cocoon.CNIPackage) {
@@ -237,15 +229,7 @@ func TestCocoonWorkloadCutFailsOnDiskCopiedAfterResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	const id = "mgr-snapshot-save-kill-at-ch.resume-workload"
-	var c *scenarios.Case
-	for _, x := range scenarios.ExpandManager(vm, map[manager.Verb][]string{manager.VerbSnapshotSave: {"ch.resume"}}, nil) {
-		if x.ID == id {
-			c = &x
-		}
-	}
-	if c == nil {
-		t.Fatalf("no case %s", id)
-	}
+	c := saveCase(t, vm, "ch.resume", id)
 	for _, tc := range []struct {
 		name, mbin string
 		ok         bool
@@ -275,4 +259,17 @@ func TestCocoonWorkloadCutFailsOnDiskCopiedAfterResume(t *testing.T) {
 		}
 		t.Logf("%s: %s", tc.name, got.Evidence)
 	}
+}
+
+// saveCase is the manager-verb case id among vm's snapshot-save cases at
+// the VMM phase point.
+func saveCase(t *testing.T, vm manager.Manager, point, id string) *scenarios.Case {
+	t.Helper()
+	for _, x := range scenarios.ExpandManager(vm, map[manager.Verb][]string{manager.VerbSnapshotSave: {point}}, nil) {
+		if x.ID == id {
+			return &x
+		}
+	}
+	t.Fatalf("no case %s", id)
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxAuto caps the workers --parallel auto picks on any machine. Every
@@ -14,44 +15,127 @@ import (
 // children, the trace reader), and its convergence budgets are real time.
 const MaxAuto = 4
 
-// AutoWorkers is what --parallel auto picks: two cases per CPU, because a
-// case spends most of its wall time in scaled sleeps and waits on its stack
-// (a sequential speed:fast run used about half a core), less one per unit
-// of the load average already on the machine (each runnable process outside
-// the run takes a CPU's share the cases would have had); at least 1
-// (sequential on a busy machine) and at most one per CPU and MaxAuto. The
-// per-CPU cap is measured (issue #37, speed:fast on 2 cores under load
-// 16-40 from other jobs): with 4 workers each shared case took 3-7 times
-// its sequential time and the run was no faster (×0.59, ×0.91); with 2 the
-// shared cases kept their sequential time and the run took 77% of the
-// sequential wall time.
-func AutoWorkers(numCPU int, load1 float64) int {
-	if math.IsNaN(load1) || load1 < 0 {
-		load1 = 0
+// CaseCores is the CPU one case keeps busy on average, measured (issue
+// #37, bench-chaos's CPU column: user+sys of the harness and of every
+// process of its stacks over the run's wall time): 0.39 cores for shard
+// 1/8 of make chaos's selection and 0.40 for speed:fast, sequential, on 2
+// CPUs. Of a case's CPU the product's processes take two thirds (the
+// vmctl verbs the agent runs, the agent, the fake VMMs); the rest of its
+// wall time is scaled sleeps and waits on them.
+const CaseCores = 0.4
+
+// placesPerCPU is how many cases at once fit on one CPU: 3 on 2 CPUs,
+// 1.2 cores of cases' demand (3 × CaseCores) on average, 60 % of the
+// machine, the rest headroom for the bursts of a stack's start (its agent,
+// a vmctl per verb), which is when cases slow each other. Measured on 2
+// CPUs (shard 1/8, load 7–13 from other sessions): 3 at a time 81 s, 2 at
+// a time 82 s, 4 at a time 92 s (1.6 cores, 80 %: slower than 3).
+const placesPerCPU = 1.5
+
+// AutoWorkers is what --parallel auto picks from the CPU count and the
+// CPUs already busy outside the run (busy, in cores): two places per
+// CPU less one per busy CPU (each busy CPU takes a share the cases would
+// have had), at most placesPerCPU per CPU and MaxAuto, at least 1
+// (sequential on a busy machine). On an idle 2-CPU host: 3; with one
+// CPU's worth busy, 3; with two, 2.
+func AutoWorkers(numCPU int, busy float64) int {
+	if math.IsNaN(busy) || busy < 0 {
+		busy = 0
 	}
-	n := 2*numCPU - int(math.Round(load1))
-	return min(max(n, 1), max(numCPU, 1), MaxAuto)
+	n := 2*numCPU - int(math.Round(busy))
+	fit := int(math.Floor(placesPerCPU*float64(numCPU) + 1e-9))
+	return min(max(n, 1), max(fit, 1), MaxAuto)
 }
 
+// busyWindow is how long auto watches the CPUs before it picks: long
+// enough to average a few scheduler ticks of the other work on the host.
+const busyWindow = time.Second
+
 // ParseParallel resolves a --parallel value: "auto" (AutoWorkers over this
-// machine's CPUs and its 1-minute load average) or a positive integer. It
-// returns the worker count and how it was chosen, for results.json.
+// machine's CPUs and the CPU time spent on it over the last busyWindow,
+// else its 1-minute load average) or a positive integer. It returns the
+// worker count and how it was chosen, for results.json.
 func ParseParallel(v string) (int, string, error) {
 	if strings.TrimSpace(v) == "auto" {
 		cpus := runtime.NumCPU()
-		load, err := loadAvg1()
+		busy, what, err := machineBusy(busyWindow)
 		if err != nil {
-			// no load figure: assume the machine is busy rather than idle
+			// no figure: assume the machine is busy rather than idle
 			return 1, fmt.Sprintf("auto=1 (%d CPUs, load unknown: %v)", cpus, err), nil
 		}
-		n := AutoWorkers(cpus, load)
-		return n, fmt.Sprintf("auto=%d (%d CPUs, load %.2f)", n, cpus, load), nil
+		n := AutoWorkers(cpus, busy)
+		return n, fmt.Sprintf("auto=%d (%d CPUs, %s %.2f)", n, cpus, what, busy), nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 1 {
 		return 0, "", fmt.Errorf("--parallel %q: want auto or a number >= 1", v)
 	}
 	return n, strconv.Itoa(n), nil
+}
+
+// machineBusy is the CPUs in use now: the busy time of /proc/stat over
+// window, in cores ("busy"), else the 1-minute load average ("load").
+// The sample, not the load average, is what auto uses where it can: the
+// load average still counts for a minute a run that just ended (the
+// sequential run before bench-chaos's scheduled one), and counts tasks
+// waiting on I/O that take no CPU.
+func machineBusy(window time.Duration) (float64, string, error) {
+	a, aerr := readCPUStat()
+	if aerr == nil {
+		time.Sleep(window)
+		b, berr := readCPUStat()
+		if berr == nil {
+			if busy, ok := busyCores(a, b, runtime.NumCPU()); ok {
+				return busy, "busy", nil
+			}
+		}
+	}
+	load, err := loadAvg1()
+	return load, "load", err
+}
+
+// cpuStat is the first line of /proc/stat: all CPUs' time in ticks.
+type cpuStat struct{ total, idle uint64 }
+
+func readCPUStat() (cpuStat, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuStat{}, fmt.Errorf("cpu time: %w", err)
+	}
+	return parseCPUStat(string(b))
+}
+
+// parseCPUStat reads the "cpu" line: user nice system idle iowait irq
+// softirq steal (guest time is counted in user already); idle is idle +
+// iowait.
+func parseCPUStat(s string) (cpuStat, error) {
+	line, _, _ := strings.Cut(s, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuStat{}, fmt.Errorf("cpu time: no cpu line in /proc/stat")
+	}
+	var st cpuStat
+	for i, x := range f[1:9] {
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return cpuStat{}, fmt.Errorf("cpu time: field %d: %w", i+1, err)
+		}
+		st.total += v
+		if i == 3 || i == 4 {
+			st.idle += v
+		}
+	}
+	return st, nil
+}
+
+// busyCores is the cores in use between two samples of cpus CPUs; false
+// when no time passed between them.
+func busyCores(a, b cpuStat, cpus int) (float64, bool) {
+	if b.total <= a.total || b.idle < a.idle {
+		return 0, false
+	}
+	dt, di := float64(b.total-a.total), float64(b.idle-a.idle)
+	return float64(cpus) * max(dt-di, 0) / dt, true
 }
 
 // loadAvg1 is the 1-minute load average from /proc/loadavg.

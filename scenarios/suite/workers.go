@@ -15,21 +15,18 @@ import (
 // children, the trace reader), and its convergence budgets are real time.
 const MaxAuto = 4
 
-// CaseCores is the CPU one case keeps busy on average, measured (issue
-// #37, bench-chaos's CPU column: user+sys of the harness and of every
-// process of its stacks over the run's wall time): 0.39 cores for shard
-// 1/8 of make chaos's selection and 0.40 for speed:fast, sequential, on 2
-// CPUs. Of a case's CPU the product's processes take two thirds (the
-// vmctl verbs the agent runs, the agent, the fake VMMs); the rest of its
-// wall time is scaled sleeps and waits on them.
-const CaseCores = 0.4
-
-// placesPerCPU is how many cases at once fit on one CPU: 3 on 2 CPUs,
-// 1.2 cores of cases' demand (3 × CaseCores) on average, 60 % of the
-// machine, the rest headroom for the bursts of a stack's start (its agent,
-// a vmctl per verb), which is when cases slow each other. Measured on 2
-// CPUs (shard 1/8, load 7–13 from other sessions): 3 at a time 81 s, 2 at
-// a time 82 s, 4 at a time 92 s (1.6 cores, 80 %: slower than 3).
+// placesPerCPU is how many cases at once fit on one CPU: 3 on 2 CPUs.
+// A case keeps 0.4–0.5 cores busy on average (issue #37, bench-chaos's
+// CPU column: user+sys of the harness and of every process of its stacks
+// over a sequential run's wall time, on 2 CPUs; two thirds of it the
+// product's processes, the vmctl verbs the agent runs above all), so 3
+// are 1.2–1.5 cores on average, the rest headroom for the bursts of a
+// stack's start. Measured on 2 CPUs, shard 1/8 of make chaos: 2, 3 and 4
+// at a time took 82, 81 and 92 s (load 7–13); near idle 2 and 3 tie (82
+// and 81 s). From 3 on the alone lane is the critical path (each alone
+// case's drain waits for N-1 shared cases: 2.7 s an alone case in the
+// lane at 2, 3.2–3.7 s at 3, 5.1 s at 4, against 1.4 s sequential), so 4
+// loses and 3 gains once that wait is shortened.
 const placesPerCPU = 1.5
 
 // AutoWorkers is what --parallel auto picks from the CPU count and the

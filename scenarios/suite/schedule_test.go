@@ -232,3 +232,55 @@ func TestScheduleCancelledStartsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleLaneMovesOnOnceAnAloneCaseLeftItsTimedPart: the lane starts
+// the next alone case while the previous one's recovery and teardown still
+// run (issue #37: from 3 places on the lane was the critical path), and
+// that rest counts as a shared case, so the next timed part waits for it.
+func TestScheduleLaneMovesOnOnceAnAloneCaseLeftItsTimedPart(t *testing.T) {
+	classes := []Class{Alone, Alone}
+	secondStarted := make(chan struct{})
+	var mu sync.Mutex
+	var firstDoneBeforeSecondEntered, secondInTimed, firstRestDuringTimed bool
+	firstRest := false
+	Schedule(context.Background(), classes, 3, func(ctx context.Context, i int) {
+		g := runner.ClockGateOf(ctx)
+		if i == 1 {
+			close(secondStarted)
+		}
+		if err := g.Enter(ctx); err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		secondInTimed = i == 1
+		firstRestDuringTimed = firstRestDuringTimed || (i == 1 && firstRest)
+		mu.Unlock()
+		g.Leave()
+		if i == 0 {
+			mu.Lock()
+			firstRest = true
+			mu.Unlock()
+			select { // the rest of case 0: until the lane started case 1
+			case <-secondStarted:
+			case <-time.After(10 * time.Second): // safety net
+				mu.Lock()
+				firstDoneBeforeSecondEntered = true
+				mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond)
+			mu.Lock()
+			firstRest = false
+			mu.Unlock()
+		}
+	})
+	if firstDoneBeforeSecondEntered {
+		t.Error("the lane waited for the first alone case to return before it started the second")
+	}
+	if !secondInTimed {
+		t.Error("the second alone case never entered its timed part")
+	}
+	if firstRestDuringTimed {
+		t.Error("the second alone case's timed part ran beside the rest of the first")
+	}
+}

@@ -26,7 +26,8 @@ const MaxAuto = 4
 // and 81 s). From 3 on the alone lane is the critical path (each alone
 // case's drain waits for N-1 shared cases: 2.7 s an alone case in the
 // lane at 2, 3.2–3.7 s at 3, 5.1 s at 4, against 1.4 s sequential), so 4
-// loses and 3 gains once that wait is shortened.
+// loses. With the lane moving on once a case left its timed part, 3 took
+// 63–65 s and 2 took 70 s (near idle, same shard).
 const placesPerCPU = 1.5
 
 // AutoWorkers is what --parallel auto picks from the CPU count and the

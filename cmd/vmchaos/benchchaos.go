@@ -21,9 +21,9 @@ func init() { register(newBenchChaosCmd) }
 
 // benchChaosCmd holds bench-chaos's flags: what both runs share.
 type benchChaosCmd struct {
-	filter, backend, supervisor, parallel, dir string
-	scale                                      float64
-	seed                                       int64
+	filter, backend, supervisor, parallel, dir, shard string
+	scale                                             float64
+	seed                                              int64
 }
 
 func newBenchChaosCmd() *cobra.Command {
@@ -35,14 +35,17 @@ func newBenchChaosCmd() *cobra.Command {
 scale: first --parallel 1 (one case at a time, through Ginkgo), then --parallel as given (default auto:
 the scheduler, the timed part of a timed case alone, the rest N at a time). --parallel takes a comma
 list (2,3: one scheduled run per value, each compared with the one sequential run), to choose N on a
-machine with the same sequential baseline. Each run writes its own run dir under --report-dir
+machine with the same sequential baseline. --shard I/N runs only that hash shard of the selection in
+every run (a representative sample of it, to compare --parallel values in a fraction of the time). Each run writes its own run dir under --report-dir
 (sequential/, scheduled/, or scheduled-<N>/ for a list) and its output to <name>.log beside it. It
-prints each run's wall time, cases per minute, verdicts and the load average before it, and every
+prints each run's wall time, cases per minute, CPU time (the run and every process of its stacks it
+reaped: user+sys) and the cores that is on average, verdicts and the load average before it, and every
 case whose verdict differs from the sequential run's (reports.Stability over both runs, plus cases
 only one run has). Exit status: 0 no verdict differs, 1 a verdict differs, 3 a run left no results.`,
 		Example: `  vmchaos bench-chaos --label-filter speed:fast --time-scale 0.05
   BENCH_FILTER=speed:fast make bench-chaos
-  BENCH_PARALLEL=2,3 make bench-chaos`,
+  BENCH_PARALLEL=2,3 make bench-chaos
+  vmchaos bench-chaos --shard 1/8 --parallel 2,3,4 --time-scale 0.05`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.OutOrStdout()) },
 	}
@@ -52,6 +55,7 @@ only one run has). Exit status: 0 no verdict differs, 1 a verdict differs, 3 a r
 	c.Flags().StringVar(&o.parallel, "parallel", "auto", "--parallel of the scheduled run (the other is 1); a comma list: one scheduled run per value")
 	c.Flags().Float64Var(&o.scale, "time-scale", 0.05, "time scale of both runs")
 	c.Flags().Int64Var(&o.seed, "seed", 1, "seed of both runs")
+	c.Flags().StringVar(&o.shard, "shard", "", "run only shard I of N of the selection in every run (\"I/N\", vmchaos run's hash split), e.g. 1/8")
 	c.Flags().StringVar(&o.dir, "report-dir", "", "dir of both run dirs (default ./vmchaos-results/bench-chaos-<time>)")
 	return c
 }
@@ -60,9 +64,13 @@ only one run has). Exit status: 0 no verdict differs, 1 a verdict differs, 3 a r
 type benchRun struct {
 	Name, Dir, Parallel string
 	Wall                time.Duration
-	LoadBefore          string
-	Exit                int // vmchaos run's exit status (the gate's: 0..3)
-	Res                 *reports.Results
+	// CPU is the run's user+sys and its reaped descendants' (wait4's
+	// rusage of the child: the stacks' processes are reaped by the run,
+	// the builtin supervisor's subreaper, or a child it waited for).
+	CPU        time.Duration
+	LoadBefore string
+	Exit       int // vmchaos run's exit status (the gate's: 0..3)
+	Res        *reports.Results
 }
 
 func (o *benchChaosCmd) run(out io.Writer) error {
@@ -131,9 +139,7 @@ func positive(v string) bool {
 // per process) and loads its results; a run that fails its gate still
 // counts, a run with no results.json is an error.
 func (o *benchChaosCmd) runOnce(self string, r *benchRun) error {
-	args := []string{"run", "--label-filter", o.filter, "--backend", o.backend, "--supervisor", o.supervisor,
-		"--time-scale", strconv.FormatFloat(o.scale, 'g', -1, 64), "--seed", strconv.FormatInt(o.seed, 10),
-		"--parallel", r.Parallel, "--report-dir", r.Dir}
+	args := o.runArgs(r)
 	log, err := os.Create(r.Dir + ".log")
 	if err != nil {
 		return err
@@ -145,6 +151,9 @@ func (o *benchChaosCmd) runOnce(self string, r *benchRun) error {
 	t0 := time.Now()
 	err = c.Run()
 	r.Wall = time.Since(t0)
+	if c.ProcessState != nil {
+		r.CPU = c.ProcessState.UserTime() + c.ProcessState.SystemTime()
+	}
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
@@ -157,6 +166,18 @@ func (o *benchChaosCmd) runOnce(self string, r *benchRun) error {
 		return fmt.Errorf("exit %d, see %s.log: %w", r.Exit, r.Dir, err)
 	}
 	return nil
+}
+
+// runArgs is the `vmchaos run` command line of run r: the same
+// selection (filter, shard), seed and scale in every run, r's --parallel.
+func (o *benchChaosCmd) runArgs(r *benchRun) []string {
+	args := []string{"run", "--label-filter", o.filter, "--backend", o.backend, "--supervisor", o.supervisor,
+		"--time-scale", strconv.FormatFloat(o.scale, 'g', -1, 64), "--seed", strconv.FormatInt(o.seed, 10),
+		"--parallel", r.Parallel, "--report-dir", r.Dir}
+	if o.shard != "" {
+		args = append(args, "--shard", o.shard)
+	}
+	return args
 }
 
 // loadAvg is /proc/loadavg's three averages, or "?" where it cannot be read.
@@ -207,11 +228,11 @@ func compareBench(seq, sched *reports.Results) benchComparison {
 func writeBench(w io.Writer, filter string, scale float64, runs []*benchRun, cmps []benchComparison) {
 	fmt.Fprintf(w, "bench-chaos: label filter %q, time scale %g\n", filter, scale)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tCASES\tWALL\tCASES/MIN\tVERDICTS\tPARALLEL\tLOAD BEFORE\tEXIT")
+	fmt.Fprintln(tw, "RUN\tCASES\tWALL\tCASES/MIN\tCPU\tCORES\tVERDICTS\tPARALLEL\tLOAD BEFORE\tEXIT")
 	for _, r := range runs {
 		n := len(r.Res.Cases)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%s\t%s\t%s\t%d\n", r.Name, n, progress.Round(r.Wall), perMinute(n, r.Wall),
-			reports.CountVerdicts(r.Res.Cases), orDash(r.Res.Parallel), r.LoadBefore, r.Exit)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%s\t%.2f\t%s\t%s\t%s\t%d\n", r.Name, n, progress.Round(r.Wall), perMinute(n, r.Wall),
+			progress.Round(r.CPU), cores(r.CPU, r.Wall), reports.CountVerdicts(r.Res.Cases), orDash(r.Res.Parallel), r.LoadBefore, r.Exit)
 	}
 	_ = tw.Flush()
 	for i, r := range runs[1:] {
@@ -247,6 +268,14 @@ func clockHeld(res *reports.Results) time.Duration {
 		ms += c.ClockMs
 	}
 	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// cores is the CPU a run used per second of its wall time.
+func cores(cpu, wall time.Duration) float64 {
+	if wall <= 0 {
+		return 0
+	}
+	return cpu.Seconds() / wall.Seconds()
 }
 
 func perMinute(n int, d time.Duration) float64 {

@@ -88,3 +88,36 @@ func TestWriteBenchComparesEveryScheduledRunWithTheSequentialOne(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteBenchPrintsEachRunsCPUAndCores(t *testing.T) {
+	seq := benchResults("a", reports.Pass)
+	sched := benchResults("a", reports.Pass)
+	runs := []*benchRun{{Name: "sequential", Wall: 2 * time.Minute, CPU: time.Minute, Res: seq},
+		{Name: "scheduled", Wall: time.Minute, CPU: 54 * time.Second, Res: sched}}
+	var b bytes.Buffer
+	writeBench(&b, "speed:fast", 0.05, runs, []benchComparison{compareBench(seq, sched)})
+	out := b.String()
+	for _, w := range []string{"CPU", "CORES", "1m0s  0.50", "54s   0.90"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+func TestBenchRunsShareTheShardAndDifferInParallelOnly(t *testing.T) {
+	o := benchChaosCmd{filter: "!speed:nightly", backend: "fake", supervisor: "auto", scale: 0.05, seed: 1, shard: "1/8"}
+	seq := strings.Join(o.runArgs(&benchRun{Parallel: "1", Dir: "d/sequential"}), " ")
+	three := strings.Join(o.runArgs(&benchRun{Parallel: "3", Dir: "d/scheduled-3"}), " ")
+	for _, args := range []string{seq, three} {
+		if !strings.Contains(args, "--shard 1/8") || !strings.Contains(args, "--label-filter !speed:nightly") {
+			t.Errorf("run args %q lack the selection", args)
+		}
+	}
+	if !strings.Contains(seq, "--parallel 1 ") || !strings.Contains(three, "--parallel 3 ") {
+		t.Errorf("--parallel: %q / %q", seq, three)
+	}
+	o.shard = ""
+	if args := strings.Join(o.runArgs(&benchRun{Parallel: "2"}), " "); strings.Contains(args, "--shard") {
+		t.Errorf("no --shard asked, got %q", args)
+	}
+}

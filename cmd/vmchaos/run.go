@@ -125,7 +125,7 @@ func (o *runCmd) add(c *cobra.Command) {
 	o.sf.add(c)
 	c.Flags().StringVar(&o.filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
 	c.Flags().StringVar(&o.shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
-	c.Flags().StringVar(&o.parallel, "parallel", "auto", "shared cases run at once: auto (2 per CPU less the load average, at least 1, at most one per CPU and 4) or N; the timed part of a case with timed faults or a window calibration always runs alone. 1: sequential through Ginkgo, as before the scheduler. >1 (or auto): the scheduler of scenarios/suite, same ginkgo.json")
+	c.Flags().StringVar(&o.parallel, "parallel", "auto", "shared cases run at once: auto (2 per CPU less one per CPU busy outside the run over the last second, at least 1, at most 1.5 per CPU and 4: 3 on an idle 2-CPU host) or N; the timed part of a case with timed faults or a window calibration always runs alone. 1: sequential through Ginkgo, as before the scheduler. >1 (or auto): the scheduler of scenarios/suite, same ginkgo.json")
 	c.Flags().BoolVar(&o.list, "list", false, "list the selected cases with their labels and exit")
 	c.Flags().IntVar(&o.repeat, "repeat", 1, "run every case N times, each on a fresh stack; a case whose verdicts differ is reported flaky (not a pass). Composes with --shard, e.g. --repeat 5 --shard 1/2")
 	c.Flags().StringVar(&o.load, "load", "", "run under a bounded CPU hog for the run's duration: cpu=N spins N cores (e.g. cpu=1), torn down with the run")

@@ -101,17 +101,44 @@ func TestClassifyNowDuringAnActInFlightIsAlone(t *testing.T) {
 	}
 }
 
+// TestAutoWorkers: the measured rule (issue #37): 3 places on an idle
+// 2-CPU host (1.2 cores of cases' demand), one fewer per busy CPU beyond
+// the cap, never more than 1.5 per CPU nor MaxAuto, at least 1.
 func TestAutoWorkers(t *testing.T) {
 	for _, tc := range []struct {
 		cpus int
-		load float64
+		busy float64
 		want int
 	}{
-		{2, 0, 2}, {2, 0.4, 2}, {2, 2.4, 2}, {2, 2.6, 1}, {2, 3.2, 1}, {2, 16, 1}, {16, 0, MaxAuto}, {8, 13, 3},
-		{1, 0, 1}, {2, -1, 2}, {0, 0, 1},
+		{2, 0, 3}, {2, 0.4, 3}, {2, 1.4, 3}, {2, 1.6, 2}, {2, 2.4, 2}, {2, 2.6, 1}, {2, 16, 1},
+		{16, 0, MaxAuto}, {8, 13, 3}, {4, 0, MaxAuto}, {3, 0, 4}, {3, 2.6, 3},
+		{1, 0, 1}, {2, -1, 3}, {0, 0, 1},
 	} {
-		if got := AutoWorkers(tc.cpus, tc.load); got != tc.want {
-			t.Errorf("AutoWorkers(%d, %v) = %d, want %d", tc.cpus, tc.load, got, tc.want)
+		if got := AutoWorkers(tc.cpus, tc.busy); got != tc.want {
+			t.Errorf("AutoWorkers(%d, %v) = %d, want %d", tc.cpus, tc.busy, got, tc.want)
+		}
+	}
+}
+
+func TestBusyCoresFromTwoCPUStatSamples(t *testing.T) {
+	a, err := parseCPUStat("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 200 ticks more, of them 50 idle and 0 iowait: 150 busy of 200 on 2 CPUs
+	b, err := parseCPUStat("cpu  200 0 100 850 50 0 0 0 0 0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := busyCores(a, b, 2); !ok || got != 1.5 {
+		t.Errorf("busyCores = %v, %v; want 1.5", got, ok)
+	}
+	if _, ok := busyCores(a, a, 2); ok {
+		t.Error("no time between the samples read as a figure")
+	}
+	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 3", "cpu 1 2 x 4 5 6 7 8"} {
+		if _, err := parseCPUStat(bad); err == nil {
+			t.Errorf("parseCPUStat(%q): no error", bad)
 		}
 	}
 }

@@ -34,6 +34,11 @@ type Slot struct {
 // Its stack start before and its recovery, convergence and teardown after
 // share the machine (issue #37: the alone floor was a third of the
 // scheduled wall time with every alone case holding the machine whole).
+// The lane starts its next alone case as soon as the previous one left
+// its timed part: that case's rest counts as a shared case in flight (the
+// next timed part waits for it), never more than n in flight (from 3
+// places on the lane, waiting for each case to return, was the run's
+// critical path).
 // With n = 1 every case runs by itself: the alone ones first, then the
 // shared ones. A cancelled ctx starts no further case; cases in flight
 // finish. It returns when every started case has returned.
@@ -65,10 +70,24 @@ func Schedule(ctx context.Context, classes []Class, n int, run func(ctx context.
 		defer wg.Done()
 		defer g.laneDone()
 		for _, i := range alone {
-			if ctx.Err() != nil {
+			if !g.laneNext(ctx) {
 				return
 			}
-			tr.do(runner.WithClockGate(ctx, &hold{g: g, tr: tr, i: i}), i, run)
+			h := &hold{g: g, tr: tr, i: i, detached: make(chan struct{})}
+			done := make(chan struct{})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer close(done)
+				tr.do(runner.WithClockGate(ctx, h), i, run)
+				h.returned()
+			}()
+			// the lane moves on once the case's timed part is over: its
+			// recovery, convergence and teardown go on as a shared case
+			select {
+			case <-done:
+			case <-h.detached:
+			}
 		}
 	}()
 	for _, i := range shared {
@@ -147,7 +166,17 @@ func (g *gate) release() {
 	g.broadcast()
 }
 
-// laneDone: every alone case returned; its place goes to shared cases.
+// laneNext waits until the lane may start its next alone case without
+// more than n cases in flight: the rest of the previous one, once past its
+// timed part, counts among the shared cases; false once ctx is done.
+func (g *gate) laneNext(ctx context.Context) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wait(ctx, func() bool { return g.shared <= g.n-1 })
+}
+
+// laneDone: the lane started its last alone case and that case left its
+// timed part or returned; its place goes to shared cases.
 func (g *gate) laneDone() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -155,11 +184,16 @@ func (g *gate) laneDone() {
 	g.broadcast()
 }
 
-// hold is one alone case's runner.ClockGate.
+// hold is one alone case's runner.ClockGate. Once it leaves the machine
+// the rest of the case counts as a shared case in flight (the next timed
+// part waits for it like for any other) and the lane moves on
+// (detached closed); returned gives that count back.
 type hold struct {
-	g  *gate
-	tr *tracker
-	i  int
+	g        *gate
+	tr       *tracker
+	i        int
+	detached chan struct{}
+	left     bool // under g.mu
 }
 
 // Enter stops admitting shared cases, waits until the ones in flight have
@@ -183,14 +217,31 @@ func (h *hold) Enter(ctx context.Context) error {
 	return nil
 }
 
-// Leave lets shared cases start again.
+// Leave lets shared cases start again, and the lane its next case: the
+// rest of this one is a shared case from now on.
 func (h *hold) Leave() {
 	h.tr.hold(-1)
 	g := h.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.want, g.held = false, false
+	if !h.left {
+		h.left = true
+		g.shared++
+		close(h.detached)
+	}
 	g.broadcast()
+}
+
+// returned: the case returned; the shared place its rest took is free.
+func (h *hold) returned() {
+	g := h.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if h.left {
+		g.shared--
+		g.broadcast()
+	}
 }
 
 // tracker measures each case's concurrency: the largest number of cases

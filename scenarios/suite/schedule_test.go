@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -124,10 +125,19 @@ func mixed() []Class {
 	return cs
 }
 
+// TestScheduleAloneTimedPartsNeverOverlapAndSharedOnesDo from the N auto
+// picks on an idle 2-CPU host (3) to the cap; from 3 on, two shared places
+// stay beside the alone lane, which the recorder's pairing needs.
 func TestScheduleAloneTimedPartsNeverOverlapAndSharedOnesDo(t *testing.T) {
+	for n := 3; n <= MaxAuto; n++ {
+		t.Run(fmt.Sprintf("parallel-%d", n), func(t *testing.T) { checkTimedPartsAlone(t, n) })
+	}
+}
+
+func checkTimedPartsAlone(t *testing.T, n int) {
 	classes := mixed()
-	rec := newOverlapRecorder(classes, 3)
-	slots := Schedule(context.Background(), classes, 3, rec.run)
+	rec := newOverlapRecorder(classes, n)
+	slots := Schedule(context.Background(), classes, n, rec.run)
 	if len(rec.ran) != len(classes) {
 		t.Fatalf("%d case(s) ran, want %d", len(rec.ran), len(classes))
 	}
@@ -159,13 +169,13 @@ func TestScheduleAloneTimedPartsNeverOverlapAndSharedOnesDo(t *testing.T) {
 		}
 	}
 	if !sharedOverlap {
-		t.Error("with 3 workers no shared case ever ran beside another")
+		t.Errorf("with %d workers no shared case ever ran beside another", n)
 	}
 	if !aloneBeside {
 		t.Error("no shared case ever ran beside an alone case's untimed parts")
 	}
-	if rec.peak > 3 {
-		t.Errorf("%d cases in flight at once, want at most 3", rec.peak)
+	if rec.peak > n {
+		t.Errorf("%d cases in flight at once, want at most %d", rec.peak, n)
 	}
 }
 
@@ -220,5 +230,57 @@ func TestScheduleCancelledStartsNothing(t *testing.T) {
 		if s.Ran {
 			t.Errorf("case %d marked ran", i)
 		}
+	}
+}
+
+// TestScheduleLaneMovesOnOnceAnAloneCaseLeftItsTimedPart: the lane starts
+// the next alone case while the previous one's recovery and teardown still
+// run (issue #37: from 3 places on the lane was the critical path), and
+// that rest counts as a shared case, so the next timed part waits for it.
+func TestScheduleLaneMovesOnOnceAnAloneCaseLeftItsTimedPart(t *testing.T) {
+	classes := []Class{Alone, Alone}
+	secondStarted := make(chan struct{})
+	var mu sync.Mutex
+	var firstDoneBeforeSecondEntered, secondInTimed, firstRestDuringTimed bool
+	firstRest := false
+	Schedule(context.Background(), classes, 3, func(ctx context.Context, i int) {
+		g := runner.ClockGateOf(ctx)
+		if i == 1 {
+			close(secondStarted)
+		}
+		if err := g.Enter(ctx); err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		secondInTimed = i == 1
+		firstRestDuringTimed = firstRestDuringTimed || (i == 1 && firstRest)
+		mu.Unlock()
+		g.Leave()
+		if i == 0 {
+			mu.Lock()
+			firstRest = true
+			mu.Unlock()
+			select { // the rest of case 0: until the lane started case 1
+			case <-secondStarted:
+			case <-time.After(10 * time.Second): // safety net
+				mu.Lock()
+				firstDoneBeforeSecondEntered = true
+				mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond)
+			mu.Lock()
+			firstRest = false
+			mu.Unlock()
+		}
+	})
+	if firstDoneBeforeSecondEntered {
+		t.Error("the lane waited for the first alone case to return before it started the second")
+	}
+	if !secondInTimed {
+		t.Error("the second alone case never entered its timed part")
+	}
+	if firstRestDuringTimed {
+		t.Error("the second alone case's timed part ran beside the rest of the first")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxAuto caps the workers --parallel auto picks on any machine. Every
@@ -14,44 +15,125 @@ import (
 // children, the trace reader), and its convergence budgets are real time.
 const MaxAuto = 4
 
-// AutoWorkers is what --parallel auto picks: two cases per CPU, because a
-// case spends most of its wall time in scaled sleeps and waits on its stack
-// (a sequential speed:fast run used about half a core), less one per unit
-// of the load average already on the machine (each runnable process outside
-// the run takes a CPU's share the cases would have had); at least 1
-// (sequential on a busy machine) and at most one per CPU and MaxAuto. The
-// per-CPU cap is measured (issue #37, speed:fast on 2 cores under load
-// 16-40 from other jobs): with 4 workers each shared case took 3-7 times
-// its sequential time and the run was no faster (×0.59, ×0.91); with 2 the
-// shared cases kept their sequential time and the run took 77% of the
-// sequential wall time.
-func AutoWorkers(numCPU int, load1 float64) int {
-	if math.IsNaN(load1) || load1 < 0 {
-		load1 = 0
+// placesPerCPU is how many cases at once fit on one CPU: 3 on 2 CPUs.
+// A case keeps 0.4–0.5 cores busy on average (issue #37, bench-chaos's
+// CPU column: user+sys of the harness and of every process of its stacks
+// over a sequential run's wall time, on 2 CPUs; two thirds of it the
+// product's processes, the vmctl verbs the agent runs above all), so 3
+// are 1.2–1.5 cores on average, the rest headroom for the bursts of a
+// stack's start. Measured on 2 CPUs, shard 1/8 of make chaos: 2, 3 and 4
+// at a time took 82, 81 and 92 s (load 7–13); near idle 2 and 3 tie (82
+// and 81 s). From 3 on the alone lane is the critical path (each alone
+// case's drain waits for N-1 shared cases: 2.7 s an alone case in the
+// lane at 2, 3.2–3.7 s at 3, 5.1 s at 4, against 1.4 s sequential), so 4
+// loses. With the lane moving on once a case left its timed part, 3 took
+// 63–65 s and 2 took 70 s (near idle, same shard).
+const placesPerCPU = 1.5
+
+// AutoWorkers is what --parallel auto picks from the CPU count and the
+// CPUs already busy outside the run (busy, in cores): two places per
+// CPU less one per busy CPU (each busy CPU takes a share the cases would
+// have had), at most placesPerCPU per CPU and MaxAuto, at least 1
+// (sequential on a busy machine). On an idle 2-CPU host: 3; with one
+// CPU's worth busy, 3; with two, 2.
+func AutoWorkers(numCPU int, busy float64) int {
+	if math.IsNaN(busy) || busy < 0 {
+		busy = 0
 	}
-	n := 2*numCPU - int(math.Round(load1))
-	return min(max(n, 1), max(numCPU, 1), MaxAuto)
+	n := 2*numCPU - int(math.Round(busy))
+	fit := int(math.Floor(placesPerCPU*float64(numCPU) + 1e-9))
+	return min(max(n, 1), max(fit, 1), MaxAuto)
 }
 
+// busyWindow is how long auto watches the CPUs before it picks: long
+// enough to average a few scheduler ticks of the other work on the host.
+const busyWindow = time.Second
+
 // ParseParallel resolves a --parallel value: "auto" (AutoWorkers over this
-// machine's CPUs and its 1-minute load average) or a positive integer. It
-// returns the worker count and how it was chosen, for results.json.
+// machine's CPUs and the CPU time spent on it over the last busyWindow,
+// else its 1-minute load average) or a positive integer. It returns the
+// worker count and how it was chosen, for results.json.
 func ParseParallel(v string) (int, string, error) {
 	if strings.TrimSpace(v) == "auto" {
 		cpus := runtime.NumCPU()
-		load, err := loadAvg1()
+		busy, what, err := machineBusy(busyWindow)
 		if err != nil {
-			// no load figure: assume the machine is busy rather than idle
+			// no figure: assume the machine is busy rather than idle
 			return 1, fmt.Sprintf("auto=1 (%d CPUs, load unknown: %v)", cpus, err), nil
 		}
-		n := AutoWorkers(cpus, load)
-		return n, fmt.Sprintf("auto=%d (%d CPUs, load %.2f)", n, cpus, load), nil
+		n := AutoWorkers(cpus, busy)
+		return n, fmt.Sprintf("auto=%d (%d CPUs, %s %.2f)", n, cpus, what, busy), nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 1 {
 		return 0, "", fmt.Errorf("--parallel %q: want auto or a number >= 1", v)
 	}
 	return n, strconv.Itoa(n), nil
+}
+
+// machineBusy is the CPUs in use now: the busy time of /proc/stat over
+// window, in cores ("busy"), else the 1-minute load average ("load").
+// The sample, not the load average, is what auto uses where it can: the
+// load average still counts for a minute a run that just ended (the
+// sequential run before bench-chaos's scheduled one), and counts tasks
+// waiting on I/O that take no CPU.
+func machineBusy(window time.Duration) (float64, string, error) {
+	a, aerr := readCPUStat()
+	if aerr == nil {
+		time.Sleep(window)
+		b, berr := readCPUStat()
+		if berr == nil {
+			if busy, ok := busyCores(a, b, runtime.NumCPU()); ok {
+				return busy, "busy", nil
+			}
+		}
+	}
+	load, err := loadAvg1()
+	return load, "load", err
+}
+
+// cpuStat is the first line of /proc/stat: all CPUs' time in ticks.
+type cpuStat struct{ total, idle uint64 }
+
+func readCPUStat() (cpuStat, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuStat{}, fmt.Errorf("cpu time: %w", err)
+	}
+	return parseCPUStat(string(b))
+}
+
+// parseCPUStat reads the "cpu" line: user nice system idle iowait irq
+// softirq steal (guest time is counted in user already); idle is idle +
+// iowait.
+func parseCPUStat(s string) (cpuStat, error) {
+	line, _, _ := strings.Cut(s, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuStat{}, fmt.Errorf("cpu time: no cpu line in /proc/stat")
+	}
+	var st cpuStat
+	for i, x := range f[1:9] {
+		v, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return cpuStat{}, fmt.Errorf("cpu time: field %d: %w", i+1, err)
+		}
+		st.total += v
+		if i == 3 || i == 4 {
+			st.idle += v
+		}
+	}
+	return st, nil
+}
+
+// busyCores is the cores in use between two samples of cpus CPUs; false
+// when no time passed between them.
+func busyCores(a, b cpuStat, cpus int) (float64, bool) {
+	if b.total <= a.total || b.idle < a.idle {
+		return 0, false
+	}
+	dt, di := float64(b.total-a.total), float64(b.idle-a.idle)
+	return float64(cpus) * max(dt-di, 0) / dt, true
 }
 
 // loadAvg1 is the 1-minute load average from /proc/loadavg.

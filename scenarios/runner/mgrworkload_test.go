@@ -151,12 +151,8 @@ func TestCocoonWorkloadWithoutCNIPluginsIsInconclusive(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	vm, err := NewManager("vmctl", manager.Options{Bin: filepath.Join(bin, "vmctl")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const id = "mgr-snapshot-save-kill-at-ch.snapshot.memory-written-workload"
-	c := saveCase(t, vm, "ch.snapshot.memory-written", id)
+	c := saveCase(t, bin, "ch.snapshot.memory-written", id)
 	rc := r.RunCase(context.Background(), *c)
 	if rc.Verdict != reports.Inconclusive || rc.Culprit != byPrecondition.String() ||
 		!strings.Contains(rc.Reason, guestNetPrefix) || !strings.Contains(rc.Reason, cocoon.CNIPackage) {
@@ -224,12 +220,8 @@ func TestCocoonWorkloadCutFailsOnDiskCopiedAfterResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm, err := NewManager("vmctl", manager.Options{Bin: filepath.Join(bin, "vmctl")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const id = "mgr-snapshot-save-kill-at-ch.resume-workload"
-	c := saveCase(t, vm, "ch.resume", id)
+	c := saveCase(t, bin, "ch.resume", id)
 	for _, tc := range []struct {
 		name, mbin string
 		ok         bool
@@ -261,10 +253,15 @@ func TestCocoonWorkloadCutFailsOnDiskCopiedAfterResume(t *testing.T) {
 	}
 }
 
-// saveCase is the manager-verb case id among vm's snapshot-save cases at
-// the VMM phase point.
-func saveCase(t *testing.T, vm manager.Manager, point, id string) *scenarios.Case {
+// saveCase is the manager-verb case id among the snapshot-save cases at
+// the VMM phase point, generated over the vmctl in bin (the case's shape
+// does not depend on the manager it later runs against).
+func saveCase(t *testing.T, bin, point, id string) *scenarios.Case {
 	t.Helper()
+	vm, err := NewManager("vmctl", manager.Options{Bin: filepath.Join(bin, "vmctl")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, x := range scenarios.ExpandManager(vm, map[manager.Verb][]string{manager.VerbSnapshotSave: {point}}, nil) {
 		if x.ID == id {
 			return &x

@@ -90,6 +90,9 @@ func build() (string, error) {
 	}
 	cmd := exec.Command("go", "build", "-o", d+"/", "./cmd/vmctl", "./cmd/nodeagent", "./cmd/fakech", "./cmd/controlplane", "./cmd/vmchaos-writer")
 	cmd.Dir = filepath.Dir(mod)
+	// static, as `make build` builds them: the stack execs vmctl dozens of
+	// times a case, and a static binary skips the dynamic loader
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(d)
 		return "", fmt.Errorf("stack binaries: go build: %v\n%s", err, b)

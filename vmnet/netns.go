@@ -43,16 +43,18 @@ const netnsRun = "/run/netns"
 // ipTimeout bounds each `ip` call; they are instant unless the system is wedged.
 const ipTimeout = 30 * time.Second
 
+// Compiled on first use, not at init: vmctl imports vmnet and is exec'd
+// dozens of times a case, most of them without a namespace to name.
 var (
-	netnsNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-	ifNameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$`) // IFNAMSIZ-1
+	netnsNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`) })
+	ifNameRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$`) }) // IFNAMSIZ-1
 )
 
 // NewNetns creates the network namespace name with its loopback up. It
 // refuses a name that already exists, so it never adopts (and later deletes)
 // someone else's namespace. Needs root (CAP_SYS_ADMIN).
 func NewNetns(name string) (*Netns, error) {
-	if !netnsNameRE.MatchString(name) {
+	if !netnsNameRE().MatchString(name) {
 		return nil, fmt.Errorf("netns %q: want [A-Za-z0-9_.-], at most 64", name)
 	}
 	if _, err := os.Stat(filepath.Join(netnsRun, name)); err == nil {
@@ -76,7 +78,7 @@ func NewNetns(name string) (*Netns, error) {
 // short-lived process (vmctl's vm exec) reaches guests in the namespace the
 // harness created. Entering it needs CAP_SYS_ADMIN.
 func OpenNetns(name string) (*Netns, error) {
-	if !netnsNameRE.MatchString(name) {
+	if !netnsNameRE().MatchString(name) {
 		return nil, fmt.Errorf("netns %q: want [A-Za-z0-9_.-], at most 64", name)
 	}
 	if _, err := os.Stat(filepath.Join(netnsRun, name)); err != nil {
@@ -110,7 +112,7 @@ func (n *Netns) file() string {
 // hostCIDR (e.g. 192.168.249.1/24; empty → no address, as when CH's own
 // --net ip=,mask= sets it) and brings it up.
 func (n *Netns) AddTap(name, hostCIDR string) error {
-	if !ifNameRE.MatchString(name) {
+	if !ifNameRE().MatchString(name) {
 		return fmt.Errorf("netns %s: tap %q: want an interface name of at most 15 characters", n.Name, name)
 	}
 	if hostCIDR != "" {
@@ -304,7 +306,7 @@ func (n *Netns) Path() string { return filepath.Join(netnsRun, n.Name) }
 // either namespace destroys the pair.
 func (n *Netns) AddVeth(name, cidr string, peer *Netns, peerName, peerCIDR string) error {
 	for _, nm := range []string{name, peerName} {
-		if !ifNameRE.MatchString(nm) {
+		if !ifNameRE().MatchString(nm) {
 			return fmt.Errorf("netns %s: veth %q: want an interface name of at most 15 characters", n.Name, nm)
 		}
 	}

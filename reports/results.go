@@ -31,10 +31,11 @@ type Results struct {
 	Seed       int64     `json:"seed"`
 	Shard      string    `json:"shard,omitempty"` // "I/N"
 	Filter     string    `json:"label_filter,omitempty"`
-	Regress    []string  `json:"regress,omitempty"` // bug switches on during this run (selftest)
-	Build      string    `json:"build,omitempty"`   // the vmchaos build that ran it (VCS revision); WriteAll fills it in
-	Repeat     int       `json:"repeat,omitempty"`  // --repeat N: runs of every case
-	Load       string    `json:"load,omitempty"`    // --load: the CPU hog the run ran under ("cpu=1")
+	Regress    []string  `json:"regress,omitempty"`  // bug switches on during this run (selftest)
+	Build      string    `json:"build,omitempty"`    // the vmchaos build that ran it (VCS revision); WriteAll fills it in
+	Repeat     int       `json:"repeat,omitempty"`   // --repeat N: runs of every case
+	Load       string    `json:"load,omitempty"`     // --load: the CPU hog the run ran under ("cpu=1")
+	StackFS    string    `json:"stack_fs,omitempty"` // where the stacks lived: tmpfs or disk (--stack-fs)
 	Cases      []Case    `json:"cases"`
 
 	// NotRun lists the selected cases the host could not run for a missing

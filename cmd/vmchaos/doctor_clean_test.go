@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,6 +79,11 @@ func TestDoctorCleanRemovesEverythingOfASIGKILLedRun(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// as root on the fake backend the run's dir is a tmpfs of its own
+	// (--stack-fs auto): the SIGKILL leaves it mounted for doctor to find
+	if os.Geteuid() == 0 && !slices.Contains(mountsUnder(tmp), stackDir) {
+		t.Fatalf("the run's dir %s is not a mount point (mounts under %s: %v): --stack-fs auto should have put it on a tmpfs", stackDir, tmp, mountsUnder(tmp))
+	}
 	if err := runner.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +136,9 @@ func TestDoctorCleanRemovesEverythingOfASIGKILLedRun(t *testing.T) {
 			t.Errorf("cgroup %s still there (%v)", l.Record.Cgroup, err)
 		}
 	}
+	if m := mountsUnder(tmp); len(m) != 0 {
+		t.Errorf("mounts of the killed run left under %s: %v", tmp, m)
+	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		var names []string
 		for _, e := range left {
@@ -145,6 +154,18 @@ func TestDoctorCleanRemovesEverythingOfASIGKILLedRun(t *testing.T) {
 	if files, _ := filepath.Glob(filepath.Join(reg, "*.json")); len(files) != 0 {
 		t.Errorf("records left: %v", files)
 	}
+}
+
+// mountsUnder lists the mount points below dir in this mount namespace.
+func mountsUnder(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, ln := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(ln); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }
 
 func listNetns() map[string]bool {

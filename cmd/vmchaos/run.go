@@ -36,6 +36,7 @@ type runFlags struct {
 	reportDir   string
 	repeat      int             // run only: --repeat
 	lazyfs      bool            // every case's durable dirs on lazyfs (overhead figure)
+	stackFS     string          // --stack-fs
 	meter       *progress.Meter // made by runner(); Start/Stop around the cases
 }
 
@@ -45,6 +46,7 @@ func (f *runFlags) add(c *cobra.Command) {
 	c.Flags().Float64Var(&f.scale, "time-scale", 1, "multiply every simulated duration and stack timer by this (0.05 = 20x faster)")
 	c.Flags().Int64Var(&f.seed, "seed", 1, "seed of the run (fakech timing jitter, case order); recorded in every repro command")
 	c.Flags().BoolVar(&f.lazyfs, "lazyfs", false, "run every case's stack with its durable dirs on lazy filesystems, as power-cut cases always do (what lazyfs costs: compare the wall time without it)")
+	c.Flags().StringVar(&f.stackFS, "stack-fs", "auto", "where the stacks' files live: tmpfs (a tmpfs of the run's own, unmounted at the end; needs root), disk (the temp dir) or auto (tmpfs for the fake backend when root, else disk). Verdicts are the same: power-cut cases judge durability on lazyfs either way")
 	c.Flags().StringVar(&f.reportDir, "report-dir", "", "run dir for results.json, junit.xml, ginkgo.json, report.md/html and logs (default ./vmchaos-results/<run-id>)")
 }
 
@@ -67,7 +69,7 @@ func (f *runFlags) runner(ctx context.Context, dir string, out io.Writer, bugs [
 	f.meter = progress.New(out)
 	return runner.New(ctx, runner.Options{ReportDir: dir, Backend: f.backend, Supervisor: f.supervisor,
 		Scale: f.scale, Seed: f.seed, Regress: bugs, Progress: f.meter, Done: f.meter.Case, Repeat: f.repeat,
-		Lazyfs: f.lazyfs, AgentCocoon: f.agentCocoon})
+		Lazyfs: f.lazyfs, StackFS: f.stackFS, AgentCocoon: f.agentCocoon})
 }
 
 // signalContext cancels on SIGINT/SIGTERM so a run tears its stacks down.
@@ -238,6 +240,9 @@ func (o *runCmd) runCases(ctx context.Context, r *runner.Runner, cases []scenari
 	sup := r.Supervisor()
 	if note := r.SupervisorNote(); note != "" {
 		sup += " (" + note + ")"
+	}
+	if fs := r.StackFS(); fs != "" {
+		sup += ", stacks on " + fs
 	}
 	fmt.Fprintf(os.Stderr, "vmchaos run: %d case(s), backend %s, supervisor %s, time scale %g, seed %d, parallel %s%s → %s\n",
 		len(cases), f.backend, sup, f.scale, f.seed, r.Results().Parallel, repeatLoadNote(o.repeat, o.load), dir)

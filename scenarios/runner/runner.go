@@ -40,6 +40,7 @@ type Options struct {
 	Repeat      int       // runs of every case (default 1); differing verdicts make it flaky
 	BinDir      string    // the stack binaries ("" = stackbin.Dir(); a test points it at a variant)
 	Lazyfs      bool      // every case's durable dirs on lazyfs (power-cut cases always are)
+	StackFS     string    // where the stacks live: auto | tmpfs | disk (stack.RunOptions.StackFS)
 
 	// Done is called with each finished case (progress.Meter.Case); nil = none.
 	Done func(reports.Case)
@@ -224,7 +225,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	run, err := newRun(ctx, stack.RunOptions{BinDir: bin, Supervisor: o.Supervisor, Backend: o.Backend, Scale: o.Scale, Seed: o.Seed})
+	run, err := newRun(ctx, stack.RunOptions{BinDir: bin, Supervisor: o.Supervisor, Backend: o.Backend, Scale: o.Scale, Seed: o.Seed, StackFS: o.StackFS})
 	if err != nil {
 		return nil, err
 	}
@@ -232,6 +233,7 @@ func New(ctx context.Context, o Options) (*Runner, error) {
 	r := &Runner{opts: o, run: run, supNote: supNote, snapSkip: snapSkip, snapNeed: snapNeed, res: &reports.Results{
 		RunID: filepath.Base(o.ReportDir), StartedAt: time.Now().UTC(), Host: host, Backend: o.Backend,
 		Supervisor: withNote(run.Sup.Kind(), supNote), TimeScale: o.Scale, Seed: o.Seed, Regress: o.Regress,
+		StackFS: stackFS(run),
 	}}
 	if o.AgentCocoon != "" {
 		// the header says what the agent drove: these are not vmctl's results
@@ -715,3 +717,15 @@ func (r *Runner) triggerString(c scenarios.Case, i int) string {
 func sameTrigger(s *scenarios.Scenario, i int) bool {
 	return s.Faults[i].Trigger == s.Faults[0].Trigger
 }
+
+// stackFS is what results.json says the run's stacks lived on.
+func stackFS(run *stack.Run) string {
+	if run.TmpFS {
+		return stack.StackFSTmpfs
+	}
+	return stack.StackFSDisk
+}
+
+// StackFS is where the run's stacks live (tmpfs or disk); "" for a run
+// that made no stack (a skipped real backend).
+func (r *Runner) StackFS() string { return r.res.StackFS }

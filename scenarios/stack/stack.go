@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vmchaos/vmchaos/failpoint"
 	"github.com/vmchaos/vmchaos/fakech/guestimg"
 	"github.com/vmchaos/vmchaos/injector"
@@ -58,6 +60,10 @@ type Run struct {
 	Real  *realch.Stack
 	Scale float64
 	Seed  int64
+	// TmpFS: TmpDir is a tmpfs of the run's own (RunOptions.StackFS),
+	// unmounted by Close; a killed run's is found and unmounted by
+	// `doctor --clean` (a mount below a leaked run dir).
+	TmpFS bool
 	next  int
 	mu    sync.Mutex
 	// nsInit is the host pid of the sandbox's PID 1 (0 without a pid
@@ -73,6 +79,39 @@ type RunOptions struct {
 	Backend    string // fake (default) | real
 	Scale      float64
 	Seed       int64
+	StackFS    string // StackFSAuto (""), StackFSTmpfs or StackFSDisk
+}
+
+// Where a run's temp dir (every case's stack: stores, sockets, fake VMM
+// files, logs until they are copied) lives.
+//
+// On disk, three cases at a time spend much of their time in the
+// filesystem's journal: every product write is fsynced, every clone
+// creates and removes files, and on a 2-core host a scheduled run was
+// bound by it (docs/figures.md). What the product must make durable is
+// judged by the power cut on lazyfs, which keeps its own durable and
+// volatile copies wherever its backing dir is, so a tmpfs changes no
+// verdict; auto takes one for the fake backend when this process may
+// mount (root). The real backend's guest disks are images of gigabytes:
+// auto keeps them on disk.
+const (
+	StackFSAuto  = "auto"
+	StackFSTmpfs = "tmpfs"
+	StackFSDisk  = "disk"
+)
+
+// wantTmpfs resolves o.StackFS: whether to mount, and whether a failed
+// mount is an error (asked for) or means disk (auto).
+func (o RunOptions) wantTmpfs() (mount, required bool, err error) {
+	switch o.StackFS {
+	case "", StackFSAuto:
+		return (o.Backend == BackendFake || o.Backend == "") && os.Geteuid() == 0, false, nil
+	case StackFSTmpfs:
+		return true, true, nil
+	case StackFSDisk:
+		return false, false, nil
+	}
+	return false, false, fmt.Errorf("stack fs %q: want auto, tmpfs or disk", o.StackFS)
 }
 
 // NewRun prepares the shared parts: a temp dir, the ledger key, the guest
@@ -90,6 +129,21 @@ func NewRun(ctx context.Context, o RunOptions) (*Run, error) {
 	fail := func(err error) (*Run, error) {
 		r.Close()
 		return nil, err
+	}
+	mount, required, err := o.wantTmpfs()
+	if err != nil {
+		return fail(fmt.Errorf("stack: %w", err))
+	}
+	if mount {
+		// before anything is in it, and before the supervisor: a sandbox
+		// or a systemd in namespaces of their own copy the mount with it
+		err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700")
+		switch {
+		case err == nil:
+			r.TmpFS = true
+		case required:
+			return fail(fmt.Errorf("stack: tmpfs at %s: %w", tmp, err))
+		}
 	}
 	if r.Key, err = ledger.NewKey(filepath.Join(tmp, "key")); err != nil {
 		return fail(fmt.Errorf("stack: ledger key: %w", err))
@@ -218,6 +272,12 @@ func (r *Run) Close() error {
 	if r.Real != nil {
 		if e := r.Real.Close(); err == nil {
 			err = e
+		}
+	}
+	if r.TmpFS {
+		// detached, not removed file by file: what it holds goes with it
+		if e := unix.Unmount(r.TmpDir, unix.MNT_DETACH); e != nil && err == nil {
+			err = fmt.Errorf("stack: unmount the run's tmpfs %s: %w", r.TmpDir, e)
 		}
 	}
 	if e := os.RemoveAll(r.TmpDir); err == nil {

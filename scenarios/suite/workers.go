@@ -15,26 +15,24 @@ import (
 // children, the trace reader), and its convergence budgets are real time.
 const MaxAuto = 4
 
-// placesPerCPU is how many cases at once fit on one CPU: 3 on 2 CPUs.
+// placesPerCPU is how many cases at once fit on one CPU: 4 on 2 CPUs.
 // A case keeps 0.4–0.5 cores busy on average (issue #37, bench-chaos's
 // CPU column: user+sys of the harness and of every process of its stacks
 // over a sequential run's wall time, on 2 CPUs; two thirds of it the
-// product's processes, the vmctl verbs the agent runs above all), so 3
-// are 1.2–1.5 cores on average, the rest headroom for the bursts of a
-// stack's start. Measured on 2 CPUs, shard 1/8 of make chaos: 2, 3 and 4
-// at a time took 82, 81 and 92 s (load 7–13); near idle 2 and 3 tie (82
-// and 81 s). From 3 on the alone lane is the critical path (each alone
-// case's drain waits for N-1 shared cases: 2.7 s an alone case in the
-// lane at 2, 3.2–3.7 s at 3, 5.1 s at 4, against 1.4 s sequential), so 4
-// loses. With the lane moving on once a case left its timed part, 3 took
-// 63–65 s and 2 took 70 s (near idle, same shard).
-const placesPerCPU = 1.5
+// product's processes, the vmctl verbs the agent runs above all). With the
+// stacks on disk, more than 3 at a time gained nothing: the cases queued
+// on the filesystem's journal (shard 2/8 of make chaos at 3 and 4: 47–51
+// and 48 s, system time 28–35 and 36 s). With the stacks on a tmpfs of
+// the run's own (stack.StackFSAuto, the default when root) the same shard
+// took 44 s at 3, 37–38 s at 4, 36 s at 5 and 35 s at 6 (sequential 78 s):
+// 4 takes most of the gain and keeps headroom for a stack's start.
+const placesPerCPU = 2
 
 // AutoWorkers is what --parallel auto picks from the CPU count and the
 // CPUs already busy outside the run (busy, in cores): two places per
 // CPU less one per busy CPU (each busy CPU takes a share the cases would
 // have had), at most placesPerCPU per CPU and MaxAuto, at least 1
-// (sequential on a busy machine). On an idle 2-CPU host: 3; with one
+// (sequential on a busy machine). On an idle 2-CPU host: 4; with one
 // CPU's worth busy, 3; with two, 2.
 func AutoWorkers(numCPU int, busy float64) int {
 	if math.IsNaN(busy) || busy < 0 {

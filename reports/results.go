@@ -186,6 +186,12 @@ type Invariant struct {
 	// nothing proven either way, a harness error unless the product failed
 	// elsewhere.
 	HarnessError bool `json:"harness_error,omitempty"`
+	// NotExercised: not OK because the failure this invariant judges the
+	// recovery from never happened (the fault landed, and the product took
+	// a path around it: a retried request that met the restarted server):
+	// nothing proven either way, inconclusive unless the product failed
+	// elsewhere.
+	NotExercised bool `json:"not_exercised,omitempty"`
 	// Layer is the layer a failed invariant is attributed to: manager,
 	// agent, guest-data, stack or harness (reports/layers.go).
 	Layer string `json:"layer,omitempty"`

@@ -84,6 +84,9 @@ func (cr *caseRun) history(ctx context.Context, converged bool, budget time.Dura
 		inv := reports.Invariant{Name: "failed-left-by-itself", OK: n > 0 && converged}
 		switch {
 		case n == 0:
+			// not a fail: the product did not break, the case did not
+			// test what it is about (judgeInvariants: inconclusive)
+			inv.NotExercised = true
 			inv.Evidence = "the transient failure never wrote failed: the path under test was not exercised"
 		case converged:
 			inv.Evidence = fmt.Sprintf("failed written %d time(s), left by the agent's own bounded retry (no operator action)", n)

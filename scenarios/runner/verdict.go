@@ -148,14 +148,18 @@ func judgeOutcome(o outcome) (string, string, string) {
 
 // judgeInvariants: any violated invariant is a fail, unless every violated
 // one failed only because the harness's own read failed (HarnessError):
-// then nothing is proven, a harness error. Nothing checked is never a pass.
+// then nothing is proven, a harness error; or only because the failure it
+// judges never happened (NotExercised): inconclusive, like a fault that
+// missed its window. Nothing checked is never a pass.
 func judgeInvariants(o outcome) (string, string, string) {
-	var bad, unread []string
+	var bad, unread, untested []string
 	for _, inv := range o.Invariants {
 		switch {
 		case inv.OK:
 		case inv.HarnessError:
 			unread = append(unread, inv.Name)
+		case inv.NotExercised:
+			untested = append(untested, inv.Name+": "+inv.Evidence)
 		default:
 			bad = append(bad, inv.Name)
 		}
@@ -177,6 +181,9 @@ func judgeInvariants(o outcome) (string, string, string) {
 	}
 	if len(unread) > 0 {
 		return reports.Error, "harness: the harness could not read the evidence of " + strings.Join(unread, ", "), byHarness.String()
+	}
+	if len(untested) > 0 {
+		return reports.Inconclusive, "fault landed, path not exercised: " + strings.Join(untested, "; "), byLanding.String()
 	}
 	if len(o.Invariants) == 0 {
 		// nothing was checked: never a pass

@@ -20,6 +20,7 @@ func TestVerdictTable(t *testing.T) {
 	violated := []reports.Invariant{{Name: "intent-goal", OK: false, Evidence: "vm-a failed"}, {Name: "fault-landed", OK: true}}
 	crashLoop := append(append([]reports.Invariant{}, held...), reports.Invariant{Name: NoUnexpectedRestart, OK: false,
 		Evidence: "the agent started 4 times after the fault(s), 1 expected from the injected faults"})
+	untested := reports.Invariant{Name: "failed-left-by-itself", NotExercised: true, Evidence: "the transient failure never wrote failed"}
 	goalMissed := productErr(GoalReached, fmt.Errorf("setup create vm-a: vm-a did not reach ready within 20s (last: failed boom)"))
 	for _, tc := range []struct {
 		name    string
@@ -43,6 +44,8 @@ func TestVerdictTable(t *testing.T) {
 		{"processes left behind after a pass", outcome{Invariants: held, Converged: true, TeardownErr: errors.New("pid 7 left")}, reports.Error, reports.GateInfra, "teardown: pid 7 left"},
 		{"processes left behind do not hide a fail", outcome{Invariants: violated, TeardownErr: errors.New("pid 7 left")}, reports.Fail, reports.GateFail, "teardown: pid 7 left"},
 		{"nothing checked is never a pass", outcome{Converged: true}, reports.Error, reports.GateInfra, "checked no invariant"},
+		{"a landed fault whose failure never happened proves nothing", outcome{Invariants: append(append([]reports.Invariant{}, held...), untested), Converged: true}, reports.Inconclusive, reports.GateInconclusive, "path not exercised: failed-left-by-itself"},
+		{"a path not exercised does not hide a fail", outcome{Invariants: append(append([]reports.Invariant{}, violated...), untested)}, reports.Fail, reports.GateFail, "violated: intent-goal"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, reason := verdict(tc.o)

@@ -729,3 +729,6 @@ func stackFS(run *stack.Run) string {
 // StackFS is where the run's stacks live (tmpfs or disk); "" for a run
 // that made no stack (a skipped real backend).
 func (r *Runner) StackFS() string { return r.res.StackFS }
+
+// RepeatRuns is how many times each case runs (--repeat; at least 1).
+func (r *Runner) RepeatRuns() int { return max(r.opts.Repeat, 1) }

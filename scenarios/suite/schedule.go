@@ -43,6 +43,22 @@ type Slot struct {
 // shared ones. A cancelled ctx starts no further case; cases in flight
 // finish. It returns when every started case has returned.
 func Schedule(ctx context.Context, classes []Class, n int, run func(ctx context.Context, i int)) []Slot {
+	return schedule(ctx, classes, n, false, run)
+}
+
+// ScheduleRepeated is Schedule for a run whose cases take the machine more
+// than once each (--repeat: every repetition of an alone case enters the
+// gate): the lane starts its next alone case only once the previous one
+// returned, so no alone case's stack is ever beside another's timed part
+// (with the lane moving on at the first Leave, the next case's set-up ran
+// beside the repeating case's next timed part, and that case's own rest
+// counted against its next Enter: every timed case of `make stability`
+// waited out its budget).
+func ScheduleRepeated(ctx context.Context, classes []Class, n int, run func(ctx context.Context, i int)) []Slot {
+	return schedule(ctx, classes, n, true, run)
+}
+
+func schedule(ctx context.Context, classes []Class, n int, repeated bool, run func(ctx context.Context, i int)) []Slot {
 	n = max(n, 1)
 	tr := &tracker{slots: make([]Slot, len(classes)), running: map[int]bool{}, holder: -1}
 	var alone, shared []int
@@ -73,7 +89,7 @@ func Schedule(ctx context.Context, classes []Class, n int, run func(ctx context.
 			if !g.laneNext(ctx) {
 				return
 			}
-			h := &hold{g: g, tr: tr, i: i, detached: make(chan struct{})}
+			h := &hold{g: g, tr: tr, i: i, detached: make(chan struct{}), stay: repeated}
 			done := make(chan struct{})
 			wg.Add(1)
 			go func() {
@@ -111,8 +127,8 @@ type gate struct {
 	mu      sync.Mutex
 	n       int  // places in all
 	lane    bool // the alone lane still runs: it takes one place
-	shared  int  // shared cases in flight
-	want    bool // an alone case waits for the machine: admit nothing
+	shared  int  // shared cases in flight (and alone cases' rests)
+	wants   int  // alone cases waiting for the machine: admit nothing
 	held    bool // an alone case holds the machine
 	changed chan struct{}
 }
@@ -151,7 +167,7 @@ func (g *gate) admit(ctx context.Context) bool {
 		}
 		return g.n
 	}
-	if !g.wait(ctx, func() bool { return !g.want && !g.held && g.shared < places() }) {
+	if !g.wait(ctx, func() bool { return g.wants == 0 && !g.held && g.shared < places() }) {
 		return false
 	}
 	g.shared++
@@ -180,35 +196,50 @@ func (g *gate) laneNext(ctx context.Context) bool {
 func (g *gate) laneDone() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.lane, g.want, g.held = false, false, false
+	g.lane = false
 	g.broadcast()
 }
 
 // hold is one alone case's runner.ClockGate. Once it leaves the machine
 // the rest of the case counts as a shared case in flight (the next timed
 // part waits for it like for any other) and the lane moves on
-// (detached closed); returned gives that count back.
+// (detached closed); returned gives that count back. A case run more
+// than once (--repeat) enters again: its rest keeps counting while it
+// waits, so the lane's next case cannot take the machine beside its
+// live stack, and it takes the machine once it is the only one in flight.
 type hold struct {
 	g        *gate
 	tr       *tracker
 	i        int
 	detached chan struct{}
-	left     bool // under g.mu
+	left     bool // under g.mu: the rest counts among g.shared
+	closed   bool // under g.mu: detached is closed
+	stay     bool // the lane waits for the case to return (ScheduleRepeated)
 }
 
 // Enter stops admitting shared cases, waits until the ones in flight have
-// returned, and holds the machine.
+// returned (all but this case's own rest, entering again) and no other
+// alone case holds the machine, and holds it.
 func (h *hold) Enter(ctx context.Context) error {
 	g := h.g
 	g.mu.Lock()
-	g.want = true
-	ok := g.wait(ctx, func() bool { return g.shared == 0 })
+	g.wants++
+	ok := g.wait(ctx, func() bool {
+		own := 0
+		if h.left {
+			own = 1
+		}
+		return !g.held && g.shared == own
+	})
+	g.wants--
 	if ok {
 		g.held = true
-	} else {
-		g.want = false
-		g.broadcast()
+		if h.left { // holding, not a rest any more
+			h.left = false
+			g.shared--
+		}
 	}
+	g.broadcast()
 	g.mu.Unlock()
 	if !ok {
 		return ctx.Err()
@@ -224,10 +255,17 @@ func (h *hold) Leave() {
 	g := h.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.want, g.held = false, false
+	g.held = false
+	if h.stay { // the case keeps the lane's place until it returns
+		g.broadcast()
+		return
+	}
 	if !h.left {
 		h.left = true
 		g.shared++
+	}
+	if !h.closed {
+		h.closed = true
 		close(h.detached)
 	}
 	g.broadcast()

@@ -33,6 +33,9 @@ type overlapRecorder struct {
 	timed         map[int]bool
 	timedOverlaps map[int]map[int]bool
 	entered       map[int]bool
+	// repeat: how many timed parts an alone case runs (a --repeat run
+	// enters the gate once per repetition); 0 means 1
+	repeat int
 }
 
 func newOverlapRecorder(classes []Class, workers int) *overlapRecorder {
@@ -83,8 +86,10 @@ func (o *overlapRecorder) run(ctx context.Context, i int) {
 	if g := runner.ClockGateOf(ctx); g != nil {
 		// an alone case as the runner runs it: its stack start before the
 		// timed part, its convergence and teardown after it
-		o.timedPart(ctx, i, g)
-		busy()
+		for range max(o.repeat, 1) {
+			o.timedPart(ctx, i, g)
+			busy()
+		}
 	}
 	o.mu.Lock()
 	delete(o.running, i)
@@ -97,7 +102,9 @@ func (o *overlapRecorder) timedPart(ctx context.Context, i int, g runner.ClockGa
 	}
 	o.mu.Lock()
 	o.entered[i] = true
-	o.timedOverlaps[i] = map[int]bool{}
+	if o.timedOverlaps[i] == nil {
+		o.timedOverlaps[i] = map[int]bool{}
+	}
 	for j := range o.running {
 		if j != i {
 			o.timedOverlaps[i][j] = true
@@ -282,5 +289,40 @@ func TestScheduleLaneMovesOnOnceAnAloneCaseLeftItsTimedPart(t *testing.T) {
 	}
 	if firstRestDuringTimed {
 		t.Error("the second alone case's timed part ran beside the rest of the first")
+	}
+}
+
+// TestScheduleAloneCaseEntersOncePerRepetition: with --repeat an alone
+// case enters the gate once per repetition, after the lane has moved on
+// to the next alone case. The scheduler must neither deadlock (the case's
+// own rest counted against its next Enter: every timed case of `make
+// stability` waited out its budget) nor let the next alone case hold the
+// machine beside the repeating case's live stack.
+// From 3 places on, as TestScheduleAloneTimedPartsNeverOverlapAndSharedOnesDo
+// (the recorder's shared cases wait for a pair of them in flight).
+func TestScheduleAloneCaseEntersOncePerRepetition(t *testing.T) {
+	for n := 3; n <= MaxAuto; n++ {
+		t.Run(fmt.Sprintf("parallel-%d", n), func(t *testing.T) {
+			classes := mixed()
+			o := newOverlapRecorder(classes, n)
+			o.repeat = 3
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			ScheduleRepeated(ctx, classes, n, o.run)
+			if ctx.Err() != nil {
+				t.Fatalf("the run did not finish within 20 s: an alone case waited for the machine for ever")
+			}
+			for i, c := range classes {
+				if c != Alone {
+					continue
+				}
+				if !o.entered[i] {
+					t.Errorf("alone case %d never got the machine", i)
+				}
+				if len(o.timedOverlaps[i]) > 0 {
+					t.Errorf("alone case %d: cases in flight during its timed parts: %v", i, o.timedOverlaps[i])
+				}
+			}
+		})
 	}
 }

@@ -28,7 +28,11 @@ func RunScheduled(ctx context.Context, r *runner.Runner, cases []scenarios.Case,
 		classes[i], _ = Classify(c)
 	}
 	specs := make([]types.SpecReport, len(cases))
-	slots := Schedule(ctx, classes, n, func(ctx context.Context, i int) {
+	sched := Schedule
+	if r.RepeatRuns() > 1 {
+		sched = ScheduleRepeated // each repetition of an alone case takes the machine
+	}
+	slots := sched(ctx, classes, n, func(ctx context.Context, i int) {
 		t0 := time.Now()
 		rc := r.RunCase(ctx, cases[i])
 		specs[i] = specReport(cases[i], rc, t0, time.Now())

@@ -2,7 +2,9 @@ package injector
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vmchaos/vmchaos/internal/ownedtemp"
 )
@@ -307,4 +310,67 @@ func censusFDs(c *Census, o CensusOptions) {
 			c.Detail = append(c.Detail, fmt.Sprintf("fd %s → %s", e.Name(), t))
 		}
 	}
+}
+
+// CleanOrphanCgroups removes the vmchaos-* cgroups that no run record of
+// any registry names (live or leftover, so CleanLeftovers could not reach
+// them) and that hold no process: a sandbox cgroup whose run removed its
+// record while the cgroup was still busy. The census counts them; without
+// this, `doctor --clean` left them for ever. A cgroup that still holds a
+// process is left and reported.
+func CleanOrphanCgroups(ctx context.Context, primary string) ([]string, error) {
+	return cleanOrphanCgroups(ctx, cgroup2Mount(), primary)
+}
+
+func cleanOrphanCgroups(ctx context.Context, root, primary string) ([]string, error) {
+	if root == "" {
+		return nil, nil
+	}
+	named := readLiveRuns(primary).cgroup
+	for _, dir := range Registries(primary) {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		for _, f := range files {
+			var r Record
+			if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &r) == nil && r.Cgroup != "" {
+				named[r.Cgroup] = true
+			}
+		}
+	}
+	cgs, _ := filepath.Glob(filepath.Join(root, runPathPrefix+"*"))
+	var removed []string
+	var errs []error
+	for _, cg := range cgs {
+		if named[cg] {
+			continue
+		}
+		if busy := cgroupTreeProcs(cg); busy != "" {
+			errs = append(errs, fmt.Errorf("orphan cgroup %s: left, it holds processes (%s)", cg, busy))
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := removeCgroupTree(ctx, cg)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("orphan cgroup %s: %w", cg, err))
+			continue
+		}
+		removed = append(removed, cg)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// cgroupTreeProcs is the first non-empty cgroup.procs in the tree at cg, as
+// "path: pids", or "" when no cgroup of it holds a process.
+func cgroupTreeProcs(cg string) string {
+	var busy string
+	_ = filepath.WalkDir(cg, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || busy != "" || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			busy = p + ": " + strings.Join(strings.Fields(string(b)), " ")
+		}
+		return nil
+	})
+	return busy
 }

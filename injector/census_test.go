@@ -306,3 +306,47 @@ func TestCensusSkipsALiveOwnersTempDirAndCountsADeadOnes(t *testing.T) {
 		t.Fatalf("after the clean:\n%s", c.Table())
 	}
 }
+
+// TestCleanOrphanCgroups: --clean removes an empty vmchaos-* cgroup no run
+// record names (a sandbox's, left busy when its run removed its record),
+// keeps one a record names, and leaves one that holds a process. On a
+// plain directory tree: the rule, not the kernel's cgroupfs.
+func TestCleanOrphanCgroups(t *testing.T) {
+	reg := isolateRegistries(t)
+	root := t.TempDir()
+	orphan := filepath.Join(root, "vmchaos-sb-orphan")
+	named := filepath.Join(root, "vmchaos-sb-named")
+	busy := filepath.Join(root, "vmchaos-sb-busy")
+	for _, d := range []string{filepath.Join(orphan, "unit"), named, filepath.Join(busy, "unit")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(busy, "unit", "cgroup.procs"), []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := newRecord(KindSandbox, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Cgroup = named
+	if err := rec.save(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.remove)
+	removed, err := cleanOrphanCgroups(t.Context(), root, reg)
+	if len(removed) != 1 || removed[0] != orphan {
+		t.Errorf("removed %v, want only %s", removed, orphan)
+	}
+	if err == nil || !strings.Contains(err.Error(), "holds processes") {
+		t.Errorf("err %v, want the busy cgroup reported", err)
+	}
+	for _, d := range []string{named, busy} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s removed: %v", d, err)
+		}
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Errorf("orphan %s still there: %v", orphan, err)
+	}
+}

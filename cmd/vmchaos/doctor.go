@@ -34,6 +34,9 @@ type doctorReport struct {
 	// OwnedTempRemoved are the temp dirs --clean removed because the
 	// process that owned them (a killed `go test`'s stack binaries) is gone.
 	OwnedTempRemoved []string `json:"owned_temp_removed,omitempty"`
+	// OrphanCgroupsRemoved are the empty vmchaos-* cgroups --clean removed
+	// because no run record names them.
+	OrphanCgroupsRemoved []string `json:"orphan_cgroups_removed,omitempty"`
 }
 
 // censusLeaks makes `doctor --census` exit 1 when the census is not zero.
@@ -118,6 +121,9 @@ func runDoctor(cmd *cobra.Command, f doctorFlags) error {
 		if err == nil {
 			rep.OwnedTempRemoved, err = ownedtemp.CleanDead(f.census.TempDirs)
 		}
+		if err == nil {
+			rep.OrphanCgroupsRemoved, err = injector.CleanOrphanCgroups(ctx, f.registry)
+		}
 	} else {
 		rep.Leftovers, err = injector.FindAllLeftovers(f.registry)
 	}
@@ -169,7 +175,7 @@ func printDoctor(cmd *cobra.Command, f doctorFlags, rep doctorReport) error {
 	}
 	w.Flush()
 	fmt.Fprintf(out, "\nleftovers (records in %s):\n", strings.Join(rep.Registries, " "))
-	if len(rep.Leftovers) == 0 && len(rep.OwnedTempRemoved) == 0 {
+	if len(rep.Leftovers) == 0 && len(rep.OwnedTempRemoved) == 0 && len(rep.OrphanCgroupsRemoved) == 0 {
 		fmt.Fprintln(out, "  none")
 	}
 	for _, l := range rep.Leftovers {
@@ -181,6 +187,9 @@ func printDoctor(cmd *cobra.Command, f doctorFlags, rep doctorReport) error {
 	}
 	for _, d := range rep.OwnedTempRemoved {
 		fmt.Fprintf(out, "  cleaned: %s (its owner process is gone)\n", d)
+	}
+	for _, cg := range rep.OrphanCgroupsRemoved {
+		fmt.Fprintf(out, "  cleaned: cgroup %s (empty, no run names it)\n", cg)
 	}
 	fmt.Fprintf(out, "\ncensus (what no live vmchaos run owns):\n%s", rep.Census.Table())
 	return nil

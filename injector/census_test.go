@@ -309,8 +309,10 @@ func TestCensusSkipsALiveOwnersTempDirAndCountsADeadOnes(t *testing.T) {
 
 // TestCleanOrphanCgroups: --clean removes an empty vmchaos-* cgroup no run
 // record names (a sandbox's, left busy when its run removed its record),
-// keeps one a record names, and leaves one that holds a process. On a
-// plain directory tree: the rule, not the kernel's cgroupfs.
+// keeps one a record names, and leaves, without an error, one that holds
+// a process or is younger than the minimum age (a live run this doctor's
+// registries do not show). On a plain directory tree: the rule, not the
+// kernel's cgroupfs.
 func TestCleanOrphanCgroups(t *testing.T) {
 	reg := isolateRegistries(t)
 	root := t.TempDir()
@@ -334,12 +336,12 @@ func TestCleanOrphanCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rec.remove)
-	removed, err := cleanOrphanCgroups(t.Context(), root, reg)
-	if len(removed) != 1 || removed[0] != orphan {
-		t.Errorf("removed %v, want only %s", removed, orphan)
+	if removed, err := cleanOrphanCgroups(t.Context(), root, reg, time.Hour); len(removed) != 0 || err != nil {
+		t.Errorf("an hour's minimum age: removed %v (%v), want nothing: every cgroup here is new", removed, err)
 	}
-	if err == nil || !strings.Contains(err.Error(), "holds processes") {
-		t.Errorf("err %v, want the busy cgroup reported", err)
+	removed, err := cleanOrphanCgroups(t.Context(), root, reg, 0)
+	if len(removed) != 1 || removed[0] != orphan || err != nil {
+		t.Errorf("removed %v (%v), want only %s", removed, err, orphan)
 	}
 	for _, d := range []string{named, busy} {
 		if _, err := os.Stat(d); err != nil {

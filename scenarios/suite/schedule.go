@@ -128,7 +128,7 @@ type gate struct {
 	n       int  // places in all
 	lane    bool // the alone lane still runs: it takes one place
 	shared  int  // shared cases in flight (and alone cases' rests)
-	wants   int  // alone cases waiting for the machine: admit nothing
+	want    bool // an alone case waits for the machine: admit nothing
 	held    bool // an alone case holds the machine
 	changed chan struct{}
 }
@@ -167,7 +167,7 @@ func (g *gate) admit(ctx context.Context) bool {
 		}
 		return g.n
 	}
-	if !g.wait(ctx, func() bool { return g.wants == 0 && !g.held && g.shared < places() }) {
+	if !g.wait(ctx, func() bool { return !g.want && !g.held && g.shared < places() }) {
 		return false
 	}
 	g.shared++
@@ -196,50 +196,39 @@ func (g *gate) laneNext(ctx context.Context) bool {
 func (g *gate) laneDone() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.lane = false
+	g.lane, g.want, g.held = false, false, false
 	g.broadcast()
 }
 
 // hold is one alone case's runner.ClockGate. Once it leaves the machine
 // the rest of the case counts as a shared case in flight (the next timed
 // part waits for it like for any other) and the lane moves on
-// (detached closed); returned gives that count back. A case run more
-// than once (--repeat) enters again: its rest keeps counting while it
-// waits, so the lane's next case cannot take the machine beside its
-// live stack, and it takes the machine once it is the only one in flight.
+// (detached closed); returned gives that count back. With stay (a case
+// that enters once per repetition, ScheduleRepeated) it never detaches:
+// the lane waits for it to return, and it is the only alone case in
+// flight whenever it enters.
 type hold struct {
 	g        *gate
 	tr       *tracker
 	i        int
 	detached chan struct{}
 	left     bool // under g.mu: the rest counts among g.shared
-	closed   bool // under g.mu: detached is closed
 	stay     bool // the lane waits for the case to return (ScheduleRepeated)
 }
 
 // Enter stops admitting shared cases, waits until the ones in flight have
-// returned (all but this case's own rest, entering again) and no other
-// alone case holds the machine, and holds it.
+// returned, and holds the machine.
 func (h *hold) Enter(ctx context.Context) error {
 	g := h.g
 	g.mu.Lock()
-	g.wants++
-	ok := g.wait(ctx, func() bool {
-		own := 0
-		if h.left {
-			own = 1
-		}
-		return !g.held && g.shared == own
-	})
-	g.wants--
+	g.want = true
+	ok := g.wait(ctx, func() bool { return g.shared == 0 })
 	if ok {
 		g.held = true
-		if h.left { // holding, not a rest any more
-			h.left = false
-			g.shared--
-		}
+	} else {
+		g.want = false
+		g.broadcast()
 	}
-	g.broadcast()
 	g.mu.Unlock()
 	if !ok {
 		return ctx.Err()
@@ -255,17 +244,10 @@ func (h *hold) Leave() {
 	g := h.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.held = false
-	if h.stay { // the case keeps the lane's place until it returns
-		g.broadcast()
-		return
-	}
-	if !h.left {
+	g.want, g.held = false, false
+	if !h.left && !h.stay { // a staying case keeps the lane's place until it returns
 		h.left = true
 		g.shared++
-	}
-	if !h.closed {
-		h.closed = true
 		close(h.detached)
 	}
 	g.broadcast()

@@ -337,15 +337,9 @@ func cleanOrphanCgroups(ctx context.Context, root, primary string, minAge time.D
 	if root == "" {
 		return nil, nil
 	}
-	named := readLiveRuns(primary).cgroup
-	for _, dir := range Registries(primary) {
-		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-		for _, f := range files {
-			var r Record
-			if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &r) == nil && r.Cgroup != "" {
-				named[r.Cgroup] = true
-			}
-		}
+	named := map[string]bool{}
+	for _, r := range readLiveRuns(primary).byID { // every record, live or not
+		named[r.Cgroup] = true
 	}
 	cgs, _ := filepath.Glob(filepath.Join(root, runPathPrefix+"*"))
 	var removed []string

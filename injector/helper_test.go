@@ -130,13 +130,17 @@ func helperMain(mode string) int {
 			fmt.Fprintln(os.Stderr, "runner:", err)
 			return 2
 		}
+		// Wait for the main and the child it execs, by the child's own
+		// environ: the unit also shows transient processes, such as the
+		// clone(CLONE_PIDFD) probe Go's os package forks before the first
+		// StartProcess (os/pidfd_linux.go checkClonePidfd), gone a moment later.
 		var pids []string
-		for {
-			if procs, _ := sup.Procs(ctx, "left"); len(procs) >= 2 {
-				for _, p := range procs {
-					pids = append(pids, strconv.Itoa(p.PID))
+		for pids == nil {
+			procs, _ := sup.Procs(ctx, "left")
+			for _, p := range procs[min(1, len(procs)):] {
+				if environHas(p.PID, envHelper+"=child") {
+					pids = []string{strconv.Itoa(procs[0].PID), strconv.Itoa(p.PID)}
 				}
-				break
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -228,6 +228,12 @@ func (a *Agent) ociPushArtifact(ctx context.Context, name, snapID, image, archiv
 }
 
 // ociPushFiles uploads each archive entry, reading the archive again.
+// Each entry's body is limited to the entry: net/http may still read a
+// request's body after the response came back (transfer.go reads on
+// past ContentLength to report extra bytes, from the connection's write
+// goroutine), and read straight from the archive that late read took the
+// next entry's bytes, so the next blob went out empty ("ContentLength=455
+// with Body length 0": mig-leftover-failed's clean run, 12 cases at once).
 func (a *Agent) ociPushFiles(ctx context.Context, repo *remote.Repository, archive string, entries []tarEntry) error {
 	f, err := os.Open(archive)
 	if err != nil {
@@ -239,7 +245,8 @@ func (a *Agent) ociPushFiles(ctx context.Context, repo *remote.Repository, archi
 		if _, err := tr.Next(); err != nil {
 			return fmt.Errorf("export archive: %w", err)
 		}
-		if err := pushIfMissing(ctx, repo, e.desc, func() (io.ReadCloser, error) { return io.NopCloser(tr), nil }); err != nil {
+		body := io.LimitReader(tr, e.desc.Size)
+		if err := pushIfMissing(ctx, repo, e.desc, func() (io.ReadCloser, error) { return io.NopCloser(body), nil }); err != nil {
 			return fmt.Errorf("blob %s (%s): %w", e.name, e.desc.Digest, err)
 		}
 	}

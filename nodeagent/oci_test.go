@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,9 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"oras.land/oras-go/v2/content"
 
 	"github.com/vmchaos/vmchaos/internal/registrytest"
 )
@@ -243,6 +247,75 @@ func TestTimedOutTellsNoAnswerFromAnAnswer(t *testing.T) {
 	} {
 		if got := timedOut(c.err); got != c.want {
 			t.Errorf("timedOut(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// lateBodyTransport forwards requests to base, and reads each request's
+// body once more after its response came back, at the next request, as
+// net/http's own transport may (it reads on past ContentLength from the
+// connection's write goroutine to report extra bytes, and closes the body
+// then): the http.RoundTripper contract lets the transport use the body
+// until it closed it.
+type lateBodyTransport struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	prev io.ReadCloser // the last request's body, read on and closed at the next request
+}
+
+func (l *lateBodyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	l.mu.Lock()
+	if l.prev != nil {
+		_, _ = io.Copy(io.Discard, l.prev)
+		l.prev.Close()
+		l.prev = nil
+	}
+	l.mu.Unlock()
+	if req.Body == nil || req.Body == http.NoBody {
+		return l.base.RoundTrip(req)
+	}
+	buf := make([]byte, req.ContentLength)
+	if n, err := io.ReadFull(req.Body, buf); err != nil {
+		req.Body.Close()
+		return nil, fmt.Errorf("%s %s: body %d of ContentLength %d bytes: %w", req.Method, req.URL.Path, n, req.ContentLength, err)
+	}
+	l.mu.Lock()
+	l.prev = req.Body
+	l.mu.Unlock()
+	out := req.Clone(req.Context())
+	out.Body, out.GetBody = io.NopCloser(bytes.NewReader(buf)), nil
+	return l.base.RoundTrip(out)
+}
+
+// TestOCIPushFilesBodiesEndAtTheirEntry: a transport that reads a body on
+// after the response (as net/http may) must not take the next archive
+// entry's bytes: every blob arrives whole and the pull gets the files back.
+// Read straight from the archive, the second blob went out empty.
+func TestOCIPushFilesBodiesEndAtTheirEntry(t *testing.T) {
+	reg := registrytest.Start(t)
+	a := ociAgent(t, reg.URL)
+	ctx := context.Background()
+	archive, files := snapshotArchive(t, t.TempDir())
+	entries, err := scanExport(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := a.ociRepo("vm-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo.Client = &http.Client{Transport: &lateBodyTransport{base: &http.Transport{DisableKeepAlives: true}}}
+	if err := a.ociPushFiles(ctx, repo, archive, entries); err != nil {
+		t.Fatalf("push with a late body reader: %v", err)
+	}
+	plain, err := a.ociRepo("vm-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := content.FetchAll(ctx, plain, e.desc)
+		if err != nil || string(b) != files[e.name] {
+			t.Fatalf("blob %s: %d bytes, %v; want the %d bytes pushed", e.name, len(b), err, len(files[e.name]))
 		}
 	}
 }

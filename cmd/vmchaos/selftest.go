@@ -71,7 +71,7 @@ and no false positive.`,
 	}
 	f.add(c)
 	c.Flags().IntVar(&o.parallel, "parallel", 1, "with-bug cases run at once (after the cases without a bug, which must pass); a with-bug case usually waits out the 20 s convergence budget, so CI runs its 12 at once")
-	c.Flags().StringVar(&o.cleanParallel, "clean-parallel", "auto", "the cases without a bug, which run first and must pass, are scheduled as run --parallel schedules the catalogue: cases with timed faults or a window calibration alone, the rest (park, steady state) auto (from the CPUs and the load, as run's, at most 3: the migration rows run side by side) or N at a time; 1: one at a time")
+	c.Flags().StringVar(&o.cleanParallel, "clean-parallel", "auto", "the cases without a bug, which run first and must pass, are scheduled as run --parallel schedules the catalogue: cases with timed faults or a window calibration alone, the rest (park, steady state) auto (from the CPUs and the load, as run's) or N at a time; 1: one at a time")
 	c.Flags().BoolVar(&o.fast, "fast", false, "only the quickest detecting scenario per bug (what CI runs)")
 	c.Flags().StringVar(&o.bugs, "bug", "", "only these bugs of the library (comma-separated switch names, as VMCHAOS_REGRESS takes them), e.g. --bug net-skips-eject-wait; empty: every bug")
 	c.Flags().BoolVar(&o.list, "list", false, "list every bug with its seed, the invariant it breaks and the scenarios targeting it")
@@ -90,14 +90,6 @@ func listSelftest(cmd *cobra.Command) error {
 	return tw.Flush()
 }
 
-// selftestCleanMaxAuto caps what --parallel auto gives the clean runs:
-// the plan's migration rows come one after another, each case two or
-// three node stacks with a control plane and a registry, and 4 of them at
-// once on 2 CPUs once left mig-leftover-failed's clean run short of its
-// 20 s migration budget in CI (a false "MISSED"); 3, the cap before auto
-// went to 4, ran clean in every CI run. An explicit number is taken as is.
-const selftestCleanMaxAuto = 3
-
 // runSelftest runs the plan, writes selftest.md/json and the run's reports
 // and judges the rows.
 func runSelftest(cmd *cobra.Command, f *runFlags, plan []selftestItem, o selftestOpts) error {
@@ -106,9 +98,6 @@ func runSelftest(cmd *cobra.Command, f *runFlags, plan []selftestItem, o selftes
 	n, how, err := suite.ParseParallel(o.cleanParallel)
 	if err != nil {
 		return err
-	}
-	if strings.TrimSpace(o.cleanParallel) == "auto" && n > selftestCleanMaxAuto {
-		n, how = selftestCleanMaxAuto, how+fmt.Sprintf(", capped at %d for selftest", selftestCleanMaxAuto)
 	}
 	o.cleanWorkers = n
 	fmt.Fprintf(os.Stderr, "vmchaos selftest: cases without a bug %s at a time (timed ones alone), with a bug %d at a time\n", how, o.parallel)

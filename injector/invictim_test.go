@@ -269,3 +269,40 @@ func TestInjectHitKillsTheProcessThatHit(t *testing.T) {
 	}
 	waitFor(t, "restart", 30*time.Second, func() bool { p, _ := s.sup.MainPID(ctx, "hitter"); return p != 0 && p != main })
 }
+
+// TestRegistryRestartBetweenRunsWhileTheUnitIsDown: with Between, a
+// registry-restart is a stop, Between, a start: Between runs once, with no
+// main process in the unit, and the unit has a new main after; without it,
+// one restart.
+func TestRegistryRestartBetweenRunsWhileTheUnitIsDown(t *testing.T) {
+	s := newStack(t, KindBuiltin)
+	s.loopUnit(t, "registry", "vm-a", "t.tick", 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := Fault{Kind: FaultRegistryRestart, Unit: "registry"}
+	for _, between := range []bool{true, false} {
+		before, _ := s.sup.MainPID(ctx, "registry")
+		hit, err := s.tr.WaitPoint(ctx, s.tr.Mark(), "t.tick", 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls, mainDuring := 0, -1
+		var opts []ArmOption
+		if between {
+			opts = append(opts, Between(func(ctx context.Context) {
+				calls++
+				mainDuring, _ = s.sup.MainPID(ctx, "registry")
+			}))
+		}
+		inj := s.inj.InjectHit(ctx, f, hit, opts...)
+		if !inj.Landed || inj.Err != "" || inj.VictimPID != before {
+			t.Fatalf("between=%v: %+v, want landed on main %d", between, inj, before)
+		}
+		if want := map[bool]int{true: 1, false: 0}[between]; calls != want || (between && mainDuring != 0) {
+			t.Fatalf("between=%v: Between ran %d time(s) (want %d), main pid during it %d (want 0)", between, calls, want, mainDuring)
+		}
+		if now, _ := s.sup.MainPID(ctx, "registry"); now == 0 || now == before {
+			t.Fatalf("between=%v: main %d after the restart, was %d", between, now, before)
+		}
+	}
+}

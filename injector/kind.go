@@ -98,6 +98,9 @@ type Target struct {
 	Procs  []Proc     // every process of the node (power-cut)
 	Disk   Disk       // the disk to fill (registry-storage-full)
 	Link   Link       // the path to cut or impair (net-partition, net-delay, net-loss)
+	// Between runs between a registry-restart's stop and its start when
+	// set (see Between).
+	Between func(context.Context)
 }
 
 // FaultKinds is every fault kind, the one list everything else walks.

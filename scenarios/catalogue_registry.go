@@ -27,7 +27,11 @@ var registryEnv = Env{Registry: RegistryOCI, RestartDelay: 1 * time.Second,
 // push or pull: agent.push.blobs (every blob uploaded, the manifest not yet
 // committed: the push is not done) and agent.pull.manifest (the manifest
 // read, no blob downloaded). The park is released right after the fault,
-// so the agent meets the dead, frozen or restarting registry at once.
+// so the agent meets the dead or frozen registry at once; a restart's is
+// released between its stop and its start, which waits for the agent to
+// fail its request (runner.registryRestartBetween: released after the whole
+// restart, the agent met a registry that answered again or not, as the
+// race with its start went).
 const (
 	pointPushBlobs    = "agent.push.blobs"
 	pointPullManifest = "agent.pull.manifest"

@@ -270,7 +270,7 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 	var out []reports.Injection
 	var firstNs int64
 	for _, i := range idx {
-		rec := cr.parkedFault(ctx, i, trig, t, hit, pid)
+		rec := cr.parkedFault(ctx, ts, i, trig, t, hit, pid)
 		cr.landOn(ts, &rec, cr.faultWindow(i), hit.Event.TsNs, hit.Event.Pid)
 		// What the fault caused is what the release waits for. ActualNs is
 		// stamped after the signal syscall returned: a harness thread
@@ -293,7 +293,7 @@ func (cr *caseRun) park(ctx context.Context, mark int, trig string, idx []int) (
 // parkedFault injects fault i into the stack parked at t's point (hit by
 // pid), and records it; the caller judges where it landed (the parked
 // process cannot have moved on: its window closes at its next phase).
-func (cr *caseRun) parkedFault(ctx context.Context, i int, trig string, t injector.Trigger, hit injector.Hit, pid int) reports.Injection {
+func (cr *caseRun) parkedFault(ctx context.Context, ts *stack.Stack, i int, trig string, t injector.Trigger, hit injector.Hit, pid int) reports.Injection {
 	switch f := cr.s.Faults[i]; f.Kind {
 	case "none":
 		// the park itself is the interference (a live operation held at
@@ -325,7 +325,11 @@ func (cr *caseRun) parkedFault(ctx context.Context, i int, trig string, t inject
 		// With the hit, a child victim is judged as of the park: the parked
 		// child itself, never one a restarted agent exec'd since (the faults
 		// before this one may have taken long enough for that).
-		in := cr.inj.InjectHit(ctx, cr.injFault(f), hit)
+		var opts []injector.ArmOption
+		if f.Kind == injector.FaultRegistryRestart {
+			opts = append(opts, injector.Between(cr.registryRestartBetween(parked{ts.CtlDir, t.Point}, ts)))
+		}
+		in := cr.inj.InjectHit(ctx, cr.injFault(f), hit, opts...)
 		if in.VictimPID > 0 {
 			cr.noteVictim(in.VictimPID)
 		}
@@ -335,6 +339,28 @@ func (cr *caseRun) parkedFault(ctx context.Context, i int, trig string, t inject
 		}
 		return reports.Injection{Fault: in.Fault.String(), Trigger: trig, RequestedNs: in.RequestedNs, ActualNs: in.ActualNs,
 			Err: in.Err, VictimPID: in.VictimPID, IntendedPhase: t.Point}
+	}
+}
+
+// registryDownMax bounds how long a registry-restart at a park keeps the
+// registry stopped waiting for the released agent to fail its request
+// (scaled: 1 s at time scale 0.05, twice the agent's registry timeout of
+// registryEnv): an agent that never fails it lets the path go unexercised
+// (failed-left-by-itself says so), it does not hold the case.
+const registryDownMax = 20 * time.Second
+
+// registryRestartBetween is what a registry-restart at a parked phase does
+// between its stop and its start (injector.Between): release the agent
+// and wait until it wrote failed (its request met the stopped registry),
+// at most registryDownMax. The trace's events after now are the agent's
+// own since the park.
+func (cr *caseRun) registryRestartBetween(at parked, ts *stack.Stack) func(context.Context) {
+	return func(ctx context.Context) {
+		mark, from := ts.Trace.Len(), failpoint.Now()
+		cr.release(at)
+		wctx, cancel := context.WithTimeout(ctx, cr.r.scale(registryDownMax))
+		defer cancel()
+		_, _ = ts.Trace.Wait(wctx, mark, 1, func(e *failpoint.Event) bool { return e.Point == "agent.failed" && e.TsNs > from })
 	}
 }
 
@@ -374,15 +400,22 @@ func (cr *caseRun) releaseWhen(ctx context.Context, at parked, cond func(context
 	cr.release(at)
 }
 
+// release releases a held point once: a second release (a fault that
+// released it itself, see registryRestartBetween) writes no release a
+// later park of the same point would take for its own.
 func (cr *caseRun) release(at parked) {
-	_ = failpoint.Release(at.ctl, at.point)
 	cr.mu.Lock()
-	defer cr.mu.Unlock()
+	held := false
 	for i, p := range cr.held {
 		if p == at {
 			cr.held = append(cr.held[:i], cr.held[i+1:]...)
+			held = true
 			break
 		}
+	}
+	cr.mu.Unlock()
+	if held {
+		_ = failpoint.Release(at.ctl, at.point)
 	}
 }
 

@@ -174,7 +174,7 @@ func (cl *cluster) addNodes(ctx context.Context, r *Runner, st *stack.Stack, o s
 	for _, name := range cl.names[1:] {
 		no := stack.Options{CaseDir: filepath.Join(o.CaseDir, name), RestartDelay: o.RestartDelay,
 			AgentFlags: append(withoutCPFlags(o.AgentFlags), cl.agentFlags(name)...),
-			Regress:    o.Regress, NetMode: o.NetMode, SharedRegistryURL: st.RegistryURL, SharedNet: st.Net}
+			Regress:    o.Regress, NetMode: o.NetMode, FakeCHTiming: o.FakeCHTiming, SharedRegistryURL: st.RegistryURL, SharedNet: st.Net}
 		if err := os.MkdirAll(no.CaseDir, 0o755); err != nil {
 			return err
 		}

@@ -606,7 +606,8 @@ func (r *Runner) stackOptions(s *scenarios.Scenario, caseDir string, bugs []stri
 	o := stack.Options{CaseDir: caseDir, RestartDelay: r.scale(orDefault(s.Env.RestartDelay, 5*time.Second)),
 		AgentFlags: r.agentFlags(s), Daemon: s.Env.Daemon, DaemonEvery: r.scale(s.Env.DaemonEvery), Regress: bugs,
 		Lazy: lazy, OCIRegistry: s.Env.Registry == scenarios.RegistryOCI,
-		RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull), NetPath: hasNetFault(s), NetMode: s.Env.NetMode}
+		RegistryDisk: hasFault(s, injector.FaultRegistryStorageFull), NetPath: hasNetFault(s), NetMode: s.Env.NetMode,
+		FakeCHTiming: s.Env.FakeCHTiming}
 	if r.opts.AgentCocoon != "" {
 		o.Cocoon = &stack.CocoonOptions{Bin: r.opts.AgentCocoon}
 	}

@@ -324,6 +324,10 @@ type Options struct {
 	// answering at the address the MAC derives from the case's loopback
 	// pool). The real backend is always tap.
 	NetMode string
+	// FakeCHTiming is a FAKECH_TIMING overlay (JSON, fakech/timing.go) for
+	// the case's fake VMMs ("": fakech's defaults); the real backend
+	// ignores it.
+	FakeCHTiming string
 	// Cocoon, when set, runs the agent over a real cocoon instead of the
 	// bundled vmctl (cocoon.go).
 	Cocoon *CocoonOptions
@@ -500,6 +504,9 @@ func (s *Stack) baseEnv() []string {
 	}
 	if s.opts.NetMode != "" && s.run.Real == nil {
 		env = append(env, "VMCTL_NET_MODE="+s.opts.NetMode)
+	}
+	if s.opts.FakeCHTiming != "" && s.run.Real == nil {
+		env = append(env, "FAKECH_TIMING="+s.opts.FakeCHTiming)
 	}
 	if s.Cocoon != nil {
 		// later entries win: cocoon's dirs, fakech first on PATH

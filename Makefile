@@ -154,12 +154,12 @@ systemd-fast: setup build
 # fast subset, every case 5 times idle and 5 times next to a one-core CPU hog;
 # prints cases, flips and the worst fault-to-window margin; exit 1 on a flip.
 # Both runs go through the scheduler (issue #37: 0 flips with it on):
-# STABILITY_PARALLEL is fixed at 4, what auto picks on an idle 2-CPU host,
+# STABILITY_PARALLEL is fixed at 5, what auto picks on an idle 2-CPU host,
 # not auto itself, because auto reads the CPUs' load and picks fewer on a
 # busy host, and the two runs must use the same scheduler.
 # STABILITY_PARALLEL=1 is the sequential claim.
 STABILITY_REPEAT ?= 5
-STABILITY_PARALLEL ?= 4
+STABILITY_PARALLEL ?= 5
 stability: setup build
 	-VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --label-filter 'speed:fast' --time-scale $(SCALE) --repeat $(STABILITY_REPEAT) --parallel $(STABILITY_PARALLEL) --report-dir $(REPORTDIR)/stability-idle
 	-VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos run --label-filter 'speed:fast' --time-scale $(SCALE) --repeat $(STABILITY_REPEAT) --parallel $(STABILITY_PARALLEL) --load cpu=1 --report-dir $(REPORTDIR)/stability-load

@@ -13,9 +13,9 @@ import (
 // MaxAuto caps the workers --parallel auto picks on any machine. Every
 // shared case runs a whole stack (agent, its supervisor, fake VMMs, vmctl
 // children, the trace reader), and its convergence budgets are real time.
-const MaxAuto = 4
+const MaxAuto = 5
 
-// placesPerCPU is how many cases at once fit on one CPU: 4 on 2 CPUs.
+// placesPerCPU is how many cases at once fit on one CPU: 5 on 2 CPUs.
 // A case keeps 0.4–0.5 cores busy on average (issue #37, bench-chaos's
 // CPU column: user+sys of the harness and of every process of its stacks
 // over a sequential run's wall time, on 2 CPUs; two thirds of it the
@@ -24,23 +24,24 @@ const MaxAuto = 4
 // on the filesystem's journal (shard 2/8 of make chaos at 3 and 4: 47–51
 // and 48 s, system time 28–35 and 36 s). With the stacks on a tmpfs of
 // the run's own (stack.StackFSAuto, the default when root) the same shard
-// took 44 s at 3, 37–38 s at 4, 36 s at 5 and 35 s at 6 (sequential 78 s):
-// 4 takes most of the gain and keeps headroom for a stack's start.
-const placesPerCPU = 2
+// took 44 s at 3, 37–38 s at 4, 36 s at 5 and 35 s at 6 (sequential 78 s),
+// and the whole of make chaos 51–52 % of its sequential wall at 4 and 45 %
+// at 5 (docs/figures.md): at 4 the timed parts' drains kept it above half.
+const placesPerCPU = 2.5
 
 // AutoWorkers is what --parallel auto picks from the CPU count and the
-// CPUs already busy outside the run (busy, in cores): two places per
-// CPU less one per busy CPU (each busy CPU takes a share the cases would
-// have had), at most placesPerCPU per CPU and MaxAuto, at least 1
-// (sequential on a busy machine). On an idle 2-CPU host: 4; with one
-// CPU's worth busy, 3; with two, 2.
+// CPUs already busy outside the run (busy, in cores): placesPerCPU places
+// per CPU less one per busy CPU (each busy CPU takes a share the cases
+// would have had), at most MaxAuto, at least 1 (sequential on a busy
+// machine). On an idle 2-CPU host: 5; with one CPU's worth busy, 4; with
+// two, 3.
 func AutoWorkers(numCPU int, busy float64) int {
 	if math.IsNaN(busy) || busy < 0 {
 		busy = 0
 	}
-	n := 2*numCPU - int(math.Round(busy))
 	fit := int(math.Floor(placesPerCPU*float64(numCPU) + 1e-9))
-	return min(max(n, 1), max(fit, 1), MaxAuto)
+	n := fit - int(math.Round(busy))
+	return min(max(n, 1), MaxAuto)
 }
 
 // busyWindow is how long auto watches the CPUs before it picks: long

@@ -62,7 +62,7 @@ func (s *Stack) startRegistry(ctx context.Context) error {
 	addr := NetRegistryAddr
 	if s.Net == nil {
 		var err error
-		if addr, err = freeLoopbackAddr(); err != nil {
+		if addr, err = freeLoopbackAddr(s.Loopback); err != nil {
 			return fmt.Errorf("stack: registry address: %w", err)
 		}
 	}
@@ -129,11 +129,12 @@ func (s *Stack) WaitRegistry(ctx context.Context) error {
 	}
 }
 
-// freeLoopbackAddr is a port of 127.0.0.1 nothing listens on now. The
-// registry binds it a moment later (and again after each restart): a port
-// taken in between fails the case's setup loudly, never silently.
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freeLoopbackAddr is a port of the stack's own loopback address (ip)
+// nothing listens on now. The registry binds it a moment later (and again
+// after each restart): no other case listens on ip, and a port taken in
+// between fails the case's setup loudly, never silently.
+func freeLoopbackAddr(ip string) (string, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return "", err
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,7 +195,7 @@ func NewRun(ctx context.Context, o RunOptions) (*Run, error) {
 func (r *Run) buildBase(ctx context.Context) error {
 	dir := filepath.Join(r.TmpDir, "base")
 	s := &Stack{run: r, Dir: dir, Root: filepath.Join(dir, "root"), RunDir: filepath.Join(dir, "run"),
-		NetPool: "127.250.0.0/24"}
+		NetPool: "127.250.0.0/24", Loopback: "127.250.0.0"}
 	if r.Real != nil {
 		s.NetPool = r.netPool(0) // cases count from 1
 	}
@@ -260,6 +261,18 @@ func (r *Run) netPool(n int) string {
 		return fmt.Sprintf("172.30.%d.0/24", n%256)
 	}
 	return fmt.Sprintf("127.%d.%d.0/24", 200+(n/256)%50, n%256)
+}
+
+// loopbackOf is stack n's own loopback address, the network address of
+// its fake pool (no guest is given it): the agent's metrics endpoint and
+// the case's registry listen there, on a port the kernel picks. On the
+// shared 127.0.0.1 a port a dead agent or a restarting registry had held
+// could be handed to another case's process meanwhile, and the harness
+// then read that one: the stability run at 5 cases at once scraped
+// another case's agent between a power cut and the restart (hibernate
+// counters in a create case, then "went 1 → 0").
+func loopbackOf(n int) string {
+	return fmt.Sprintf("127.%d.%d.0", 200+(n/256)%50, n%256)
 }
 
 // Close tears the shared parts down; the namespace goes after the
@@ -346,6 +359,7 @@ type Stack struct {
 	CtlDir     string
 	LogDir     string
 	NetPool    string
+	Loopback   string // the stack's own loopback address (loopbackOf)
 	Trace      *injector.Trace
 	Agent      *AgentClient
 	AgentUnit  string
@@ -400,6 +414,7 @@ func (r *Run) New(ctx context.Context, o Options) (*Stack, error) {
 		// /tmp and /var) and copied into the case dir at teardown
 		LogDir:    filepath.Join(dir, "logs"),
 		NetPool:   r.netPool(n),
+		Loopback:  loopbackOf(n),
 		AgentUnit: fmt.Sprintf("vmchaos-c%d-agent", n), DaemonUnit: fmt.Sprintf("vmchaos-c%d-daemon", n),
 		RegistryUnit: fmt.Sprintf("vmchaos-c%d-registry", n),
 		unitsUp:      map[string]bool{}}
@@ -619,7 +634,7 @@ func (s *Stack) agentSpec(failpoints string) injector.UnitSpec {
 	argv := []string{filepath.Join(s.run.BinDir, "nodeagent"),
 		"--state-dir", s.State}
 	argv = append(argv, s.managerArgs()...)
-	argv = append(argv, "--registry-dir", s.Registry, "--metrics-addr", "127.0.0.1:0")
+	argv = append(argv, "--registry-dir", s.Registry, "--metrics-addr", net.JoinHostPort(s.Loopback, "0"))
 	if s.RegistryURL != "" {
 		argv = append(argv, "--registry", s.RegistryURL)
 	}

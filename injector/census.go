@@ -348,7 +348,7 @@ func cleanOrphanCgroups(ctx context.Context, root, primary string, minAge time.D
 		if named[cg] {
 			continue
 		}
-		if st, err := os.Stat(cg); err != nil || time.Since(st.ModTime()) < minAge || cgroupTreeProcs(cg) != "" {
+		if st, err := os.Stat(cg); err != nil || time.Since(st.ModTime()) < minAge || len(cgroupProcs(cg)) > 0 {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -361,20 +361,4 @@ func cleanOrphanCgroups(ctx context.Context, root, primary string, minAge time.D
 		removed = append(removed, cg)
 	}
 	return removed, errors.Join(errs...)
-}
-
-// cgroupTreeProcs is the first non-empty cgroup.procs in the tree at cg, as
-// "path: pids", or "" when no cgroup of it holds a process.
-func cgroupTreeProcs(cg string) string {
-	var busy string
-	_ = filepath.WalkDir(cg, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || busy != "" || d.Name() != "cgroup.procs" {
-			return nil
-		}
-		if b, err := os.ReadFile(p); err == nil && len(bytes.TrimSpace(b)) > 0 {
-			busy = p + ": " + strings.Join(strings.Fields(string(b)), " ")
-		}
-		return nil
-	})
-	return busy
 }

@@ -131,12 +131,14 @@ type Case struct {
 	// in flight while it held the machine for its timed part (calibration,
 	// arming, act, injection): 1, or absent when it never got that far.
 	// ClockMs is how long it held the machine so: serial time, the part of
-	// the run no number of workers shortens. Absent in runs written
-	// before the scheduler (issue #37).
+	// the run no number of workers shortens; ClockWaitMs how long it
+	// waited for that, the shared cases in flight draining. Absent in runs
+	// written before the scheduler (issue #37).
 	Class            string  `json:"class,omitempty"`
 	Concurrency      int     `json:"concurrency,omitempty"`
 	ClockConcurrency int     `json:"clock_concurrency,omitempty"`
 	ClockMs          float64 `json:"clock_ms,omitempty"`
+	ClockWaitMs      float64 `json:"clock_wait_ms,omitempty"`
 	// CoverageAt is the point a failpoint-action fault acts at (its
 	// VMCHAOS_FAILPOINTS rule): the cell it credits when it landed.
 	CoverageAt string `json:"coverage_at,omitempty"`

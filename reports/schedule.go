@@ -39,13 +39,16 @@ type ScheduleCase struct {
 	Scenario string `json:"scenario"`
 	// Start is the case's place in the run's start order (0 first): the
 	// catalogue order for a sequential run; the scheduler's (every alone
-	// case in catalogue order, then the shared ones) otherwise.
-	Start    int     `json:"start"`
-	Class    string  `json:"class"`
-	OffsetNs int64   `json:"offset_ns,omitempty"` // real-time offset (the runner scales it)
-	HasOff   bool    `json:"has_offset,omitempty"`
-	Frac     float64 `json:"frac,omitempty"` // a fraction of the window measured on the case's stack
-	HasFrac  bool    `json:"has_frac,omitempty"`
+	// case in catalogue order, then the shared ones in the run's order,
+	// suite.Order) otherwise. AfterLane: a shared case held until the
+	// last alone case's timed part was over (a long one, suite.ByTimes).
+	Start     int     `json:"start"`
+	AfterLane bool    `json:"after_lane,omitempty"`
+	Class     string  `json:"class"`
+	OffsetNs  int64   `json:"offset_ns,omitempty"` // real-time offset (the runner scales it)
+	HasOff    bool    `json:"has_offset,omitempty"`
+	Frac      float64 `json:"frac,omitempty"` // a fraction of the window measured on the case's stack
+	HasFrac   bool    `json:"has_frac,omitempty"`
 	// Seed is what the case's stack is seeded with (fakech's timing
 	// jitter).
 	Seed int64 `json:"seed"`
@@ -113,6 +116,7 @@ func diffScheduleCase(i int, x, y ScheduleCase) []string {
 	f("id", x.ID, y.ID)
 	f("scenario", x.Scenario, y.Scenario)
 	f("start", x.Start, y.Start)
+	f("after_lane", x.AfterLane, y.AfterLane)
 	f("class", x.Class, y.Class)
 	f("offset_ns", x.OffsetNs, y.OffsetNs)
 	f("has_offset", x.HasOff, y.HasOff)

@@ -243,10 +243,12 @@ func writeBench(w io.Writer, filter string, scale float64, runs []*benchRun, cmp
 			fmt.Fprintf(w, "%s wall time: %.0f%% of sequential (×%.2f)\n", r.Name,
 				100*r.Wall.Seconds()/runs[0].Wall.Seconds(), runs[0].Wall.Seconds()/max(r.Wall.Seconds(), 1e-9))
 		}
-		if held := clockHeld(r.Res); held > 0 {
+		if held, waited := clockHeld(r.Res); held > 0 {
 			// with n places the run is at least (case time + (n-1)·held)/n:
-			// the timed parts leave n-1 places empty
-			fmt.Fprintf(w, "%s: alone cases' timed parts held the machine %s in all (serial time)\n", r.Name, progress.Round(held))
+			// the timed parts leave n-1 places empty, and so do the drains
+			// before them
+			fmt.Fprintf(w, "%s: alone cases' timed parts held the machine %s in all (serial time), after waiting %s in all for the cases in flight to drain\n",
+				r.Name, progress.Round(held), progress.Round(waited))
 		}
 		cmp := cmps[i]
 		prefix := ""
@@ -261,13 +263,15 @@ func writeBench(w io.Writer, filter string, scale float64, runs []*benchRun, cmp
 }
 
 // clockHeld is the time the run's alone cases held the machine for their
-// timed parts (results.json clock_ms).
-func clockHeld(res *reports.Results) time.Duration {
-	var ms float64
+// timed parts (results.json clock_ms), and the time they waited for it
+// (clock_wait_ms).
+func clockHeld(res *reports.Results) (held, waited time.Duration) {
+	var ms, wms float64
 	for _, c := range res.Cases {
 		ms += c.ClockMs
+		wms += c.ClockWaitMs
 	}
-	return time.Duration(ms * float64(time.Millisecond))
+	return time.Duration(ms * float64(time.Millisecond)), time.Duration(wms * float64(time.Millisecond))
 }
 
 // cores is the CPU a run used per second of its wall time.

@@ -74,7 +74,7 @@ func TestWriteBenchComparesEveryScheduledRunWithTheSequentialOne(t *testing.T) {
 	seq := benchResults("a", reports.Pass, "b", reports.Pass)
 	two := benchResults("a", reports.Pass, "b", reports.Pass)
 	three := benchResults("a", reports.Fail, "b", reports.Pass)
-	three.Cases[0].ClockMs = 1500
+	three.Cases[0].ClockMs, three.Cases[0].ClockWaitMs = 1500, 700
 	runs := []*benchRun{{Name: "sequential", Wall: 4 * time.Minute, Res: seq},
 		{Name: "scheduled-2", Wall: 3 * time.Minute, Res: two}, {Name: "scheduled-3", Wall: 2 * time.Minute, Res: three}}
 	var b bytes.Buffer
@@ -82,7 +82,7 @@ func TestWriteBenchComparesEveryScheduledRunWithTheSequentialOne(t *testing.T) {
 	out := b.String()
 	for _, w := range []string{"scheduled-2 wall time: 75% of sequential", "scheduled-3 wall time: 50% of sequential",
 		"scheduled-2 verdict differences: 0", "scheduled-3 verdict differences: 1", "  a: ",
-		"scheduled-3: alone cases' timed parts held the machine 1.5s"} {
+		"scheduled-3: alone cases' timed parts held the machine 1.5s in all (serial time), after waiting 700ms in all"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}

@@ -79,7 +79,7 @@ func (o *runCmd) schedule(r *runner.Runner, cases []scenarios.Case, workers int)
 	if o.sf.reproCheck < 0 {
 		return nil, fmt.Errorf("--repro-check %d: want N >= 0", o.sf.reproCheck)
 	}
-	s := suite.BuildSchedule(r, cases, suite.ScheduleMeta{Filter: o.filter, Shard: o.shard, Workers: workers, Repeat: o.repeat, Lazyfs: o.f.lazyfs})
+	s := suite.BuildSchedule(r, cases, suite.ScheduleMeta{Filter: o.filter, Shard: o.shard, Workers: workers, Repeat: o.repeat, Lazyfs: o.f.lazyfs, Order: o.order})
 	if o.sf.recorded == nil {
 		return s, nil
 	}
@@ -165,12 +165,13 @@ func (o *runCmd) checkDeterminism(ctx context.Context, res *reports.Results, dir
 	if err != nil {
 		return nil, err
 	}
-	s2 := suite.BuildSchedule(r2, cases, suite.ScheduleMeta{Filter: o.filter, Shard: o.shard, Workers: workers, Repeat: o.repeat, Lazyfs: o.f.lazyfs})
+	order := suite.OrderOf(back.Schedule)
+	s2 := suite.BuildSchedule(r2, cases, suite.ScheduleMeta{Filter: o.filter, Shard: o.shard, Workers: workers, Repeat: o.repeat, Lazyfs: o.f.lazyfs, Order: order})
 	fmt.Fprintf(os.Stderr, "vmchaos run --check-determinism: second pass of %d case(s) → %s\n", len(cases), d2)
 	o.f.meter.Start("determinism", len(cases), workers)
 	var runErr error
 	if workers > 1 {
-		runErr = suite.RunScheduled(ctx, r2, cases, workers, d2, o.f.seed)
+		runErr = suite.RunScheduled(ctx, r2, cases, order, workers, d2, o.f.seed)
 	} else {
 		for _, c := range cases {
 			if ctx.Err() != nil {

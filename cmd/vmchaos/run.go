@@ -89,6 +89,8 @@ type runCmd struct {
 	load          string
 	maxInjErr     time.Duration
 	sf            scheduleFlags // --replay, --check-determinism, --repro-check (replay.go)
+	caseTimes     string        // --case-times: auto, off or a file (caseTimesOrder)
+	order         suite.Order   // the order the shared cases start in
 }
 
 func newRunCmd() *cobra.Command {
@@ -108,7 +110,7 @@ whose fault lands at an exact phase (park) or at steady state N at a time, and b
 the other, the cases whose fault lands by the clock (at, after-exit, offsets, sweep points, while-down,
 window calibration): each of those has the machine to itself from its calibration's measured runs (or
 its re-arm) until its faults are in. results.json records each case's class, the concurrency it ran
-under and, for a timed case, the concurrency and time of its timed part (clock_concurrency, clock_ms).`,
+under and, for a timed case, the concurrency and time of its timed part and how long it waited for the machine (clock_concurrency, clock_ms, clock_wait_ms).`,
 		Example: `  vmchaos run --label-filter speed:fast --time-scale 0.05
   vmchaos run --label-filter 'seed:001 && op:hibernate' --time-scale 0.05
   vmchaos run --list --label-filter 'fault:stop'
@@ -127,7 +129,8 @@ func (o *runCmd) add(c *cobra.Command) {
 	o.sf.add(c)
 	c.Flags().StringVar(&o.filter, "label-filter", "", "Ginkgo label-filter expression over the case labels (backend:, op:, fault:, seed:, speed:), e.g. 'seed:001 && op:hibernate'")
 	c.Flags().StringVar(&o.shard, "shard", "", "run only shard I of N of the selected cases (\"I/N\", deterministic hash split; join with `vmchaos report merge`)")
-	c.Flags().StringVar(&o.parallel, "parallel", "auto", "shared cases run at once: auto (2 per CPU less one per CPU busy outside the run over the last second, at least 1, at most 1.5 per CPU and 4: 3 on an idle 2-CPU host) or N; the timed part of a case with timed faults or a window calibration always runs alone. 1: sequential through Ginkgo, as before the scheduler. >1 (or auto): the scheduler of scenarios/suite, same ginkgo.json")
+	c.Flags().StringVar(&o.parallel, "parallel", "auto", "shared cases run at once: auto (2.5 per CPU less one per CPU busy outside the run over the last second, at least 1, at most 5: 5 on an idle 2-CPU host, suite.AutoWorkers) or N; the timed part of a case with timed faults or a window calibration always runs alone. 1: sequential through Ginkgo, as before the scheduler. >1 (or auto): the scheduler of scenarios/suite, same ginkgo.json")
+	c.Flags().StringVar(&o.caseTimes, "case-times", "auto", "start the shared cases shortest first by how long each took before, the long ones (over 1.5× the median) once the timed cases are done, longest first (the scheduler only: what keeps a long case from holding up the timed ones): auto (the "+reports.CaseTimesFile+" beside the run dir, which every run of a results root updates; catalogue order while it has none), off (catalogue order), or a case-times file or a results.json / run dir to take the durations from")
 	c.Flags().BoolVar(&o.list, "list", false, "list the selected cases with their labels and exit")
 	c.Flags().IntVar(&o.repeat, "repeat", 1, "run every case N times, each on a fresh stack; a case whose verdicts differ is reported flaky (not a pass). Composes with --shard, e.g. --repeat 5 --shard 1/2")
 	c.Flags().StringVar(&o.load, "load", "", "run under a bounded CPU hog for the run's duration: cpu=N spins N cores (e.g. cpu=1), torn down with the run")
@@ -176,6 +179,10 @@ func (o *runCmd) run(cmd *cobra.Command) error {
 			_, _ = o.writeReports(cmd, r, dir)
 			return fmt.Errorf("no case of --label-filter %q can run with its agent over cocoon: see not_supported in %s/results.json", o.filter, dir)
 		}
+	}
+	if o.order, err = o.sharedOrder(cases, dir, workers); err != nil {
+		_ = r.Close()
+		return err
 	}
 	if r.Results().Schedule, err = o.schedule(r, cases, workers); err != nil {
 		_ = r.Close()
@@ -249,7 +256,13 @@ func (o *runCmd) runCases(ctx context.Context, r *runner.Runner, cases []scenari
 	var runErr error
 	f.meter.Start("run", len(cases), workers)
 	if workers > 1 {
-		runErr = suite.RunScheduled(ctx, r, cases, workers, dir, f.seed)
+		switch {
+		case o.sf.recorded != nil:
+			fmt.Fprintf(os.Stderr, "vmchaos run: shared cases in the recorded order, %d of them after the timed cases\n", len(o.order.AfterLane))
+		case o.order.Source != "":
+			fmt.Fprintf(os.Stderr, "vmchaos run: shared cases shortest first by the durations in %s, %d long one(s) after the timed cases\n", o.order.Source, len(o.order.AfterLane))
+		}
+		runErr = suite.RunScheduled(ctx, r, cases, o.order, workers, dir, f.seed)
 	} else {
 		runErr = suite.Run(ctx, r, cases, o.filter, dir, f.seed)
 		suite.Annotate(r.Results(), cases, nil)
@@ -275,8 +288,61 @@ func (o *runCmd) writeReports(cmd *cobra.Command, r *runner.Runner, dir string) 
 		res.Dir = dir
 		_ = reports.WriteAll(dir, res)
 		reports.Summary(cmd.OutOrStdout(), res)
+		o.recordCaseTimes(res, dir)
 	}
 	return res, werr
+}
+
+// sharedOrder is the order the run starts its shared cases in: a replay's
+// as recorded, else by --case-times (suite.ByTimes), else catalogue order.
+func (o *runCmd) sharedOrder(cases []scenarios.Case, dir string, workers int) (suite.Order, error) {
+	classes := make([]suite.Class, len(cases))
+	ids := make([]string, len(cases))
+	for i, c := range cases {
+		classes[i], _ = suite.Classify(c)
+		ids[i] = c.ID
+	}
+	if o.sf.recorded != nil {
+		return suite.OrderOf(o.sf.recorded), nil
+	}
+	if workers <= 1 || o.caseTimes == "off" {
+		return suite.CatalogueOrder(classes), nil
+	}
+	path := o.caseTimes
+	if path == "auto" {
+		path = filepath.Join(filepath.Dir(filepath.Clean(dir)), reports.CaseTimesFile)
+	}
+	var times map[string]time.Duration
+	if st, err := os.Stat(path); err == nil && (st.IsDir() || filepath.Base(path) == "results.json") {
+		res, err := reports.Load(path)
+		if err != nil {
+			return suite.Order{}, fmt.Errorf("--case-times %s: %w", path, err)
+		}
+		times = reports.TimesOf(res)
+	} else {
+		if err != nil && o.caseTimes != "auto" {
+			return suite.Order{}, fmt.Errorf("--case-times: %w", err)
+		}
+		ct, err := reports.LoadCaseTimes(path)
+		if err != nil {
+			return suite.Order{}, fmt.Errorf("--case-times: %w", err)
+		}
+		times = ct.Of(o.f.backend, o.f.scale)
+	}
+	return suite.ByTimes(ids, classes, times, path), nil
+}
+
+// recordCaseTimes merges the run's case durations into the case-times
+// file beside its run dir, for the next run's order. A run with planted
+// bugs or --repeat is not what the catalogue takes: it records nothing.
+func (o *runCmd) recordCaseTimes(res *reports.Results, dir string) {
+	if len(res.Regress) > 0 || o.repeat > 1 {
+		return
+	}
+	path := filepath.Join(filepath.Dir(filepath.Clean(dir)), reports.CaseTimesFile)
+	if err := reports.RecordCaseTimes(path, res); err != nil {
+		fmt.Fprintln(os.Stderr, "warning: case times:", err)
+	}
 }
 
 func repeatLoadNote(repeat int, load string) string {

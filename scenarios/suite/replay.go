@@ -15,14 +15,18 @@ type ScheduleMeta struct {
 	Workers       int
 	Repeat        int
 	Lazyfs        bool
+	// Order is the order the shared cases start in (RunScheduled's);
+	// nil Shared and AfterLane: catalogue order.
+	Order Order
 }
 
-// StartOrder is the place in which each case starts under Schedule with n
-// workers: with one worker the catalogue order; otherwise every alone
-// case in catalogue order, then the shared ones in catalogue order. The
-// two run side by side (Schedule's alone lane beside the shared places),
-// so the place is each class's own start order, not a global one.
-func StartOrder(classes []Class, n int) []int {
+// StartOrder is the place in which each case starts under RunScheduled
+// with n workers and the shared cases in o: with one worker the catalogue
+// order; otherwise every alone case in catalogue order, then the shared
+// ones in o's order (o.Shared, then o.AfterLane). The two run side by
+// side (the alone lane beside the shared places), so the place is each
+// class's own start order, not a global one.
+func StartOrder(classes []Class, n int, o Order) []int {
 	order := make([]int, len(classes))
 	if n <= 1 {
 		for i := range classes {
@@ -30,14 +34,19 @@ func StartOrder(classes []Class, n int) []int {
 		}
 		return order
 	}
+	if o.Shared == nil && o.AfterLane == nil {
+		o = CatalogueOrder(classes)
+	}
 	k := 0
-	for _, shared := range []bool{false, true} {
-		for i, c := range classes {
-			if (c == Shared) == shared {
-				order[i] = k
-				k++
-			}
+	for i, c := range classes {
+		if c != Shared {
+			order[i] = k
+			k++
 		}
+	}
+	for _, i := range append(append([]int(nil), o.Shared...), o.AfterLane...) {
+		order[i] = k
+		k++
 	}
 	return order
 }
@@ -57,9 +66,15 @@ func BuildSchedule(r *runner.Runner, cases []scenarios.Case, m ScheduleMeta) *re
 	for i, c := range cases {
 		classes[i], _ = Classify(c)
 	}
-	order := StartOrder(classes, s.Workers)
+	order := StartOrder(classes, s.Workers, m.Order)
+	afterLane := map[int]bool{}
+	if s.Workers > 1 {
+		for _, i := range m.Order.AfterLane {
+			afterLane[i] = true
+		}
+	}
 	for i, c := range cases {
-		s.Cases = append(s.Cases, reports.ScheduleCase{ID: c.ID, Scenario: c.Scenario.ID, Start: order[i], Class: string(classes[i]),
+		s.Cases = append(s.Cases, reports.ScheduleCase{ID: c.ID, Scenario: c.Scenario.ID, Start: order[i], AfterLane: afterLane[i], Class: string(classes[i]),
 			OffsetNs: int64(c.Offset), HasOff: c.HasOff, Frac: c.Frac, HasFrac: c.HasFrac, Seed: r.Seed(),
 			Failpoints: c.Scenario.Env.Failpoints, Faults: r.PlanFaults(c)})
 	}

@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,11 +15,33 @@ import (
 // order (Schedule's dispatch order).
 func TestStartOrder(t *testing.T) {
 	cl := []Class{Shared, Alone, Shared, Alone}
-	if got := StartOrder(cl, 1); !reflect.DeepEqual(got, []int{0, 1, 2, 3}) {
+	if got := StartOrder(cl, 1, Order{}); !reflect.DeepEqual(got, []int{0, 1, 2, 3}) {
 		t.Fatalf("sequential: %v", got)
 	}
-	if got := StartOrder(cl, 2); !reflect.DeepEqual(got, []int{2, 0, 3, 1}) {
+	if got := StartOrder(cl, 2, Order{}); !reflect.DeepEqual(got, []int{2, 0, 3, 1}) {
 		t.Fatalf("scheduled: %v", got)
+	}
+	// shared cases in the run's order: case 2 first, case 0 after the lane
+	if got := StartOrder(cl, 2, Order{Shared: []int{2}, AfterLane: []int{0}}); !reflect.DeepEqual(got, []int{3, 0, 2, 1}) {
+		t.Fatalf("scheduled by times: %v", got)
+	}
+}
+
+// TestOrderOfReadsBackTheRecordedOrder: a schedule built with an order
+// gives that order back (what --replay and --check-determinism start the
+// shared cases in), and the long cases stay after the lane.
+func TestOrderOfReadsBackTheRecordedOrder(t *testing.T) {
+	cl := []Class{Shared, Alone, Shared, Shared, Alone, Shared}
+	o := Order{Shared: []int{5, 2}, AfterLane: []int{3, 0}}
+	start := StartOrder(cl, 3, o)
+	s := &reports.Schedule{}
+	after := map[int]bool{3: true, 0: true}
+	for i, c := range cl {
+		s.Cases = append(s.Cases, reports.ScheduleCase{ID: fmt.Sprint(i), Class: string(c), Start: start[i], AfterLane: after[i]})
+	}
+	got := OrderOf(s)
+	if !reflect.DeepEqual(got.Shared, o.Shared) || !reflect.DeepEqual(got.AfterLane, o.AfterLane) {
+		t.Fatalf("OrderOf = %v after the lane %v, want %v and %v", got.Shared, got.AfterLane, o.Shared, o.AfterLane)
 	}
 }
 

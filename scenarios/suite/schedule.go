@@ -20,12 +20,16 @@ type Slot struct {
 	// Clock is how long it held the machine for its timed part: serial
 	// time of the run, the floor no number of workers shortens.
 	Clock time.Duration
-	Ran   bool
+	// ClockWait is how long it waited for the machine before its timed
+	// part: the shared cases in flight draining (no new one starts while
+	// an alone case waits, so the places they leave stay empty).
+	ClockWait time.Duration
+	Ran       bool
 }
 
 // Schedule runs case i (0 <= i < len(classes)) by calling run(ctx, i) on
 // its own goroutine, at most n cases in flight. Shared cases start in
-// catalogue order whenever a place is free. Alone cases run one after the
+// catalogue order whenever a place is free (RunScheduled: in an Order). Alone cases run one after the
 // other in catalogue order, on a lane of their own beside the shared
 // cases (n-1 shared places while that lane runs, n after): each gets a
 // runner.ClockGate in its ctx, and for the part it enters (the timed part:
@@ -43,7 +47,7 @@ type Slot struct {
 // shared ones. A cancelled ctx starts no further case; cases in flight
 // finish. It returns when every started case has returned.
 func Schedule(ctx context.Context, classes []Class, n int, run func(ctx context.Context, i int)) []Slot {
-	return schedule(ctx, classes, n, false, run)
+	return schedule(ctx, classes, CatalogueOrder(classes), n, false, run)
 }
 
 // ScheduleRepeated is Schedule for a run whose cases take the machine more
@@ -55,21 +59,23 @@ func Schedule(ctx context.Context, classes []Class, n int, run func(ctx context.
 // counted against its next Enter: every timed case of `make stability`
 // waited out its budget).
 func ScheduleRepeated(ctx context.Context, classes []Class, n int, run func(ctx context.Context, i int)) []Slot {
-	return schedule(ctx, classes, n, true, run)
+	return schedule(ctx, classes, CatalogueOrder(classes), n, true, run)
 }
 
-func schedule(ctx context.Context, classes []Class, n int, repeated bool, run func(ctx context.Context, i int)) []Slot {
+// schedule is Schedule (ScheduleRepeated with repeated) starting the
+// shared cases in order (Order: order.AfterLane only once the lane is
+// done).
+func schedule(ctx context.Context, classes []Class, order Order, n int, repeated bool, run func(ctx context.Context, i int)) []Slot {
 	n = max(n, 1)
 	tr := &tracker{slots: make([]Slot, len(classes)), running: map[int]bool{}, holder: -1}
-	var alone, shared []int
+	var alone []int
 	for i, c := range classes {
 		tr.slots[i].Class = c
-		if c == Shared {
-			shared = append(shared, i)
-		} else {
+		if c != Shared {
 			alone = append(alone, i)
 		}
 	}
+	shared := append(append([]int(nil), order.Shared...), order.AfterLane...)
 	if n == 1 {
 		for _, i := range append(alone, shared...) {
 			if ctx.Err() != nil {
@@ -106,7 +112,10 @@ func schedule(ctx context.Context, classes []Class, n int, repeated bool, run fu
 			}
 		}
 	}()
-	for _, i := range shared {
+	for k, i := range shared {
+		if k == len(order.Shared) && !g.laneOver(ctx) {
+			break
+		}
 		if !g.admit(ctx) {
 			break
 		}
@@ -191,6 +200,14 @@ func (g *gate) laneNext(ctx context.Context) bool {
 	return g.wait(ctx, func() bool { return g.shared <= g.n-1 })
 }
 
+// laneOver waits until the lane is done (every alone case started and
+// the last one past its timed part); false once ctx is done.
+func (g *gate) laneOver(ctx context.Context) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wait(ctx, func() bool { return !g.lane })
+}
+
 // laneDone: the lane started its last alone case and that case left its
 // timed part or returned; its place goes to shared cases.
 func (g *gate) laneDone() {
@@ -220,6 +237,7 @@ type hold struct {
 // returned, and holds the machine.
 func (h *hold) Enter(ctx context.Context) error {
 	g := h.g
+	asked := time.Now()
 	g.mu.Lock()
 	g.want = true
 	ok := g.wait(ctx, func() bool { return g.shared == 0 })
@@ -230,6 +248,7 @@ func (h *hold) Enter(ctx context.Context) error {
 		g.broadcast()
 	}
 	g.mu.Unlock()
+	h.tr.waited(h.i, time.Since(asked))
 	if !ok {
 		return ctx.Err()
 	}
@@ -292,6 +311,13 @@ func (t *tracker) do(ctx context.Context, i int, run func(context.Context, int))
 		t.mu.Unlock()
 	}()
 	run(ctx, i)
+}
+
+// waited adds d to how long case i waited for the machine.
+func (t *tracker) waited(i int, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.slots[i].ClockWait += d
 }
 
 // hold records that case i (-1: none) holds the machine from now on.

@@ -250,7 +250,7 @@ func TestScheduleLaneMovesOnOnceAnAloneCaseLeftItsTimedPart(t *testing.T) {
 	var mu sync.Mutex
 	var firstDoneBeforeSecondEntered, secondInTimed, firstRestDuringTimed bool
 	firstRest := false
-	Schedule(context.Background(), classes, 3, func(ctx context.Context, i int) {
+	slots := Schedule(context.Background(), classes, 3, func(ctx context.Context, i int) {
 		g := runner.ClockGateOf(ctx)
 		if i == 1 {
 			close(secondStarted)
@@ -289,6 +289,11 @@ func TestScheduleLaneMovesOnOnceAnAloneCaseLeftItsTimedPart(t *testing.T) {
 	}
 	if firstRestDuringTimed {
 		t.Error("the second alone case's timed part ran beside the rest of the first")
+	}
+	// it asked for the machine while the first one's rest still ran (at
+	// least its 5 ms sleep): that drain is recorded as its wait
+	if slots[1].ClockWait <= 0 || slots[1].ClockWait > 10*time.Second {
+		t.Errorf("second alone case waited %v for the machine, want the first one's rest", slots[1].ClockWait)
 	}
 }
 

@@ -21,18 +21,16 @@ import (
 // the same ginkgo.json a sequential Run writes, one spec report per case
 // in catalogue order, and records each case's class and concurrency in
 // the runner's results, which it puts back in catalogue order.
-func RunScheduled(ctx context.Context, r *runner.Runner, cases []scenarios.Case, n int, reportDir string, seed int64) error {
+// Shared cases start in order (ByTimes, OrderOf; CatalogueOrder for none).
+func RunScheduled(ctx context.Context, r *runner.Runner, cases []scenarios.Case, order Order, n int, reportDir string, seed int64) error {
 	start := time.Now()
 	classes := make([]Class, len(cases))
 	for i, c := range cases {
 		classes[i], _ = Classify(c)
 	}
 	specs := make([]types.SpecReport, len(cases))
-	sched := Schedule
-	if r.RepeatRuns() > 1 {
-		sched = ScheduleRepeated // each repetition of an alone case takes the machine
-	}
-	slots := sched(ctx, classes, n, func(ctx context.Context, i int) {
+	// with --repeat each repetition of an alone case takes the machine
+	slots := schedule(ctx, classes, order, n, r.RepeatRuns() > 1, func(ctx context.Context, i int) {
 		t0 := time.Now()
 		rc := r.RunCase(ctx, cases[i])
 		specs[i] = specReport(cases[i], rc, t0, time.Now())
@@ -67,6 +65,7 @@ func Annotate(res *reports.Results, cases []scenarios.Case, slots []Slot) {
 		if slots != nil {
 			rc.Concurrency, rc.ClockConcurrency = slots[i].Concurrency, slots[i].ClockConcurrency
 			rc.ClockMs = float64(slots[i].Clock) / float64(time.Millisecond)
+			rc.ClockWaitMs = float64(slots[i].ClockWait) / float64(time.Millisecond)
 		}
 	}
 	sort.SliceStable(res.Cases, func(a, b int) bool {

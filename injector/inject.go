@@ -344,7 +344,7 @@ func (in *Injector) Inject(ctx context.Context, f Fault) Injection {
 		return inj
 	}
 	defer v.close()
-	in.fire(ctx, k, f, v, &inj, nil)
+	in.fire(ctx, k, f, v, &inj, nil, nil)
 	inj.Landed = inj.Err == ""
 	return inj
 }
@@ -371,7 +371,7 @@ func (in *Injector) InjectHit(ctx context.Context, f Fault, hit Hit, opts ...Arm
 		return inj
 	}
 	defer v.close()
-	in.fire(ctx, k, f, v, &inj, cfg.between)
+	in.fire(ctx, k, f, v, &inj, cfg.between, nil)
 	inj.Landed = inj.Err == ""
 	return inj
 }
@@ -443,13 +443,20 @@ func (in *Injector) runWaiting(ctx context.Context, k FaultKind, f Fault, t Trig
 			return nil, false
 		}
 	}
+	var asked chan int
 	if watch != nil {
-		// The main read before the hit while it still runs; asked again
-		// only when it changed since (its cost then shows in the error).
+		// The main read before the hit while it still runs. When it
+		// changed since (the unit restarted and the watch has not read
+		// the new one yet), it is asked beside the wait for the offset: a
+		// supervisor's round trip must not hold the fault past its offset
+		// (a restart 5 ms after a point hit right after the agent's own
+		// restart went out late so). The supervisor fault needs no pid;
+		// the record takes the answer once the fault is in.
 		if m := watch.get(); m.PID > 0 && m.Alive() {
 			inj.VictimPID = m.PID
 		} else {
-			inj.VictimPID = in.newMain(ctx, f.Unit).PID
+			asked = make(chan int, 1)
+			go func() { asked <- in.newMain(ctx, f.Unit).PID }()
 		}
 	}
 	if err := sleepUntil(ctx, inj.RequestedNs); err != nil {
@@ -457,7 +464,7 @@ func (in *Injector) runWaiting(ctx context.Context, k FaultKind, f Fault, t Trig
 		in.release(t)
 		return v, false
 	}
-	in.fire(ctx, k, f, v, inj, nil)
+	in.fire(ctx, k, f, v, inj, nil, asked)
 	return v, true
 }
 
@@ -627,18 +634,26 @@ func (in *Injector) release(t Trigger) {
 // fire delivers the fault through its kind and stamps ActualNs as the kind
 // says: right after the signal syscall returned, or as the supervisor call
 // that delivers it is made.
-func (in *Injector) fire(ctx context.Context, k FaultKind, f Fault, v *victim, inj *Injection, between func(context.Context)) {
+// A supervisor fault's main pid still being asked (asked, from runWaiting)
+// goes into the record once the fault is in.
+func (in *Injector) fire(ctx context.Context, k FaultKind, f Fault, v *victim, inj *Injection, between func(context.Context), asked <-chan int) {
 	tg := Target{Sup: in.sup, Unit: f.Unit, Disk: in.opt.Disk, Link: in.opt.Link, Between: between}
 	if v != nil && v.fd != nil {
 		inj.VictimPID = v.fd.PID
 		tg.Victim = v.fd
 	}
-	if k.traits().supervisor && inj.VictimPID == 0 { // Inject: not read ahead
+	if k.traits().supervisor && inj.VictimPID == 0 && asked == nil { // Inject: not read ahead
 		if pid, e := in.sup.MainPID(ctx, f.Unit); e == nil {
 			inj.VictimPID = pid
 		}
 	}
 	actual, err := k.Inject(ctx, tg)
+	if asked != nil && inj.VictimPID == 0 {
+		select {
+		case inj.VictimPID = <-asked:
+		case <-ctx.Done():
+		}
+	}
 	inj.ActualNs = actual
 	if err != nil {
 		inj.Err = err.Error()

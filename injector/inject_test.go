@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,5 +219,70 @@ func TestStopFaultStartsAgainAfterStopFor(t *testing.T) {
 	after, _ := s.sup.MainPID(ctx, "svc")
 	if after == 0 || after == before {
 		t.Fatalf("not started again: main %d (was %d)", after, before)
+	}
+}
+
+// restartFirstSup answers MainPID, once blocked, only after Restart was
+// called: a supervisor whose main-pid round trip is slower than any offset.
+type restartFirstSup struct {
+	Supervisor
+	block     atomic.Bool
+	restarted chan struct{}
+	once      sync.Once
+}
+
+func (s *restartFirstSup) MainPID(ctx context.Context, unit string) (int, error) {
+	if s.block.Load() {
+		select {
+		case <-s.restarted:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return s.Supervisor.MainPID(ctx, unit)
+}
+
+func (s *restartFirstSup) Restart(ctx context.Context, unit string) error {
+	s.once.Do(func() { close(s.restarted) })
+	return s.Supervisor.Restart(ctx, unit)
+}
+
+// TestRestartAtTriggerDoesNotWaitForTheNewMainPID: a restart armed on a
+// point that the unit's next main hits, after the main it read ahead
+// died, fires without first asking the supervisor for the new main (the
+// fault needs no pid; a round trip there put it milliseconds past its
+// offset), and the record still names the main it restarted. The
+// supervisor here answers MainPID only after Restart: asked first, the
+// fault would never go out.
+func TestRestartAtTriggerDoesNotWaitForTheNewMainPID(t *testing.T) {
+	s := newStack(t, KindBuiltin)
+	inner := s.sup
+	sup := &restartFirstSup{Supervisor: inner, restarted: make(chan struct{})}
+	s.sup, s.inj = sup, New(sup, s.tr, Options{CtlDir: s.ctl})
+	s.loopUnit(t, "victim", "vm-a", "r.tick", 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	old, _ := inner.MainPID(ctx, "victim")
+	// the 40th hit comes well after the kill below and RestartSec (20 ms):
+	// from the next main
+	a, err := s.inj.Arm(ctx, Fault{Kind: FaultRestart, Unit: "victim"}, MustParseTrigger("at r.tick#40 + 2ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup.block.Store(true)
+	if err := inner.KillMain(ctx, "victim", syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	inj, err := a.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sup.restarted:
+	default:
+		t.Fatalf("the restart never went out: %+v", inj)
+	}
+	if inj.Err != "" || inj.VictimPID == 0 || inj.VictimPID == old {
+		t.Fatalf("restart after the main changed: err %q, victim %d (the killed main was %d)", inj.Err, inj.VictimPID, old)
 	}
 }

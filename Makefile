@@ -105,13 +105,16 @@ chaos: setup build
 # list (BENCH_PARALLEL=2,3: one scheduled run per value against the one
 # sequential run, to choose N on this machine). BENCH_SHARD=1/8 runs only that
 # hash shard of the selection in every run (a sample, to compare N quickly).
-BENCH_FILTER   ?= !speed:nightly
-BENCH_PARALLEL ?= auto
-BENCH_SHARD    ?=
+# The scheduled runs start their shared cases shortest first by the durations
+# the sequential run recorded; BENCH_CASE_TIMES=off: catalogue order.
+BENCH_FILTER     ?= !speed:nightly
+BENCH_PARALLEL   ?= auto
+BENCH_SHARD      ?=
+BENCH_CASE_TIMES ?= auto
 .PHONY: bench-chaos
 bench-chaos: setup build
 	@uptime
-	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos bench-chaos --label-filter '$(BENCH_FILTER)' --parallel $(BENCH_PARALLEL) $(if $(BENCH_SHARD),--shard $(BENCH_SHARD)) --time-scale $(SCALE) --report-dir $(REPORTDIR)/bench-chaos-$$(date +%Y%m%d-%H%M%S)
+	VMCHAOS_BIN=$(BIN) $(BIN)/vmchaos bench-chaos --label-filter '$(BENCH_FILTER)' --parallel $(BENCH_PARALLEL) --case-times $(BENCH_CASE_TIMES) $(if $(BENCH_SHARD),--shard $(BENCH_SHARD)) --time-scale $(SCALE) --report-dir $(REPORTDIR)/bench-chaos-$$(date +%Y%m%d-%H%M%S)
 	@uptime
 
 # chaos-nightly: the whole catalogue, nightly matrix included, in SHARDS

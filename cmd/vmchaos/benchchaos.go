@@ -22,6 +22,7 @@ func init() { register(newBenchChaosCmd) }
 // benchChaosCmd holds bench-chaos's flags: what both runs share.
 type benchChaosCmd struct {
 	filter, backend, supervisor, parallel, dir, shard string
+	caseTimes                                         string
 	scale                                             float64
 	seed                                              int64
 }
@@ -41,7 +42,10 @@ every run (a representative sample of it, to compare --parallel values in a frac
 prints each run's wall time, cases per minute, CPU time (the run and every process of its stacks it
 reaped: user+sys) and the cores that is on average, verdicts and the load average before it, and every
 case whose verdict differs from the sequential run's (reports.Stability over both runs, plus cases
-only one run has). Exit status: 0 no verdict differs, 1 a verdict differs, 3 a run left no results.`,
+only one run has). Like any run, the sequential one records its cases' durations in case-times.json
+beside its run dir, and a scheduled run starts its shared cases shortest first by them (run
+--case-times; --case-times off here: catalogue order, as in a results root no run has left that file).
+Exit status: 0 no verdict differs, 1 a verdict differs, 3 a run left no results.`,
 		Example: `  vmchaos bench-chaos --label-filter speed:fast --time-scale 0.05
   BENCH_FILTER=speed:fast make bench-chaos
   BENCH_PARALLEL=2,3 make bench-chaos
@@ -57,6 +61,7 @@ only one run has). Exit status: 0 no verdict differs, 1 a verdict differs, 3 a r
 	c.Flags().Int64Var(&o.seed, "seed", 1, "seed of both runs")
 	c.Flags().StringVar(&o.shard, "shard", "", "run only shard I of N of the selection in every run (\"I/N\", vmchaos run's hash split), e.g. 1/8")
 	c.Flags().StringVar(&o.dir, "report-dir", "", "dir of both run dirs (default ./vmchaos-results/bench-chaos-<time>)")
+	c.Flags().StringVar(&o.caseTimes, "case-times", "auto", "--case-times of the scheduled runs: auto (the durations the runs before it left in the report dir: the sequential run's), off (catalogue order) or a file")
 	return c
 }
 
@@ -174,6 +179,9 @@ func (o *benchChaosCmd) runArgs(r *benchRun) []string {
 	args := []string{"run", "--label-filter", o.filter, "--backend", o.backend, "--supervisor", o.supervisor,
 		"--time-scale", strconv.FormatFloat(o.scale, 'g', -1, 64), "--seed", strconv.FormatInt(o.seed, 10),
 		"--parallel", r.Parallel, "--report-dir", r.Dir}
+	if r.Parallel != "1" && o.caseTimes != "" {
+		args = append(args, "--case-times", o.caseTimes)
+	}
 	if o.shard != "" {
 		args = append(args, "--shard", o.shard)
 	}

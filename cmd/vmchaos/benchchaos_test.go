@@ -120,4 +120,12 @@ func TestBenchRunsShareTheShardAndDifferInParallelOnly(t *testing.T) {
 	if args := strings.Join(o.runArgs(&benchRun{Parallel: "2"}), " "); strings.Contains(args, "--shard") {
 		t.Errorf("no --shard asked, got %q", args)
 	}
+	// the scheduled runs take --case-times; the sequential one has no order to take
+	o.caseTimes = "off"
+	if args := strings.Join(o.runArgs(&benchRun{Parallel: "2"}), " "); !strings.Contains(args, "--case-times off") {
+		t.Errorf("scheduled run without --case-times off: %q", args)
+	}
+	if args := strings.Join(o.runArgs(&benchRun{Parallel: "1"}), " "); strings.Contains(args, "--case-times") {
+		t.Errorf("sequential run given --case-times: %q", args)
+	}
 }

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/vmchaos/vmchaos/durable"
 )
 
 // CaseTimesFile is the file beside a results root's run dirs (the parent
@@ -73,9 +74,9 @@ func TimesOf(res *Results) map[string]time.Duration {
 }
 
 // RecordCaseTimes merges the durations of res's cases into the case-times
-// file at path (written whole to a temp file and renamed over it, so a
-// reader never sees half of it; two runs finishing at once may lose one's
-// update, which costs only an ordering hint).
+// file at path (durable.WriteFile: a reader never sees half of it; two
+// runs finishing at once may lose one's update, which costs only an
+// ordering hint).
 func RecordCaseTimes(path string, res *Results) error {
 	ct, err := LoadCaseTimes(path)
 	if err != nil {
@@ -88,33 +89,18 @@ func RecordCaseTimes(path string, res *Results) error {
 		m = map[string]float64{}
 		ct.Runs[key] = m
 	}
-	n := 0
-	for _, c := range res.Cases {
-		if c.DurationMs > 0 {
-			m[c.ID] = c.DurationMs
-			n++
-		}
-	}
-	if n == 0 {
+	times := TimesOf(res)
+	if len(times) == 0 {
 		return nil
+	}
+	for id, d := range times {
+		m[id] = float64(d) / float64(time.Millisecond)
 	}
 	b, err := json.Marshal(ct)
 	if err != nil {
 		return fmt.Errorf("case times: %w", err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".case-times-*")
-	if err != nil {
-		return fmt.Errorf("case times: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("case times %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("case times %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := durable.WriteFile(path, b, 0o644); err != nil {
 		return fmt.Errorf("case times: %w", err)
 	}
 	return nil

@@ -315,6 +315,23 @@ func (in *Injector) newMain(ctx context.Context, unit string) Proc {
 	return Proc{}
 }
 
+// mainPID is the unit's main pid as the supervisor names it now (read
+// from /proc where it can, else asked of it), 0 for none. Unlike newMain
+// it does not check the process: a restart fired meanwhile may already
+// have ended the main the answer names, and that main is the record's
+// victim.
+func (in *Injector) mainPID(ctx context.Context, unit string) int {
+	if q, ok := in.sup.(quickMainer); ok {
+		if pid := q.quickMainPID(unit); pid > 0 {
+			return pid
+		}
+	}
+	if pid, err := in.sup.MainPID(ctx, unit); err == nil {
+		return pid
+	}
+	return 0
+}
+
 func (w *mainWatch) get() Proc {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -456,7 +473,7 @@ func (in *Injector) runWaiting(ctx context.Context, k FaultKind, f Fault, t Trig
 			inj.VictimPID = m.PID
 		} else {
 			asked = make(chan int, 1)
-			go func() { asked <- in.newMain(ctx, f.Unit).PID }()
+			go func() { asked <- in.mainPID(ctx, f.Unit) }()
 		}
 	}
 	if err := sleepUntil(ctx, inj.RequestedNs); err != nil {

@@ -223,18 +223,22 @@ func TestStopFaultStartsAgainAfterStopFor(t *testing.T) {
 }
 
 // restartFirstSup answers MainPID, once blocked, only after Restart was
-// called: a supervisor whose main-pid round trip is slower than any offset.
+// called, and then with the main the restart found: a supervisor whose
+// main-pid round trip is slower than any offset (its answer, sent before
+// the restart, names the main as it was when asked).
 type restartFirstSup struct {
 	Supervisor
 	block     atomic.Bool
 	restarted chan struct{}
 	once      sync.Once
+	main      int // the main when Restart was called; read after restarted
 }
 
 func (s *restartFirstSup) MainPID(ctx context.Context, unit string) (int, error) {
 	if s.block.Load() {
 		select {
 		case <-s.restarted:
+			return s.main, nil
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
@@ -243,7 +247,10 @@ func (s *restartFirstSup) MainPID(ctx context.Context, unit string) (int, error)
 }
 
 func (s *restartFirstSup) Restart(ctx context.Context, unit string) error {
-	s.once.Do(func() { close(s.restarted) })
+	s.once.Do(func() {
+		s.main, _ = s.Supervisor.MainPID(ctx, unit)
+		close(s.restarted)
+	})
 	return s.Supervisor.Restart(ctx, unit)
 }
 
@@ -282,7 +289,8 @@ func TestRestartAtTriggerDoesNotWaitForTheNewMainPID(t *testing.T) {
 	default:
 		t.Fatalf("the restart never went out: %+v", inj)
 	}
-	if inj.Err != "" || inj.VictimPID == 0 || inj.VictimPID == old {
-		t.Fatalf("restart after the main changed: err %q, victim %d (the killed main was %d)", inj.Err, inj.VictimPID, old)
+	if inj.Err != "" || inj.VictimPID == 0 || inj.VictimPID == old || inj.VictimPID != sup.main {
+		t.Fatalf("restart after the main changed: err %q, victim %d, want the main it restarted, %d (the killed main was %d)",
+			inj.Err, inj.VictimPID, sup.main, old)
 	}
 }

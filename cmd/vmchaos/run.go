@@ -89,7 +89,7 @@ type runCmd struct {
 	load          string
 	maxInjErr     time.Duration
 	sf            scheduleFlags // --replay, --check-determinism, --repro-check (replay.go)
-	caseTimes     string        // --case-times: auto, off or a file (caseTimesOrder)
+	caseTimes     string        // --case-times: auto, off or a file (sharedOrder)
 	order         suite.Order   // the order the shared cases start in
 }
 
@@ -261,6 +261,8 @@ func (o *runCmd) runCases(ctx context.Context, r *runner.Runner, cases []scenari
 			fmt.Fprintf(os.Stderr, "vmchaos run: shared cases in the recorded order, %d of them after the timed cases\n", len(o.order.AfterLane))
 		case o.order.Source != "":
 			fmt.Fprintf(os.Stderr, "vmchaos run: shared cases shortest first by the durations in %s, %d long one(s) after the timed cases\n", o.order.Source, len(o.order.AfterLane))
+		case o.caseTimes != "off":
+			fmt.Fprintf(os.Stderr, "vmchaos run: shared cases in catalogue order: no durations recorded for them yet (%s)\n", caseTimesPath(dir))
 		}
 		runErr = suite.RunScheduled(ctx, r, cases, o.order, workers, dir, f.seed)
 	} else {
@@ -308,28 +310,39 @@ func (o *runCmd) sharedOrder(cases []scenarios.Case, dir string, workers int) (s
 	if workers <= 1 || o.caseTimes == "off" {
 		return suite.CatalogueOrder(classes), nil
 	}
-	path := o.caseTimes
-	if path == "auto" {
-		path = filepath.Join(filepath.Dir(filepath.Clean(dir)), reports.CaseTimesFile)
+	if o.caseTimes == "auto" {
+		// only a hint: a file that cannot be read costs the order, not the run
+		path := caseTimesPath(dir)
+		ct, err := reports.LoadCaseTimes(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "warning: shared cases in catalogue order:", err)
+			return suite.CatalogueOrder(classes), nil
+		}
+		return suite.ByTimes(ids, classes, ct.Of(o.f.backend, o.f.scale), path), nil
 	}
-	var times map[string]time.Duration
-	if st, err := os.Stat(path); err == nil && (st.IsDir() || filepath.Base(path) == "results.json") {
+	path := o.caseTimes
+	st, err := os.Stat(path)
+	if err != nil {
+		return suite.Order{}, fmt.Errorf("--case-times: %w", err)
+	}
+	if st.IsDir() || filepath.Base(path) == reports.ResultsFile {
 		res, err := reports.Load(path)
 		if err != nil {
 			return suite.Order{}, fmt.Errorf("--case-times %s: %w", path, err)
 		}
-		times = reports.TimesOf(res)
-	} else {
-		if err != nil && o.caseTimes != "auto" {
-			return suite.Order{}, fmt.Errorf("--case-times: %w", err)
-		}
-		ct, err := reports.LoadCaseTimes(path)
-		if err != nil {
-			return suite.Order{}, fmt.Errorf("--case-times: %w", err)
-		}
-		times = ct.Of(o.f.backend, o.f.scale)
+		return suite.ByTimes(ids, classes, reports.TimesOf(res), path), nil
 	}
-	return suite.ByTimes(ids, classes, times, path), nil
+	ct, err := reports.LoadCaseTimes(path)
+	if err != nil {
+		return suite.Order{}, fmt.Errorf("--case-times: %w", err)
+	}
+	return suite.ByTimes(ids, classes, ct.Of(o.f.backend, o.f.scale), path), nil
+}
+
+// caseTimesPath is the case-times file of the results root run dir dir
+// belongs to: beside it.
+func caseTimesPath(dir string) string {
+	return filepath.Join(filepath.Dir(filepath.Clean(dir)), reports.CaseTimesFile)
 }
 
 // recordCaseTimes merges the run's case durations into the case-times
@@ -339,8 +352,7 @@ func (o *runCmd) recordCaseTimes(res *reports.Results, dir string) {
 	if len(res.Regress) > 0 || o.repeat > 1 {
 		return
 	}
-	path := filepath.Join(filepath.Dir(filepath.Clean(dir)), reports.CaseTimesFile)
-	if err := reports.RecordCaseTimes(path, res); err != nil {
+	if err := reports.RecordCaseTimes(caseTimesPath(dir), res); err != nil {
 		fmt.Fprintln(os.Stderr, "warning: case times:", err)
 	}
 }

@@ -446,8 +446,11 @@ type caseRun struct {
 	work *workloads
 	// calibIssued: the calibration VMs' first step was issued beside the setup
 	calibIssued bool
-	mark        int   // trace index after arming: the faults count hits from here
-	armNs       int64 // when the armed agent was up
+	// measure measures the window on calibration VMs (measureOn; a test
+	// gives its own readings)
+	measure func(ctx context.Context, budget time.Duration, vms []string, issued bool) (opWindow, error)
+	mark    int   // trace index after arming: the faults count hits from here
+	armNs   int64 // when the armed agent was up
 	// adoption baseline (Expect.Adopted, adopt.go): every VM listed before
 	// the fault (at arm time, and in the park before a parked fault), the
 	// first error listing them, and the ready intents' part of it

@@ -125,6 +125,21 @@ func calibSteps(op, vm string) (prep []scenarios.Step, run scenarios.Step) {
 // load hiccup in one of them would otherwise stretch the window); a fixed
 // offset needs one.
 func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opWindow, error) {
+	return cr.measureVia()(ctx, budget, cr.calibVMs(), cr.calibIssued)
+}
+
+// measureVia is how the case measures its window: measureOn unless a test
+// set cr.measure.
+func (cr *caseRun) measureVia() func(context.Context, time.Duration, []string, bool) (opWindow, error) {
+	if cr.measure != nil {
+		return cr.measure
+	}
+	return cr.measureOn
+}
+
+// measureOn is measureWindow on calibration VMs vms (their first
+// preparatory step already issued when issued).
+func (cr *caseRun) measureOn(ctx context.Context, budget time.Duration, vms []string, issued bool) (opWindow, error) {
 	f := cr.s.Faults[0]
 	t, err := injector.ParseTrigger(f.Trigger + " + 0ms")
 	if err != nil {
@@ -138,14 +153,13 @@ func (cr *caseRun) measureWindow(ctx context.Context, budget time.Duration) (opW
 	// for all of them at once (nothing is measured there; the first may
 	// already have been issued beside the setup, see preCalibrate); the
 	// measured operation runs on one VM at a time.
-	vms := cr.calibVMs()
 	prep0, _ := calibSteps(cr.s.Op, vms[0])
 	for k := range prep0 {
 		for _, vm := range vms {
 			prep, _ := calibSteps(cr.s.Op, vm)
 			st := prep[k]
 			st.Wait = false
-			if k == 0 && cr.calibIssued {
+			if k == 0 && issued {
 				continue
 			}
 			if err := cr.step(ctx, st, budget); err != nil {
@@ -250,6 +264,11 @@ func (cr *caseRun) placeFault(ctx context.Context, budget time.Duration) (refusa
 	if err != nil {
 		return "", err
 	}
+	if !cr.c.HasFrac {
+		if ow, err = cr.confirmShort(ctx, budget, ow); err != nil {
+			return "", err
+		}
+	}
 	cr.win = &ow
 	scale := cr.r.opts.Scale
 	var off time.Duration // scaled
@@ -280,12 +299,7 @@ func (cr *caseRun) placeFault(ctx context.Context, budget time.Duration) (refusa
 	// may be faster than the fastest calibration) and clear the end by
 	// minGuard; after a start edge that is not the trigger's own hit it
 	// must clear the start by that edge's spread and minGuard.
-	lo, hi := ow.fixedRange()
-	if !slices.Contains(cr.s.Offsets, cr.c.Offset) {
-		// an offset given by hand (a repro of a resolved fraction):
-		// replayed as asked, as long as it lies inside the window
-		hi = time.Duration(ow.EndNs) - minGuard
-	}
+	lo, hi := cr.fixedBounds(ow)
 	if off < lo || off > hi {
 		return fmt.Sprintf("window too short at time scale %g: the fault at %s after %s (offset %s) must lie in %s → %s, measured %s..%s after it on this stack, so within %s..%s; run at a larger --time-scale",
 			scale, ms(int64(off)), cr.s.Faults[0].Trigger, injector.FormatOffset(cr.c.Offset), ow.W[0], ow.W[1],
@@ -317,6 +331,42 @@ func (r *Runner) narrowestSpan(s *scenarios.Scenario, ow opWindow) (int64, strin
 		return prev, fmt.Sprintf("; placed in the narrowest span this run measured for it, %s (this case's: %s)", ms(prev), ms(own))
 	}
 	return own, ""
+}
+
+// fixedBounds is where the case's fixed offset may lie in window ow (see
+// placeFault).
+func (cr *caseRun) fixedBounds(ow opWindow) (lo, hi time.Duration) {
+	lo, hi = ow.fixedRange()
+	if !slices.Contains(cr.s.Offsets, cr.c.Offset) {
+		// an offset given by hand (a repro of a resolved fraction):
+		// replayed as asked, as long as it lies inside the window
+		hi = time.Duration(ow.EndNs) - minGuard
+	}
+	return lo, hi
+}
+
+// confirmShort measures a fixed offset's window once more, on a fresh
+// calibration VM, when its one reading leaves the offset outside where it
+// may lie, and keeps the wider reading: one short run must not refuse the
+// case (s001-h-delete-restart-144ms: its 7.2 ms must lie in the first 60 %
+// of a delete measured at 11.9–12.5 ms; the 11.9 ms reading made it
+// inconclusive about once in 300 runs). A fault placed after the end of a
+// faster run still shows as not landed.
+func (cr *caseRun) confirmShort(ctx context.Context, budget time.Duration, ow opWindow) (opWindow, error) {
+	off := cr.r.scale(cr.c.Offset).Round(time.Microsecond)
+	if lo, hi := cr.fixedBounds(ow); off >= lo && off <= hi {
+		return ow, nil
+	}
+	again, err := cr.measureVia()(ctx, budget, []string{fmt.Sprintf("%s-%d", calibVM, len(cr.calibVMs()))}, false)
+	if err != nil {
+		return ow, err
+	}
+	if again.EndNs-again.StartNs <= ow.EndNs-ow.StartNs {
+		ow.Source += fmt.Sprintf("; a second run measured %s..%s, no wider", ms(again.StartNs), ms(again.EndNs))
+		return ow, nil
+	}
+	again.Source = ow.Source + fmt.Sprintf("; too short for the offset: a second run measured %s..%s, the wider one counts", ms(again.StartNs), ms(again.EndNs))
+	return again, nil
 }
 
 // fixedRange is where a fixed offset may lie in the window (see placeFault).

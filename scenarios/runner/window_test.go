@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +155,49 @@ func TestSpanMissingNamesThePhaseTheCalibrationLacks(t *testing.T) {
 		if got := spanMissing(evs, tr, c.w, 500); !strings.HasPrefix(got, c.want) {
 			t.Errorf("%s %v: missing %q, want %q", c.trig, c.w, got, c.want)
 		}
+	}
+}
+
+// TestFixedOffsetShortReadingIsMeasuredAgain: a fixed offset whose one
+// reading leaves it outside where it may lie is measured once more on a
+// fresh calibration VM and the wider reading counts (one short delete made
+// s001-h-delete-restart-144ms inconclusive); a reading that already fits
+// costs no second run, and a second run no wider keeps the first.
+func TestFixedOffsetShortReadingIsMeasuredAgain(t *testing.T) {
+	msd := func(f float64) int64 { return int64(f * 1e6) }
+	newCase := func(readings ...float64) (*caseRun, *[]string) {
+		var asked []string
+		cr := &caseRun{r: &Runner{opts: Options{Scale: 0.05}},
+			s: &scenarios.Scenario{Offsets: []time.Duration{144 * time.Millisecond}},
+			c: scenarios.Case{Offset: 144 * time.Millisecond, HasOff: true}}
+		cr.measure = func(_ context.Context, _ time.Duration, vms []string, _ bool) (opWindow, error) {
+			asked = append(asked, vms...)
+			end := readings[0]
+			readings = readings[1:]
+			return opWindow{EndNs: msd(end), Source: "1 calibration run(s)"}, nil
+		}
+		return cr, &asked
+	}
+	// 7.2 ms must lie in the first 60 %: a window of at least 12 ms
+	cr, asked := newCase(11.9, 12.5)
+	ow, err := cr.measureWindow(context.Background(), time.Second)
+	if err == nil {
+		ow, err = cr.confirmShort(context.Background(), time.Second, ow)
+	}
+	if err != nil || ow.EndNs != msd(12.5) || len(*asked) != 2 || (*asked)[1] != "calib-1" {
+		t.Errorf("short then wide: window ends %v, runs on %v, err %v; want the 12.5 ms reading from calib-1", ow.EndNs, *asked, err)
+	}
+	if lo, hi := cr.fixedBounds(ow); 7200*time.Microsecond < lo || 7200*time.Microsecond > hi {
+		t.Errorf("7.2 ms not in %v..%v of the wider reading", lo, hi)
+	}
+	cr, asked = newCase(11.9, 11.7)
+	ow, _ = cr.measureWindow(context.Background(), time.Second)
+	if ow, _ = cr.confirmShort(context.Background(), time.Second, ow); ow.EndNs != msd(11.9) || len(*asked) != 2 {
+		t.Errorf("short then shorter: window ends %v after runs on %v, want the first 11.9 ms reading", ow.EndNs, *asked)
+	}
+	cr, asked = newCase(12.4)
+	ow, _ = cr.measureWindow(context.Background(), time.Second)
+	if ow, _ = cr.confirmShort(context.Background(), time.Second, ow); ow.EndNs != msd(12.4) || len(*asked) != 1 {
+		t.Errorf("a reading that fits: window ends %v after runs on %v, want one run", ow.EndNs, *asked)
 	}
 }

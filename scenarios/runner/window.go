@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -336,7 +337,7 @@ func (r *Runner) narrowestSpan(s *scenarios.Scenario, ow opWindow) (int64, strin
 // fixedBounds is where the case's fixed offset may lie in window ow (see
 // placeFault).
 func (cr *caseRun) fixedBounds(ow opWindow) (lo, hi time.Duration) {
-	lo, hi = ow.fixedRange()
+	lo, hi = ow.fixedRange(cmp.Or(cr.s.MaxPlace, maxPlace))
 	if !slices.Contains(cr.s.Offsets, cr.c.Offset) {
 		// an offset given by hand (a repro of a resolved fraction):
 		// replayed as asked, as long as it lies inside the window
@@ -369,13 +370,14 @@ func (cr *caseRun) confirmShort(ctx context.Context, budget time.Duration, ow op
 	return again, nil
 }
 
-// fixedRange is where a fixed offset may lie in the window (see placeFault).
-func (ow opWindow) fixedRange() (lo, hi time.Duration) {
+// fixedRange is where a fixed offset may lie in the window: in its first
+// place (a fraction: maxPlace unless the scenario says; see placeFault).
+func (ow opWindow) fixedRange(place float64) (lo, hi time.Duration) {
 	lo = time.Duration(ow.StartNs)
 	if ow.StartNs > 0 {
 		lo += max(time.Duration(ow.StartSpreadNs), minGuard)
 	}
-	hi = min(time.Duration(ow.StartNs)+time.Duration(maxPlace*float64(ow.EndNs-ow.StartNs)), time.Duration(ow.EndNs)-minGuard)
+	hi = min(time.Duration(ow.StartNs)+time.Duration(place*float64(ow.EndNs-ow.StartNs)), time.Duration(ow.EndNs)-minGuard)
 	return lo, hi
 }
 

@@ -82,7 +82,7 @@ func TestFixedOffsetMustLieInsideTheMeasuredWindow(t *testing.T) {
 		{"clear of the start edge", opWindow{StartNs: msd(3.3), StartSpreadNs: msd(1), EndNs: msd(75)}, 6, true},
 	}
 	for _, c := range cases {
-		lo, hi := c.ow.fixedRange()
+		lo, hi := c.ow.fixedRange(maxPlace)
 		off := time.Duration(c.off * 1e6)
 		if got := off >= lo && off <= hi; got != c.ok {
 			t.Errorf("%s: %v in %v..%v = %v, want %v", c.name, off, lo, hi, got, c.ok)
@@ -189,6 +189,11 @@ func TestFixedOffsetShortReadingIsMeasuredAgain(t *testing.T) {
 	}
 	if lo, hi := cr.fixedBounds(ow); 7200*time.Microsecond < lo || 7200*time.Microsecond > hi {
 		t.Errorf("7.2 ms not in %v..%v of the wider reading", lo, hi)
+	}
+	// a scenario's own MaxPlace: 7.2 ms of 11.5 ms is 63 %, in its first 70 %
+	cr.s.MaxPlace = 0.7
+	if lo, hi := cr.fixedBounds(opWindow{EndNs: msd(11.5)}); 7200*time.Microsecond < lo || 7200*time.Microsecond > hi {
+		t.Errorf("MaxPlace 0.7: 7.2 ms not in %v..%v of an 11.5 ms window", lo, hi)
 	}
 	cr, asked = newCase(11.9, 11.7)
 	ow, _ = cr.measureWindow(context.Background(), time.Second)

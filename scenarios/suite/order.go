@@ -47,6 +47,15 @@ func CatalogueOrder(classes []Class) Order {
 	return o
 }
 
+// or is o, or catalogue order for the zero Order (no case in either list):
+// a caller that gives none starts every shared case, in catalogue order.
+func (o Order) or(classes []Class) Order {
+	if o.Shared == nil && o.AfterLane == nil {
+		return CatalogueOrder(classes)
+	}
+	return o
+}
+
 // ByTimes orders the shared cases by how long they took before (times,
 // by case ID; source names where from): shortest first, and those over
 // longFactor × the median after the lane, longest first. A case without a

@@ -100,3 +100,22 @@ func TestScheduleStartsAfterLaneCasesOnceTheLaneIsDone(t *testing.T) {
 		})
 	}
 }
+
+// TestScheduleWithTheZeroOrderRunsEverySharedCase: a caller that gives no
+// order gets catalogue order, not a run without its shared cases.
+func TestScheduleWithTheZeroOrderRunsEverySharedCase(t *testing.T) {
+	cl := []Class{Shared, Alone, Shared}
+	slots := schedule(context.Background(), cl, Order{}, 3, false, func(ctx context.Context, i int) {
+		if g := runner.ClockGateOf(ctx); g != nil && g.Enter(ctx) == nil {
+			g.Leave()
+		}
+	})
+	for i, s := range slots {
+		if !s.Ran {
+			t.Errorf("case %d (%s) never ran", i, cl[i])
+		}
+	}
+	if got := StartOrder(cl, 3, Order{}); !reflect.DeepEqual(got, []int{1, 0, 2}) {
+		t.Errorf("StartOrder with the zero Order = %v, want catalogue order [1 0 2]", got)
+	}
+}

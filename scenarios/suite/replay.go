@@ -34,9 +34,7 @@ func StartOrder(classes []Class, n int, o Order) []int {
 		}
 		return order
 	}
-	if o.Shared == nil && o.AfterLane == nil {
-		o = CatalogueOrder(classes)
-	}
+	o = o.or(classes)
 	k := 0
 	for i, c := range classes {
 		if c != Shared {

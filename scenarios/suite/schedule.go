@@ -75,6 +75,7 @@ func schedule(ctx context.Context, classes []Class, order Order, n int, repeated
 			alone = append(alone, i)
 		}
 	}
+	order = order.or(classes)
 	shared := append(append([]int(nil), order.Shared...), order.AfterLane...)
 	if n == 1 {
 		for _, i := range append(alone, shared...) {

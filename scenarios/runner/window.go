@@ -283,7 +283,7 @@ func (cr *caseRun) placeFault(ctx context.Context, budget time.Duration) (refusa
 		cr.rc.Trigger = cr.r.triggerString(cr.c, 0)
 		cr.rc.Repro = cr.r.repro(cr.c, cr.bugs)
 	default:
-		off = cr.r.scale(cr.c.Offset).Round(time.Microsecond)
+		off = cr.scaledOffset()
 	}
 	cr.rc.Window = &reports.WindowMargin{Open: ow.W[0], Close: ow.W[1], StartMs: nsMs(ow.StartNs), EndMs: nsMs(ow.EndNs),
 		SpreadMs: nsMs(ow.SpreadNs), Source: ow.Source, PlannedMs: nsMs(int64(off))}
@@ -346,15 +346,20 @@ func (cr *caseRun) fixedBounds(ow opWindow) (lo, hi time.Duration) {
 	return lo, hi
 }
 
+// scaledOffset is the case's offset as the run places it: scaled, to the
+// microsecond.
+func (cr *caseRun) scaledOffset() time.Duration {
+	return cr.r.scale(cr.c.Offset).Round(time.Microsecond)
+}
+
 // confirmShort measures a fixed offset's window once more, on a fresh
 // calibration VM, when its one reading leaves the offset outside where it
 // may lie, and keeps the wider reading: one short run must not refuse the
-// case (s001-h-delete-restart-144ms: its 7.2 ms must lie in the first 60 %
-// of a delete measured at 11.9–12.5 ms; the 11.9 ms reading made it
-// inconclusive about once in 300 runs). A fault placed after the end of a
-// faster run still shows as not landed.
+// case (s001-h-delete-restart-144ms's delete measures 11.0–16 ms; one
+// reading of 11.9 ms refused its 7.2 ms at the default 60 %). A fault
+// placed after the end of a faster run still shows as not landed.
 func (cr *caseRun) confirmShort(ctx context.Context, budget time.Duration, ow opWindow) (opWindow, error) {
-	off := cr.r.scale(cr.c.Offset).Round(time.Microsecond)
+	off := cr.scaledOffset()
 	if lo, hi := cr.fixedBounds(ow); off >= lo && off <= hi {
 		return ow, nil
 	}
@@ -392,7 +397,7 @@ func (cr *caseRun) margin(in reports.Injection) {
 	}
 	// the offset exactly as the trigger carried it (µs-rounded, see
 	// triggerString): a trigger time 0.2µs late would miss its own hit
-	trig := in.RequestedNs - int64(cr.r.scale(cr.c.Offset).Round(time.Microsecond))
+	trig := in.RequestedNs - int64(cr.scaledOffset())
 	startM, endM, observed := marginOf(cr.st.Trace.Sorted(), *cr.win, trig, in.ActualNs)
 	w.Fired, w.FaultMs = true, nsMs(in.ActualNs-trig)
 	w.MarginStartMs, w.MarginEndMs, w.EndObserved = nsMs(startM), nsMs(endM), observed
